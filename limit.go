@@ -1,0 +1,273 @@
+// Package sluice is a distributed rate limiter. It decides, for every request an
+// API receives, whether it may go through, and stays correct when many API
+// instances ask about the same key at the same instant: the read, the decision
+// and the write happen as one atomic step inside the Store.
+//
+// A Limit describes one rule of thumb ("10 requests per second with bursts of
+// 20", "600 per sliding minute"). A Limiter checks one or more limits for a key
+// and returns a Decision. The Store holds the counters: package memory keeps them
+// in process, package redis keeps them in Redis (single node, Sentinel or
+// Cluster) so that every instance of an API shares them.
+//
+// Three algorithms are offered:
+//
+//   - TokenBucket: a bucket of Capacity tokens, initially full, refilled
+//     continuously at RefillPerSecond tokens per second. A request of cost k
+//     takes k tokens. Bursts up to Capacity pass at once; the long-run rate is
+//     the refill rate.
+//   - SlidingWindow: at most Limit units per rolling Window. The count of the
+//     previous fixed window is weighted by how much of it still overlaps the
+//     rolling window, so the boundary burst of a fixed window cannot happen.
+//   - FixedWindow: at most Limit units per Window aligned to the Unix epoch.
+//
+// A check is all-or-nothing: it is allowed only if every limit allows it, and a
+// denied check consumes nothing in any limit. Times are integer milliseconds.
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm. The string values are the ones used
+// in configuration and in the HTTP API.
+type Algorithm string
+
+const (
+	AlgorithmTokenBucket   Algorithm = "token_bucket"
+	AlgorithmSlidingWindow Algorithm = "sliding_window"
+	AlgorithmFixedWindow   Algorithm = "fixed_window"
+)
+
+// Valid reports whether a is one of the known algorithms.
+func (a Algorithm) Valid() bool {
+	switch a {
+	case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow:
+		return true
+	}
+	return false
+}
+
+// maxExact bounds every integer a store computes with: Redis runs its scripts
+// with Lua numbers, IEEE doubles, exact up to 2^53; half of that leaves room
+// for sums of two such values.
+const maxExact = 1 << 52
+
+// Limit is one limit of a check. Build it with TokenBucket, SlidingWindow or
+// FixedWindow, optionally Named; the zero value is not a valid limit.
+//
+// For a token bucket, Capacity is the bucket size and RefillPerSecond the
+// refill rate. For the window algorithms, Capacity is the number of units
+// allowed per Window.
+type Limit struct {
+	Name            string
+	Algorithm       Algorithm
+	Capacity        int64
+	RefillPerSecond float64
+	Window          time.Duration
+}
+
+// TokenBucket returns a token-bucket limit: a bucket of capacity tokens,
+// initially full, refilled continuously at refillPerSecond tokens per second.
+func TokenBucket(capacity int64, refillPerSecond float64) Limit {
+	return Limit{Name: "token_bucket", Algorithm: AlgorithmTokenBucket, Capacity: capacity, RefillPerSecond: refillPerSecond}
+}
+
+// SlidingWindow returns a limit of limit units per rolling window.
+func SlidingWindow(limit int64, window time.Duration) Limit {
+	return Limit{Name: "sliding_window", Algorithm: AlgorithmSlidingWindow, Capacity: limit, Window: window}
+}
+
+// FixedWindow returns a limit of limit units per window, windows aligned to the
+// Unix epoch.
+func FixedWindow(limit int64, window time.Duration) Limit {
+	return Limit{Name: "fixed_window", Algorithm: AlgorithmFixedWindow, Capacity: limit, Window: window}
+}
+
+// PerSecond is a token bucket of n tokens refilled at n per second.
+func PerSecond(n int64) Limit { return TokenBucket(n, float64(n)) }
+
+// PerMinute is a sliding window of n per minute.
+func PerMinute(n int64) Limit { return SlidingWindow(n, time.Minute) }
+
+// PerHour is a sliding window of n per hour.
+func PerHour(n int64) Limit { return SlidingWindow(n, time.Hour) }
+
+// Named returns a copy of l with the given name. Names distinguish the limits of
+// one check, in decisions and in the keys that hold their counters.
+func (l Limit) Named(name string) Limit {
+	l.Name = name
+	return l
+}
+
+var limitNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Validate reports what is wrong with l, in a sentence a user understands.
+func (l Limit) Validate() error {
+	if !limitNamePattern.MatchString(l.Name) {
+		return invalidf("limit name %q must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", l.Name)
+	}
+	switch l.Algorithm {
+	case AlgorithmTokenBucket:
+		if l.Capacity <= 0 {
+			return invalidf("limit %q: capacity must be a positive integer, got %d", l.Name, l.Capacity)
+		}
+		if l.Capacity > 1e12 {
+			return invalidf("limit %q: capacity %d is too large (at most 10^12)", l.Name, l.Capacity)
+		}
+		r := l.RefillPerSecond
+		if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
+			return invalidf("limit %q: refill_per_second must be a positive number, got %v", l.Name, r)
+		}
+		if r > 1e12 {
+			return invalidf("limit %q: refill_per_second %v is too large (at most 10^12)", l.Name, r)
+		}
+		if l.Window != 0 {
+			return invalidf("limit %q: a token bucket has no window; use refill_per_second", l.Name)
+		}
+		if _, p := l.RefillRate(); p == 0 {
+			return invalidf("limit %q: refill_per_second %v is too small for capacity %d", l.Name, r, l.Capacity)
+		}
+	case AlgorithmSlidingWindow, AlgorithmFixedWindow:
+		if l.Capacity <= 0 {
+			return invalidf("limit %q: limit must be a positive integer, got %d", l.Name, l.Capacity)
+		}
+		if l.Window < time.Millisecond {
+			return invalidf("limit %q: window must be at least 1ms, got %v", l.Name, l.Window)
+		}
+		if l.Window%time.Millisecond != 0 {
+			return invalidf("limit %q: window must be a whole number of milliseconds, got %v", l.Name, l.Window)
+		}
+		if l.RefillPerSecond != 0 {
+			return invalidf("limit %q: a %s limit has no refill rate; use limit and window", l.Name, l.Algorithm)
+		}
+		// The sliding window sums prev*(W-elapsed) + (curr+cost)*W, up to
+		// three times limit*W, and must stay exact.
+		if float64(l.Capacity)*float64(l.Window.Milliseconds()) >= maxExact/4 {
+			return invalidf("limit %q: limit %d × window %v is too large to count exactly", l.Name, l.Capacity, l.Window)
+		}
+	case "":
+		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window or fixed_window)", l.Name)
+	default:
+		return invalidf("limit %q: unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", l.Name, l.Algorithm)
+	}
+	return nil
+}
+
+// RefillRate returns the token bucket's refill rate as an exact fraction:
+// tokens tokens every intervalMs milliseconds, refilled continuously. Stores
+// count in units of 1/intervalMs token so that all their arithmetic is on
+// integers and every store reaches identical decisions. A rate that is not a
+// short decimal is approximated by the closest fraction the stores can hold.
+// It returns (0, 0) when the rate is not positive.
+func (l Limit) RefillRate() (tokens, intervalMs int64) {
+	r := l.RefillPerSecond
+	if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 || l.Capacity <= 0 {
+		return 0, 0
+	}
+	// tokens per millisecond = r/1000, as the shortest decimal that reads back as r.
+	rat, ok := new(big.Rat).SetString(strconv.FormatFloat(r, 'g', -1, 64))
+	if !ok {
+		return 0, 0
+	}
+	rat.Quo(rat, big.NewRat(1000, 1))
+	// The scaled bucket holds up to capacity*interval units.
+	maxInterval := int64(maxExact) / l.Capacity
+	if rat.Denom().IsInt64() && rat.Denom().Int64() <= maxInterval && rat.Num().IsInt64() && rat.Num().Int64() < maxExact {
+		return rat.Num().Int64(), rat.Denom().Int64()
+	}
+	return bestFraction(r/1000, maxInterval)
+}
+
+// bestFraction returns the continued-fraction approximation p/q of x with
+// q <= maxQ.
+func bestFraction(x float64, maxQ int64) (int64, int64) {
+	p0, q0, p1, q1 := int64(0), int64(1), int64(1), int64(0)
+	v := x
+	for i := 0; i < 64; i++ {
+		a := int64(math.Floor(v))
+		p2, q2 := a*p1+p0, a*q1+q0
+		if q2 > maxQ || p2 >= maxExact || q2 <= 0 {
+			break
+		}
+		p0, q0, p1, q1 = p1, q1, p2, q2
+		frac := v - float64(a)
+		if frac < 1e-12 {
+			break
+		}
+		v = 1 / frac
+	}
+	if q1 == 0 || p1 == 0 {
+		return 0, 0
+	}
+	return p1, q1
+}
+
+// String describes l in words, for logs and test failures:
+// "burst: token bucket of 10, refill 2/s".
+func (l Limit) String() string {
+	switch l.Algorithm {
+	case AlgorithmTokenBucket:
+		return fmt.Sprintf("%s: token bucket of %d, refill %s/s", l.Name, l.Capacity, strconv.FormatFloat(l.RefillPerSecond, 'g', -1, 64))
+	case AlgorithmSlidingWindow:
+		return fmt.Sprintf("%s: %d per sliding %v", l.Name, l.Capacity, l.Window)
+	case AlgorithmFixedWindow:
+		return fmt.Sprintf("%s: %d per fixed %v", l.Name, l.Capacity, l.Window)
+	}
+	return fmt.Sprintf("%s: invalid limit (algorithm %q)", l.Name, l.Algorithm)
+}
+
+// ValidateLimits checks a set of limits for one check: at least one, each valid,
+// names unique.
+func ValidateLimits(limits []Limit) error {
+	if len(limits) == 0 {
+		return invalidf("at least one limit is required")
+	}
+	if len(limits) > MaxLimits {
+		return invalidf("at most %d limits may be checked together, got %d", MaxLimits, len(limits))
+	}
+	seen := make(map[string]bool, len(limits))
+	for _, l := range limits {
+		if err := l.Validate(); err != nil {
+			return err
+		}
+		if seen[l.Name] {
+			return invalidf("limit name %q is used twice; each limit of a rule needs its own name", l.Name)
+		}
+		seen[l.Name] = true
+	}
+	return nil
+}
+
+// MaxLimits is the most limits one check may name.
+const MaxLimits = 16
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// InvalidError is returned for input that can never be valid: a malformed limit,
+// a negative cost, a cost that can never fit. It wraps ErrInvalid.
+type InvalidError struct{ msg string }
+
+func (e *InvalidError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Domain errors. The HTTP layer maps them to status codes in one place.
+var (
+	// ErrInvalid marks bad input; the message says what was wrong.
+	ErrInvalid = errors.New("invalid input")
+	// ErrStoreUnavailable marks a store that could not answer in time.
+	ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+	// ErrNotFound marks a missing tenant, key or rule.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict marks a name that is already taken.
+	ErrConflict = errors.New("already exists")
+)

@@ -26,7 +26,11 @@ type Decision struct {
 	// moment, counted from the check, at which the same request would be
 	// allowed if no other traffic arrived.
 	RetryAfter time.Duration
-	Limits     []LimitDecision
+	// Degraded is set when the store could not answer and the decision came
+	// from the failure policy (allowed when failing open, or from an
+	// in-process fallback store).
+	Degraded bool
+	Limits   []LimitDecision
 }
 
 // LimitDecision is one limit's part of a Decision.
@@ -38,6 +42,9 @@ type LimitDecision struct {
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
+	// Window is the time the quota refers to: the window, or for a token
+	// bucket the time an empty bucket takes to fill (see PolicyWindow).
+	Window time.Duration
 }
 
 // String describes d for logs and test failures.

@@ -165,6 +165,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			Remaining:  o.remaining,
 			ResetAfter: time.Duration(o.resetAfter) * time.Millisecond,
 			RetryAfter: time.Duration(o.retryAfter) * time.Millisecond,
+			Window:     sluice.PolicyWindow(l),
 		}
 	}
 	d.Combine()

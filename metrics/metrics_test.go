@@ -1,0 +1,116 @@
+package metrics_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+func TestMetrics(t *testing.T) {
+	t.Run("records_each_family_by_its_labels", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		m.ObserveDecision(metrics.SourceGateway, "orders", metrics.ResultAllowed)
+		m.ObserveDecision(metrics.SourceGateway, "orders", metrics.ResultAllowed)
+		m.ObserveDecision(metrics.SourceHTTP, "", metrics.ResultNoRule)
+		m.ObserveCheck(metrics.SourceGateway, 300*time.Microsecond)
+		m.ObserveStore(time.Millisecond, nil)
+		m.ObserveStore(50*time.Millisecond, errors.New("timeout"))
+		m.SetBreakerState("redis", metrics.BreakerOpen)
+		m.DenyCacheHit()
+
+		want := `
+# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), rule and result (allowed, denied, degraded, shadow_denied, no_rule, error).
+# TYPE sluice_decisions_total counter
+sluice_decisions_total{result="allowed",rule="orders",source="gateway"} 2
+sluice_decisions_total{result="no_rule",rule="",source="http"} 1
+# HELP sluice_store_errors_total Store calls that failed or timed out (input errors and callers giving up are not counted).
+# TYPE sluice_store_errors_total counter
+sluice_store_errors_total 1
+# HELP sluice_breaker_state State of the store circuit breaker: 0 closed, 1 half-open, 2 open.
+# TYPE sluice_breaker_state gauge
+sluice_breaker_state{breaker="redis"} 2
+# HELP sluice_deny_cache_hits_total Checks denied from the local deny cache without a store round trip.
+# TYPE sluice_deny_cache_hits_total counter
+sluice_deny_cache_hits_total 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"sluice_decisions_total", "sluice_store_errors_total", "sluice_breaker_state", "sluice_deny_cache_hits_total"); err != nil {
+			t.Fatal(err)
+		}
+		if n := testutil.CollectAndCount(reg, "sluice_check_duration_seconds", "sluice_store_duration_seconds"); n != 2 {
+			t.Fatalf("histogram series = %d, want 2", n)
+		}
+	})
+
+	t.Run("second_New_on_one_registry_shares_collectors", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		a, b := metrics.New(reg), metrics.New(reg)
+		a.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
+		b.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
+		want := `
+# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), rule and result (allowed, denied, degraded, shadow_denied, no_rule, error).
+# TYPE sluice_decisions_total counter
+sluice_decisions_total{result="denied",rule="r",source="http"} 2
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_decisions_total"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("nil_metrics_record_nothing_without_panicking", func(t *testing.T) {
+		var m *metrics.Metrics
+		m.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultAllowed)
+		m.ObserveCheck(metrics.SourceHTTP, time.Millisecond)
+		m.ObserveStore(time.Millisecond, nil)
+		m.SetBreakerState("b", metrics.BreakerClosed)
+		m.DenyCacheHit()
+	})
+
+	t.Run("breaker_states_map_to_0_1_2", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		for state, want := range map[string]float64{metrics.BreakerClosed: 0, metrics.BreakerHalfOpen: 1, metrics.BreakerOpen: 2} {
+			m.SetBreakerState("b", state)
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got float64 = -1
+			for _, mf := range mfs {
+				if mf.GetName() == "sluice_breaker_state" {
+					got = mf.GetMetric()[0].GetGauge().GetValue()
+				}
+			}
+			if got != want {
+				t.Errorf("state %q: gauge = %v, want %v", state, got, want)
+			}
+		}
+	})
+}
+
+func TestResult(t *testing.T) {
+	tests := []struct {
+		name string
+		d    sluice.Decision
+		want string
+	}{
+		{"allowed", sluice.Decision{Allowed: true}, metrics.ResultAllowed},
+		{"denied", sluice.Decision{}, metrics.ResultDenied},
+		{"degraded_allow", sluice.Decision{Allowed: true, Degraded: true}, metrics.ResultDegraded},
+		{"degraded_local_deny", sluice.Decision{Degraded: true}, metrics.ResultDegraded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := metrics.Result(tt.d); got != tt.want {
+				t.Fatalf("Result = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,381 @@
+package sluice
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/base64"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The catalog is what the rate-limit service knows about its users: tenants,
+// their API keys, and their rules. It lives in a database (package postgres or
+// package sqlite) and is read by the check path only through a Snapshot held
+// in memory, refreshed whenever Watch reports a change, so no check ever waits
+// on the database.
+
+// TenantStatus says whether a tenant's keys may be used.
+type TenantStatus string
+
+const (
+	// TenantActive tenants are served.
+	TenantActive TenantStatus = "active"
+	// TenantSuspended tenants keep their keys and rules, but every check and
+	// self-service call with their keys is refused (403).
+	TenantSuspended TenantStatus = "suspended"
+)
+
+// Valid reports whether s is a known status.
+func (s TenantStatus) Valid() bool { return s == TenantActive || s == TenantSuspended }
+
+// Tenant is one customer of the service: a namespace for keys, rules and
+// counters.
+type Tenant struct {
+	Name      string
+	Status    TenantStatus
+	CreatedAt time.Time
+}
+
+// MaxNameBytes bounds tenant, key and rule names.
+const MaxNameBytes = 63
+
+var slugPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// validateSlug checks a name used in URLs and counters: what names it (kind),
+// e.g. "tenant name", leads the message.
+func validateSlug(kind, name string) error {
+	if slugPattern.MatchString(name) {
+		return nil
+	}
+	if name == "" {
+		return invalidf("%s is required", kind)
+	}
+	if len(name) > MaxNameBytes {
+		return invalidf("%s is %d bytes long; at most %d are allowed", kind, len(name), MaxNameBytes)
+	}
+	return invalidf("%s %q must be lowercase letters, digits and '-', starting with a letter or digit", kind, name)
+}
+
+// ValidateTenantName reports whether name is a valid tenant name: a slug of
+// 1-63 lowercase letters, digits and '-', starting with a letter or digit.
+func ValidateTenantName(name string) error { return validateSlug("tenant name", name) }
+
+// ValidateRuleName reports whether name is a valid rule name (same form as a
+// tenant name).
+func ValidateRuleName(name string) error { return validateSlug("rule name", name) }
+
+// ValidateKeyName reports whether name is a valid API key name (same form as a
+// tenant name).
+func ValidateKeyName(name string) error { return validateSlug("key name", name) }
+
+// Role says what an API key may do.
+type Role string
+
+const (
+	// RoleCheck keys may call the check API of their tenant.
+	RoleCheck Role = "check"
+	// RoleAdmin keys may manage their own tenant's keys and rules (and only
+	// that tenant's); they may not check.
+	RoleAdmin Role = "admin"
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r == RoleCheck || r == RoleAdmin }
+
+// ValidateRole reports whether r is a known role, in a sentence.
+func ValidateRole(r Role) error {
+	if r.Valid() {
+		return nil
+	}
+	if r == "" {
+		return invalidf("role is required (check or admin)")
+	}
+	return invalidf("unknown role %q (want check or admin)", r)
+}
+
+// APIKey describes an API key. It never holds the secret: the secret is shown
+// once when the key is created, and only its SHA-256 is stored.
+type APIKey struct {
+	// ID is public and random ("key_" + 12 base32 characters); it names the
+	// key in URLs and logs.
+	ID        string
+	Tenant    string
+	Name      string
+	Role      Role
+	CreatedAt time.Time
+	// RevokedAt is set once the key is revoked; a revoked key is never
+	// accepted again.
+	RevokedAt *time.Time
+}
+
+// APIKeyPrefix starts every API key secret, so a leaked one is recognisable
+// (by secret scanners too) and cannot be confused with a key ID.
+const APIKeyPrefix = "sk_"
+
+// NewAPIKeySecret returns a new API key secret (APIKeyPrefix followed by 256
+// random bits) and the hash to store for it. Show the secret once; store only
+// the hash.
+func NewAPIKeySecret() (secret string, hash []byte) {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	secret = APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, HashAPIKey(secret)
+}
+
+// HashAPIKey returns the SHA-256 of secret: what the catalog stores and
+// Snapshot.Key looks up. A fast hash is enough because the secret carries 256
+// random bits; there is nothing to brute-force.
+func HashAPIKey(secret string) []byte {
+	sum := sha256.Sum256([]byte(secret))
+	return sum[:]
+}
+
+var keyIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewAPIKeyID returns a new random public key ID: "key_" and 12 base32
+// characters (60 bits), enough that IDs never collide in practice; catalogs
+// still enforce uniqueness.
+func NewAPIKeyID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "key_" + keyIDEncoding.EncodeToString(b[:])[:12]
+}
+
+// Rule limits the requests of one tenant whose route matches Route.
+type Rule struct {
+	Tenant string
+	Name   string
+	// Route is the pattern requests are matched against; see ValidateRoutePattern.
+	Route string
+	// Limits are checked together, all-or-nothing.
+	Limits []Limit
+	// FailureMode applies when the store cannot answer. Empty means
+	// FailClosed; catalogs store it explicitly.
+	FailureMode FailureMode
+	// Shadow rules are checked and counted but always allow; their denials
+	// only show in the answer ("shadow": true) and in metrics.
+	Shadow    bool
+	UpdatedAt time.Time
+}
+
+// Validate reports what is wrong with r, in a sentence a user understands.
+func (r Rule) Validate() error {
+	if err := ValidateTenantName(r.Tenant); err != nil {
+		return err
+	}
+	if err := ValidateRuleName(r.Name); err != nil {
+		return err
+	}
+	if err := ValidateRoutePattern(r.Route); err != nil {
+		return err
+	}
+	if err := ValidateLimits(r.Limits); err != nil {
+		return invalidf("rule %q: %s", r.Name, err.Error())
+	}
+	if r.FailureMode != "" && !r.FailureMode.Valid() {
+		return invalidf("rule %q: unknown failure_mode %q (want closed, open or local)", r.Name, r.FailureMode)
+	}
+	return nil
+}
+
+// Catalog stores tenants, API keys and rules. Implementations: package
+// postgres and package sqlite; both pass the same contract tests
+// (internal/catalogtest).
+//
+// Errors wrap ErrNotFound for a missing tenant, key or rule, ErrConflict for
+// a name already taken, and ErrInvalid (with a sentence saying what is wrong)
+// for bad input. A failed call changes nothing. Every successful change bumps
+// Version and is reported by Watch on every instance within a second.
+type Catalog interface {
+	// CreateTenant creates an active tenant.
+	CreateTenant(ctx context.Context, name string) (Tenant, error)
+	Tenant(ctx context.Context, name string) (Tenant, error)
+	// Tenants lists all tenants by name.
+	Tenants(ctx context.Context) ([]Tenant, error)
+	SetTenantStatus(ctx context.Context, name string, status TenantStatus) (Tenant, error)
+	// DeleteTenant deletes the tenant with its keys and rules.
+	DeleteTenant(ctx context.Context, name string) error
+
+	// CreateKey stores a key whose secret hashes to hash (see
+	// NewAPIKeySecret); the catalog picks its ID.
+	CreateKey(ctx context.Context, tenant, name string, role Role, hash []byte) (APIKey, error)
+	// Keys lists the tenant's keys, revoked ones included, by creation time.
+	Keys(ctx context.Context, tenant string) ([]APIKey, error)
+	// RevokeKey revokes a key for good; revoking it again is not an error.
+	RevokeKey(ctx context.Context, tenant, id string) (APIKey, error)
+
+	// PutRule creates the rule or replaces the one of that name, and returns
+	// it as stored. Two rules of one tenant may not share a route pattern
+	// (ErrConflict), so matching is never ambiguous.
+	PutRule(ctx context.Context, rule Rule) (Rule, error)
+	Rule(ctx context.Context, tenant, name string) (Rule, error)
+	// Rules lists the tenant's rules by name.
+	Rules(ctx context.Context, tenant string) ([]Rule, error)
+	DeleteRule(ctx context.Context, tenant, name string) error
+
+	// SetAdminTokenHash stores the SHA-256 of the operator token (see
+	// HashAPIKey), replacing any previous one.
+	SetAdminTokenHash(ctx context.Context, hash []byte) error
+	// AdminTokenHash returns it, or ErrNotFound when none is set.
+	AdminTokenHash(ctx context.Context) ([]byte, error)
+
+	// Snapshot reads everything the check path needs, in one consistent
+	// read: tenants, active keys, rules, admin token hash, and the Version
+	// they are at.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+	// Version is a counter bumped by every change.
+	Version(ctx context.Context) (int64, error)
+	// Watch calls fn once with the current version, then after every change
+	// made by any instance sharing the database, until ctx ends; it then
+	// returns nil. Changes that land together may be reported once, with the
+	// latest version, so callers reload a Snapshot when Event.Version differs
+	// from theirs. Calls to fn are sequential; fn should return quickly.
+	// Watch returns an error only if it cannot start.
+	Watch(ctx context.Context, fn func(Event)) error
+	// PublishReset tells every watching instance (this one included) that an
+	// operator reset the counters of subject under (tenant, rule), so they
+	// drop local deny-cache entries for it. It is not a catalog change and
+	// does not bump Version.
+	PublishReset(ctx context.Context, tenant, rule, subject string) error
+
+	Close() error
+}
+
+// Event is what Watch reports: the catalog Version after a change, or, when
+// Reset is set, a subject reset (Version is then the latest version seen).
+type Event struct {
+	Version int64
+	Reset   *SubjectReset
+}
+
+// SubjectReset names a subject whose counters an operator reset.
+type SubjectReset struct {
+	Tenant, Rule, Subject string
+}
+
+// KeyGrant is what an active API key grants: who it belongs to and its role.
+type KeyGrant struct {
+	Tenant string
+	KeyID  string
+	Role   Role
+}
+
+// Snapshot is an immutable in-memory copy of the catalog, everything a check
+// needs to authenticate a key, find its tenant and match a rule without a
+// database call. Build it with NewSnapshot; never modify it.
+type Snapshot struct {
+	Version int64
+	// Tenants by name.
+	Tenants map[string]Tenant
+	// Keys are the active (unrevoked) keys by the SHA-256 of their secret.
+	Keys map[[sha256.Size]byte]KeyGrant
+	// Routes are the rule tables of tenants that have rules.
+	Routes map[string]*RouteTable
+	// AdminTokenHash is nil when no operator token is set.
+	AdminTokenHash []byte
+}
+
+// SnapshotKey is an active key as catalogs read it for NewSnapshot.
+type SnapshotKey struct {
+	Hash []byte
+	KeyGrant
+}
+
+// NewSnapshot builds a snapshot from rows read in one transaction. Rules of
+// unknown tenants and keys with malformed hashes are dropped.
+func NewSnapshot(version int64, tenants []Tenant, keys []SnapshotKey, rules []Rule, adminTokenHash []byte) *Snapshot {
+	s := &Snapshot{
+		Version:        version,
+		Tenants:        make(map[string]Tenant, len(tenants)),
+		Keys:           make(map[[sha256.Size]byte]KeyGrant, len(keys)),
+		Routes:         make(map[string]*RouteTable),
+		AdminTokenHash: adminTokenHash,
+	}
+	for _, t := range tenants {
+		s.Tenants[t.Name] = t
+	}
+	for _, k := range keys {
+		if len(k.Hash) != sha256.Size {
+			continue
+		}
+		s.Keys[[sha256.Size]byte(k.Hash)] = k.KeyGrant
+	}
+	byTenant := make(map[string][]Rule)
+	for _, r := range rules {
+		if _, ok := s.Tenants[r.Tenant]; ok {
+			byTenant[r.Tenant] = append(byTenant[r.Tenant], r)
+		}
+	}
+	for tenant, rs := range byTenant {
+		s.Routes[tenant] = NewRouteTable(rs)
+	}
+	return s
+}
+
+// Key returns what the key with this secret grants, if it is active. It
+// hashes the secret and does not allocate.
+func (s *Snapshot) Key(secret string) (KeyGrant, bool) {
+	// A stack buffer keeps usual-sized secrets from allocating.
+	var buf [128]byte
+	g, ok := s.Keys[sha256.Sum256(append(buf[:0], secret...))]
+	return g, ok
+}
+
+// Match returns the tenant's rule for route (see RouteTable.Match).
+func (s *Snapshot) Match(tenant, route string) (Rule, bool) {
+	return s.Routes[tenant].Match(route)
+}
+
+// Rule returns the tenant's rule of that name.
+func (s *Snapshot) Rule(tenant, name string) (Rule, bool) {
+	t := s.Routes[tenant]
+	if t == nil {
+		return Rule{}, false
+	}
+	i, ok := slices.BinarySearchFunc(t.rules, name, func(r Rule, name string) int { return strings.Compare(r.Name, name) })
+	if !ok {
+		return Rule{}, false
+	}
+	return t.rules[i], true
+}
+
+// MaxRouteBytes bounds route patterns and the routes checked against them.
+const MaxRouteBytes = 1024
+
+// ValidateRoutePattern reports whether p is a valid route pattern:
+//
+//   - "/api/orders" matches that route exactly;
+//   - "/api/orders*" matches every route starting with "/api/orders"
+//     (including "/api/orders" itself and "/api/orders-old");
+//   - "*" alone matches every route.
+//
+// A pattern starts with '/' unless it is "*", holds at most MaxRouteBytes
+// bytes, no '*' except a trailing one, and no spaces or control characters.
+func ValidateRoutePattern(p string) error {
+	switch {
+	case p == "":
+		return invalidf("route is required: an exact path like /api/orders, a prefix like /api/orders*, or *")
+	case p == "*":
+		return nil
+	case len(p) > MaxRouteBytes:
+		return invalidf("route is %d bytes long; at most %d are allowed", len(p), MaxRouteBytes)
+	case p[0] != '/':
+		return invalidf("route %q must start with '/' (or be * to match every route)", p)
+	case !utf8.ValidString(p):
+		return invalidf("route %q is not valid UTF-8", p)
+	}
+	if i := strings.IndexByte(p, '*'); i >= 0 && i != len(p)-1 {
+		return invalidf("route %q may hold '*' only at its end, as a prefix match", p)
+	}
+	for _, c := range p {
+		if c <= ' ' || c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == '\u2028' || c == '\u2029' {
+			return invalidf("route %q must not contain spaces or control characters", p)
+		}
+	}
+	return nil
+}

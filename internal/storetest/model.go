@@ -1,0 +1,174 @@
+// Package storetest holds the behaviour every sluice.Store must have: a
+// conformance suite of exact decision sequences (Run), and a plain reference
+// model (Model) that property tests compare stores against.
+package storetest
+
+import (
+	"math/big"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// Model is a deliberately plain reference implementation of the semantics in
+// DESIGN.md, written from the formulas rather than from the stores: exact
+// rational arithmetic, full per-window history, and retry/reset found by
+// searching the future instead of by closed-form expressions. It is slow and
+// only meant for tests.
+type Model struct {
+	buckets map[string]*modelBucket
+	windows map[string]map[int64]int64 // key -> window index -> count
+}
+
+type modelBucket struct {
+	tokens *big.Rat
+	last   int64
+}
+
+// NewModel returns an empty model.
+func NewModel() *Model {
+	return &Model{buckets: map[string]*modelBucket{}, windows: map[string]map[int64]int64{}}
+}
+
+func modelKey(r sluice.Request, l sluice.Limit) string {
+	return sluice.LimitKey("", sluice.SubjectTag(r.Tenant, r.Rule, r.Subject), l)
+}
+
+// rate is tokens per millisecond.
+func rate(l sluice.Limit) *big.Rat {
+	n, p := l.RefillRate()
+	return big.NewRat(n, p)
+}
+
+func (m *Model) tokensAt(key string, l sluice.Limit, now int64) *big.Rat {
+	c := new(big.Rat).SetInt64(l.Capacity)
+	b := m.buckets[key]
+	if b == nil {
+		return c
+	}
+	t := new(big.Rat).Set(b.tokens)
+	if now > b.last {
+		t.Add(t, new(big.Rat).Mul(big.NewRat(now-b.last, 1), rate(l)))
+	}
+	if t.Cmp(c) > 0 {
+		t = c
+	}
+	return t
+}
+
+func (m *Model) windowUsage(key string, l sluice.Limit, now int64) *big.Rat {
+	w := l.Window.Milliseconds()
+	idx := now / w
+	counts := m.windows[key]
+	usage := new(big.Rat).SetInt64(counts[idx])
+	if l.Algorithm == sluice.AlgorithmSlidingWindow {
+		elapsed := now - idx*w
+		usage.Add(usage, big.NewRat(counts[idx-1]*(w-elapsed), w))
+	}
+	return usage
+}
+
+// fits reports whether cost fits limit l at now.
+func (m *Model) fits(r sluice.Request, l sluice.Limit, now, cost int64) bool {
+	key := modelKey(r, l)
+	k := new(big.Rat).SetInt64(cost)
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		return m.tokensAt(key, l, now).Cmp(k) >= 0
+	}
+	u := m.windowUsage(key, l, now)
+	return u.Add(u, k).Cmp(new(big.Rat).SetInt64(l.Capacity)) <= 0
+}
+
+func (m *Model) empty(r sluice.Request, l sluice.Limit, now int64) bool {
+	key := modelKey(r, l)
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		return m.tokensAt(key, l, now).Cmp(new(big.Rat).SetInt64(l.Capacity)) == 0
+	}
+	return m.windowUsage(key, l, now).Sign() == 0
+}
+
+func (m *Model) remaining(r sluice.Request, l sluice.Limit, now int64) int64 {
+	key := modelKey(r, l)
+	var left *big.Rat
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		left = m.tokensAt(key, l, now)
+	} else {
+		left = new(big.Rat).Sub(new(big.Rat).SetInt64(l.Capacity), m.windowUsage(key, l, now))
+	}
+	if left.Sign() <= 0 {
+		return 0
+	}
+	return new(big.Int).Quo(left.Num(), left.Denom()).Int64()
+}
+
+// firstFrom returns the smallest d in [lo, hi] with ok(d), assuming ok is
+// monotonic (false then true); hi if none.
+func firstFrom(lo, hi int64, ok func(d int64) bool) int64 {
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+func horizon(l sluice.Limit) int64 {
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		n, p := l.RefillRate()
+		return l.Capacity*p/n + 2
+	}
+	return 2*l.Window.Milliseconds() + 1
+}
+
+// Check decides r at its Now (which must be set) and applies it.
+func (m *Model) Check(r sluice.Request) sluice.Decision {
+	now := r.Now.UnixMilli()
+	fits := make([]bool, len(r.Limits))
+	allowed := true
+	for i, l := range r.Limits {
+		fits[i] = m.fits(r, l, now, r.Cost)
+		allowed = allowed && fits[i]
+	}
+	if allowed && r.Cost > 0 {
+		for _, l := range r.Limits {
+			m.apply(r, l, now)
+		}
+	}
+	d := sluice.Decision{}
+	for i, l := range r.Limits {
+		ld := sluice.LimitDecision{
+			Name: l.Name, Algorithm: l.Algorithm, Limit: l.Capacity,
+			Allowed:   fits[i],
+			Remaining: m.remaining(r, l, now),
+			Window:    sluice.PolicyWindow(l),
+		}
+		if !fits[i] {
+			ld.RetryAfter = time.Duration(firstFrom(1, horizon(l), func(d int64) bool {
+				return m.fits(r, l, now+d, r.Cost)
+			})) * time.Millisecond
+		}
+		ld.ResetAfter = time.Duration(firstFrom(0, horizon(l), func(d int64) bool {
+			return m.empty(r, l, now+d)
+		})) * time.Millisecond
+		d.Limits = append(d.Limits, ld)
+	}
+	d.Combine()
+	return d
+}
+
+func (m *Model) apply(r sluice.Request, l sluice.Limit, now int64) {
+	key := modelKey(r, l)
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		t := m.tokensAt(key, l, now)
+		t.Sub(t, new(big.Rat).SetInt64(r.Cost))
+		m.buckets[key] = &modelBucket{tokens: t, last: now}
+		return
+	}
+	if m.windows[key] == nil {
+		m.windows[key] = map[int64]int64{}
+	}
+	m.windows[key][now/l.Window.Milliseconds()] += r.Cost
+}

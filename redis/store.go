@@ -1,0 +1,239 @@
+// Package redis is the sluice.Store that shares counters through Redis, so any
+// number of instances of an API enforce one limit together. It runs on a single
+// node, Sentinel or Cluster through github.com/redis/rueidis.
+//
+// Each check is ONE call of one Lua script (check.lua) over every limit's key:
+// Redis runs a script atomically, so reading the counters, deciding and writing
+// them cannot interleave with another check, whichever instance sent it. The
+// script is sent by EVALSHA and re-sent by EVAL when Redis answers NOSCRIPT
+// (after a restart or SCRIPT FLUSH), so a restarted Redis costs one extra round
+// trip, not an outage. The clock is Redis's own TIME unless the request carries
+// a time (tests), so instances with skewed clocks agree. Keys of one check share
+// one hash tag, so the script runs on one Cluster node.
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicelabs/sluice"
+)
+
+//go:embed check.lua
+var checkSource string
+
+var checkScript = rueidis.NewLuaScript(checkSource)
+
+// Options configure a Store.
+type Options struct {
+	// Prefix is put before every key, so several deployments can share one
+	// Redis. Default "sluice:".
+	Prefix string
+}
+
+// Store is a sluice.Store on Redis. It is safe for concurrent use; concurrent
+// checks are pipelined on shared connections by rueidis.
+type Store struct {
+	client rueidis.Client
+	prefix string
+	owned  bool
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// Open connects to Redis at url:
+//
+//	redis://[user:password@]host:port[/db]            single node (rediss:// for TLS)
+//	redis-cluster://host1:port,host2:port              Cluster, any reachable nodes
+//	redis-sentinel://master@host1:26379,host2:26379[/db] Sentinel, master set name as user
+//
+// The returned Store owns the connection; Close it when done.
+func Open(rawURL string, opts Options) (*Store, error) {
+	clientOpts, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := rueidis.NewClient(clientOpts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to redis at %s: %w", redactURL(rawURL), err)
+	}
+	s := New(client, opts)
+	s.owned = true
+	return s, nil
+}
+
+// New returns a Store on an existing rueidis client, which the caller keeps
+// owning.
+func New(client rueidis.Client, opts Options) *Store {
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = "sluice:"
+	}
+	return &Store{client: client, prefix: prefix}
+}
+
+// ParseURL turns a Sluice Redis URL into rueidis options. See Open.
+func ParseURL(rawURL string) (rueidis.ClientOption, error) {
+	var opt rueidis.ClientOption
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return opt, fmt.Errorf("redis URL %q is not a valid URL: %w", redactURL(rawURL), err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		opt, err = rueidis.ParseURL(rawURL)
+		if err != nil {
+			return opt, fmt.Errorf("redis URL %q: %w", redactURL(rawURL), err)
+		}
+	case "redis-cluster", "redis-sentinel":
+		hosts := strings.Split(u.Host, ",")
+		for _, h := range hosts {
+			if h == "" {
+				return opt, fmt.Errorf("redis URL %q has an empty host in its list", redactURL(rawURL))
+			}
+			if _, _, err := splitHostPort(h); err != nil {
+				return opt, fmt.Errorf("redis URL %q: host %q: %w", redactURL(rawURL), h, err)
+			}
+		}
+		opt.InitAddress = hosts
+		if u.Scheme == "redis-sentinel" {
+			if u.User == nil || u.User.Username() == "" {
+				return opt, fmt.Errorf("redis URL %q needs the master set name before '@' (redis-sentinel://mymaster@host:26379)", redactURL(rawURL))
+			}
+			opt.Sentinel.MasterSet = u.User.Username()
+			if pw, ok := u.User.Password(); ok {
+				opt.Password = pw
+			}
+			if db := strings.Trim(u.Path, "/"); db != "" {
+				if opt.SelectDB, err = strconv.Atoi(db); err != nil {
+					return opt, fmt.Errorf("redis URL %q: database %q is not a number", redactURL(rawURL), db)
+				}
+			}
+		} else if u.User != nil {
+			opt.Username = u.User.Username()
+			opt.Password, _ = u.User.Password()
+		}
+	default:
+		return opt, fmt.Errorf("redis URL %q: scheme must be redis, rediss, redis-cluster or redis-sentinel", redactURL(rawURL))
+	}
+	// Sluice reads no cached values; client-side caching would only add
+	// tracking traffic.
+	opt.DisableCache = true
+	return opt, nil
+}
+
+func splitHostPort(h string) (string, int, error) {
+	i := strings.LastIndexByte(h, ':')
+	if i < 0 {
+		return "", 0, errors.New("want host:port")
+	}
+	port, err := strconv.Atoi(h[i+1:])
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, errors.New("port must be a number from 1 to 65535")
+	}
+	return h[:i], port, nil
+}
+
+// redactURL hides a password so the URL can appear in errors and logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if err != nil {
+			return "(unparsable URL)"
+		}
+		return raw
+	}
+	return u.Redacted()
+}
+
+// Close closes the connection if Open made it.
+func (s *Store) Close() error {
+	if s.owned {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return unavailable("ping", err)
+	}
+	return nil
+}
+
+// Check decides req in one script call. See sluice.Store.
+func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	keys := sluice.Keys(s.prefix, req)
+	args := make([]string, 0, 2+4*len(req.Limits))
+	now := ""
+	if !req.Now.IsZero() {
+		now = strconv.FormatInt(req.Now.UnixMilli(), 10)
+	}
+	args = append(args, now, strconv.FormatInt(req.Cost, 10))
+	for _, l := range req.Limits {
+		capacity := strconv.FormatInt(l.Capacity, 10)
+		switch l.Algorithm {
+		case sluice.AlgorithmTokenBucket:
+			n, p := l.RefillRate()
+			args = append(args, "t", capacity, strconv.FormatInt(n, 10), strconv.FormatInt(p, 10))
+		case sluice.AlgorithmSlidingWindow:
+			args = append(args, "s", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
+		default:
+			args = append(args, "f", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
+		}
+	}
+	reply, err := checkScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	if err != nil {
+		return sluice.Decision{}, unavailable("check", err)
+	}
+	if len(reply) != 2+4*len(req.Limits) {
+		return sluice.Decision{}, unavailable("check", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
+	}
+	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
+	for i, l := range req.Limits {
+		r := reply[2+4*i:]
+		d.Limits[i] = sluice.LimitDecision{
+			Name:       l.Name,
+			Algorithm:  l.Algorithm,
+			Allowed:    r[0] == 1,
+			Limit:      l.Capacity,
+			Remaining:  r[1],
+			ResetAfter: time.Duration(r[2]) * time.Millisecond,
+			RetryAfter: time.Duration(r[3]) * time.Millisecond,
+			Window:     sluice.PolicyWindow(l),
+		}
+	}
+	d.Combine()
+	return d, nil
+}
+
+// Reset deletes subject's counters for the given limits.
+func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	if err := sluice.ValidateLimits(limits); err != nil {
+		return err
+	}
+	keys := sluice.Keys(s.prefix, sluice.Request{Tenant: tenant, Rule: rule, Subject: subject, Limits: limits})
+	if err := s.client.Do(ctx, s.client.B().Del().Key(keys...).Build()).Error(); err != nil {
+		return unavailable("reset", err)
+	}
+	return nil
+}
+
+// unavailable wraps a Redis failure so callers can tell it from bad input and
+// apply their failure policy, while keeping the cause (and context errors)
+// visible to errors.Is.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("redis %s: %w: %w", op, sluice.ErrStoreUnavailable, err)
+}

@@ -1,0 +1,221 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/storetest"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
+)
+
+func open(t *testing.T, url string) *sluiceredis.Store {
+	t.Helper()
+	s, err := sluiceredis.Open(url, sluiceredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformanceSingleNode(t *testing.T) {
+	srv := testenv.Redis(t)
+	storetest.Run(t, func(t *testing.T) sluice.Store { return open(t, srv.URL()) })
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	storetest.Run(t, func(t *testing.T) sluice.Store { return open(t, cluster.URL()) })
+}
+
+func TestClusterSpreadsSubjectsOverNodes(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	store := open(t, cluster.URL())
+	limits := []sluice.Limit{sluice.TokenBucket(5, 1).Named("a"), sluice.SlidingWindow(5, time.Minute).Named("b")}
+	for i := 0; i < 200; i++ {
+		req := sluice.Request{Tenant: "t", Rule: "r", Subject: "user-" + strconv.Itoa(i), Limits: limits, Cost: 1}
+		if _, err := store.Check(context.Background(), req); err != nil {
+			t.Fatalf("subject %d: %v", i, err)
+		}
+	}
+	for _, node := range cluster.Nodes {
+		n, err := node.Do("DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "0" {
+			t.Fatalf("node %s holds no keys: subjects are not spread over the cluster", node.Addr)
+		}
+	}
+}
+
+// TestScriptsSurviveRedisRestart: a restarted Redis has no scripts; the store
+// must re-send the script (EVAL after NOSCRIPT) instead of failing.
+func TestScriptsSurviveRedisRestart(t *testing.T) {
+	srv := testenv.Redis(t)
+	store := open(t, srv.URL())
+	lim, _ := sluice.NewLimiter(store, "restart", sluice.TokenBucket(3, 1))
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	srv.FlushScripts()
+	if _, err := lim.Allow(ctx, "s"); err != nil {
+		t.Fatalf("after SCRIPT FLUSH: %v", err)
+	}
+	srv.Stop()
+	if _, err := lim.Allow(ctx, "s"); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("with Redis down: want ErrStoreUnavailable, got %v", err)
+	}
+	srv.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := lim.Allow(ctx, "s")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis restarted but checks still fail: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestKeysExpireWhenNothingIsLost checks the TTL each algorithm sets: exactly
+// the time until dropping the key changes no decision.
+func TestKeysExpireWhenNothingIsLost(t *testing.T) {
+	srv := testenv.Redis(t)
+	store := open(t, srv.URL())
+	ctx := context.Background()
+	cases := []struct {
+		limit sluice.Limit
+		cost  int64
+		ttlMs int64
+	}{
+		{sluice.TokenBucket(10, 2).Named("tb"), 4, 2000},
+		{sluice.SlidingWindow(10, time.Second).Named("sw"), 1, 2000 - 250},
+		{sluice.FixedWindow(10, time.Second).Named("fw"), 1, 1000 - 250},
+	}
+	for _, c := range cases {
+		req := sluice.Request{Tenant: "ttl", Rule: "r", Subject: c.limit.Name, Limits: []sluice.Limit{c.limit}, Cost: c.cost, Now: storetest.Base.Add(250 * time.Millisecond)}
+		if _, err := store.Check(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		key := sluice.Keys("sluice:", req)[0]
+		got, err := srv.Do("PTTL", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl, _ := strconv.ParseInt(got, 10, 64)
+		if ttl > c.ttlMs || ttl < c.ttlMs-200 {
+			t.Errorf("%s: PTTL %dms, want about %dms", c.limit, ttl, c.ttlMs)
+		}
+	}
+	// A peek writes nothing.
+	req := sluice.Request{Tenant: "ttl", Rule: "r", Subject: "peek", Limits: []sluice.Limit{sluice.TokenBucket(1, 1).Named("p")}}
+	if _, err := store.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := srv.Do("EXISTS", sluice.Keys("sluice:", req)[0]); n != "0" {
+		t.Fatalf("a peek created a key")
+	}
+}
+
+// TestServerClockByDefault: without an injected time the script uses Redis
+// TIME, so a bucket refills in real time.
+func TestServerClockByDefault(t *testing.T) {
+	srv := testenv.Redis(t)
+	store := open(t, srv.URL())
+	lim, _ := sluice.NewLimiter(store, "clock", sluice.TokenBucket(1, 20))
+	ctx := context.Background()
+	if d, _ := lim.Allow(ctx, "s"); !d.Allowed {
+		t.Fatal("first check denied")
+	}
+	d, _ := lim.Allow(ctx, "s")
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 50*time.Millisecond {
+		t.Fatalf("second check: %v, want denied for at most 50ms", d)
+	}
+	time.Sleep(d.RetryAfter + 5*time.Millisecond)
+	if d, _ := lim.Allow(ctx, "s"); !d.Allowed {
+		t.Fatalf("after waiting retry_after: %v", d)
+	}
+}
+
+func TestPrefixSeparatesDeployments(t *testing.T) {
+	srv := testenv.Redis(t)
+	a, err := sluiceredis.Open(srv.URL(), sluiceredis.Options{Prefix: "a:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := open(t, srv.URL())
+	limits := []sluice.Limit{sluice.FixedWindow(1, time.Minute).Named("one")}
+	req := sluice.Request{Tenant: "t", Rule: "r", Subject: "s", Limits: limits, Cost: 1}
+	for _, s := range []sluice.Store{a, b} {
+		if d, err := s.Check(context.Background(), req); err != nil || !d.Allowed {
+			t.Fatalf("%v %v: prefixes do not separate counters", d, err)
+		}
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	valid := map[string]func(t *testing.T, addrs []string, master string, db int){
+		"redis://127.0.0.1:6380/2": func(t *testing.T, addrs []string, master string, db int) {
+			if len(addrs) != 1 || addrs[0] != "127.0.0.1:6380" || db != 2 {
+				t.Fatalf("got %v db %d", addrs, db)
+			}
+		},
+		"redis-cluster://h1:7000,h2:7001": func(t *testing.T, addrs []string, master string, db int) {
+			if len(addrs) != 2 || addrs[1] != "h2:7001" {
+				t.Fatalf("got %v", addrs)
+			}
+		},
+		"redis-sentinel://mymaster@s1:26379,s2:26379/1": func(t *testing.T, addrs []string, master string, db int) {
+			if len(addrs) != 2 || master != "mymaster" || db != 1 {
+				t.Fatalf("got %v %q %d", addrs, master, db)
+			}
+		},
+	}
+	for url, check := range valid {
+		opt, err := sluiceredis.ParseURL(url)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		check(t, opt.InitAddress, opt.Sentinel.MasterSet, opt.SelectDB)
+	}
+	invalid := []string{
+		"http://h:6379",
+		"redis-cluster://h1:7000,,h2:7001",
+		"redis-cluster://h1",
+		"redis-sentinel://s1:26379",
+		"redis-sentinel://m@s1:26379/x",
+		"redis://:secret@h:6379/zz",
+	}
+	for _, url := range invalid {
+		_, err := sluiceredis.ParseURL(url)
+		if err == nil {
+			t.Errorf("%s: accepted", url)
+			continue
+		}
+		if contains(err.Error(), "secret") {
+			t.Errorf("%s: error reveals the password: %v", url, err)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,63 @@
+package envoyrls
+
+import (
+	"strconv"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// Match is the rule a request descriptor matched, and the counter it uses.
+type Match struct {
+	Rule *Rule
+	// Subject holds the request's values for the key-only and wildcard
+	// entries of the path (length-prefixed, so unambiguous): each distinct
+	// value gets its own counter, as in envoyproxy/ratelimit.
+	Subject string
+}
+
+// Match finds the rule of a request descriptor, following envoyproxy/ratelimit:
+// the entries are walked from the root, and at each level an exact key and
+// value wins over a wildcard value ("foo*"), which wins over the key alone.
+// The rule applies only if the walk consumes every entry and ends on a
+// descriptor with a rate_limit; there is no backtracking. ok is false when no
+// rule applies.
+func (d *Domain) Match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (m Match, ok bool) {
+	if d == nil || len(entries) == 0 {
+		return Match{}, false
+	}
+	var subject strings.Builder
+	cur := d.root
+	for i, e := range entries {
+		next := cur.child(e.GetKey(), e.GetValue())
+		if next == nil {
+			return Match{}, false
+		}
+		switch {
+		case next.kind == matchKeyOnly, next.kind == matchWildcard && !next.shareThreshold:
+			subject.WriteString(strconv.Itoa(len(e.GetValue())))
+			subject.WriteByte(':')
+			subject.WriteString(e.GetValue())
+		}
+		if i == len(entries)-1 {
+			if next.rule == nil {
+				return Match{}, false
+			}
+			return Match{Rule: next.rule, Subject: subject.String()}, true
+		}
+		cur = next
+	}
+	return Match{}, false
+}
+
+func (n *node) child(key, value string) *node {
+	if c := n.exact[key+"\x00"+value]; c != nil {
+		return c
+	}
+	for _, w := range n.wildcard {
+		if w.key == key && strings.HasPrefix(value, w.value) {
+			return w
+		}
+	}
+	return n.keyOnly[key]
+}

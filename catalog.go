@@ -33,6 +33,14 @@ const (
 // Valid reports whether s is a known status.
 func (s TenantStatus) Valid() bool { return s == TenantActive || s == TenantSuspended }
 
+// ValidateTenantStatus reports whether s is a known status, in a sentence.
+func ValidateTenantStatus(s TenantStatus) error {
+	if s.Valid() {
+		return nil
+	}
+	return invalidf("unknown tenant status %q (want active or suspended)", s)
+}
+
 // Tenant is one customer of the service: a namespace for keys, rules and
 // counters.
 type Tenant struct {
@@ -133,6 +141,29 @@ func NewAPIKeySecret() (secret string, hash []byte) {
 func HashAPIKey(secret string) []byte {
 	sum := sha256.Sum256([]byte(secret))
 	return sum[:]
+}
+
+// ValidateKeyHash reports whether hash can be the SHA-256 of a secret (an API
+// key or the admin token), as catalogs store it.
+func ValidateKeyHash(hash []byte) error {
+	if len(hash) != sha256.Size {
+		return invalidf("a key hash must be a %d-byte SHA-256, got %d bytes", sha256.Size, len(hash))
+	}
+	return nil
+}
+
+// ValidateNewKey checks the arguments of Catalog.CreateKey.
+func ValidateNewKey(tenant, name string, role Role, hash []byte) error {
+	if err := ValidateTenantName(tenant); err != nil {
+		return err
+	}
+	if err := ValidateKeyName(name); err != nil {
+		return err
+	}
+	if err := ValidateRole(role); err != nil {
+		return err
+	}
+	return ValidateKeyHash(hash)
 }
 
 var keyIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -256,6 +287,20 @@ type Event struct {
 // SubjectReset names a subject whose counters an operator reset.
 type SubjectReset struct {
 	Tenant, Rule, Subject string
+}
+
+// Validate reports what is wrong with r, in a sentence.
+func (r SubjectReset) Validate() error {
+	if err := ValidateTenantName(r.Tenant); err != nil {
+		return err
+	}
+	if err := ValidateRuleName(r.Rule); err != nil {
+		return err
+	}
+	if len(r.Subject) > MaxSubjectBytes {
+		return invalidf("subject is %d bytes, more than the %d allowed", len(r.Subject), MaxSubjectBytes)
+	}
+	return nil
 }
 
 // KeyGrant is what an active API key grants: who it belongs to and its role.

@@ -1,0 +1,473 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// principal is who an admin call comes from: the operator (admin token), or
+// a tenant's own key with the admin role, which may manage that tenant only.
+type principal struct {
+	operator bool
+	tenant   string
+}
+
+// mayManage reports whether p may manage tenant.
+func (p principal) mayManage(tenant string) bool { return p.operator || p.tenant == tenant }
+
+var (
+	errOperatorOnly = &apiError{http.StatusForbidden, "forbidden",
+		"Only the operator (admin token) may do this; a tenant key manages its own tenant's keys and rules."}
+	errOtherTenant = &apiError{http.StatusForbidden, "forbidden",
+		"This API key belongs to another tenant; a tenant key may manage its own tenant only."}
+)
+
+// authorize authenticates an admin call: the admin token (compared by hash
+// in constant time) or an active admin-role key of an active tenant.
+func (a *API) authorize(r *http.Request) (principal, *apiError) {
+	snap := a.state.Load().snap
+	secret := credential(r)
+	if secret == "" {
+		return principal{}, &apiError{http.StatusUnauthorized, "missing_credentials",
+			"Credentials are required: send the admin token as Authorization: Bearer <token>, or a tenant admin key."}
+	}
+	if isAdminToken(snap, secret) {
+		return principal{operator: true}, nil
+	}
+	grant, aerr := tenantKey(snap, secret)
+	if aerr != nil {
+		if aerr == errUnknownKey {
+			return principal{}, &apiError{http.StatusUnauthorized, "invalid_credentials",
+				"The token or API key is unknown or has been revoked."}
+		}
+		return principal{}, aerr
+	}
+	if grant.Role != sluice.RoleAdmin {
+		return principal{}, &apiError{http.StatusForbidden, "wrong_role",
+			"This API key has the check role; managing a tenant needs the admin token or a key with the admin role."}
+	}
+	return principal{tenant: grant.Tenant}, nil
+}
+
+// admin runs fn for an authorized caller allowed to manage the {tenant} of
+// the path (any tenant when operatorOnly is false and the path has none).
+func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, fn func(principal) (int, any, error)) {
+	p, aerr := a.authorize(r)
+	if aerr != nil {
+		a.fail(w, aerr)
+		return
+	}
+	if operatorOnly && !p.operator {
+		a.fail(w, errOperatorOnly)
+		return
+	}
+	if tenant := r.PathValue("tenant"); tenant != "" && !p.mayManage(tenant) {
+		a.fail(w, errOtherTenant)
+		return
+	}
+	status, body, err := fn(p)
+	if err != nil {
+		e := errorFor(err)
+		if e.status == http.StatusInternalServerError {
+			a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		}
+		if e.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		a.fail(w, e)
+		return
+	}
+	if r.Method != http.MethodGet {
+		// Read-your-writes on this instance: the next call (a check with
+		// the key just created, say) sees the change at once. Other
+		// instances see it through Watch.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		if err := a.reload(ctx); err != nil {
+			a.log.Warn("catalog snapshot reload after a change failed; Watch will retry", "error", err)
+		}
+		cancel()
+	}
+	if status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	writeJSON(w, status, body)
+}
+
+// --- tenants
+
+type tenantBody struct {
+	Name      string    `json:"name"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func newTenantBody(t sluice.Tenant) tenantBody {
+	return tenantBody{Name: t.Name, Status: string(t.Status), CreatedAt: t.CreatedAt.UTC()}
+}
+
+func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, true, func(principal) (int, any, error) {
+		var in struct {
+			Name string `json:"name"`
+		}
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		if err := sluice.ValidateTenantName(in.Name); err != nil {
+			return 0, nil, err
+		}
+		t, err := a.catalog.CreateTenant(r.Context(), in.Name)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusCreated, newTenantBody(t), nil
+	})
+}
+
+func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(p principal) (int, any, error) {
+		var ts []sluice.Tenant
+		if p.operator {
+			var err error
+			if ts, err = a.catalog.Tenants(r.Context()); err != nil {
+				return 0, nil, err
+			}
+		} else {
+			// A tenant key sees its own tenant only.
+			t, err := a.catalog.Tenant(r.Context(), p.tenant)
+			if err != nil {
+				return 0, nil, err
+			}
+			ts = []sluice.Tenant{t}
+		}
+		out := make([]tenantBody, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, newTenantBody(t))
+		}
+		return http.StatusOK, map[string]any{"tenants": out}, nil
+	})
+}
+
+func (a *API) handleGetTenant(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		t, err := a.catalog.Tenant(r.Context(), r.PathValue("tenant"))
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, newTenantBody(t), nil
+	})
+}
+
+func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, true, func(principal) (int, any, error) {
+		var in struct {
+			Status *string `json:"status"`
+		}
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		if in.Status == nil {
+			return 0, nil, badRequest("Field \"status\" is required: active or suspended.")
+		}
+		status := sluice.TenantStatus(*in.Status)
+		if !status.Valid() {
+			return 0, nil, badRequest("Unknown status %q (want active or suspended).", *in.Status)
+		}
+		t, err := a.catalog.SetTenantStatus(r.Context(), r.PathValue("tenant"), status)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, newTenantBody(t), nil
+	})
+}
+
+func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, true, func(principal) (int, any, error) {
+		tenant := r.PathValue("tenant")
+		if err := a.catalog.DeleteTenant(r.Context(), tenant); err != nil {
+			return 0, nil, err
+		}
+		a.deny.forgetRule(tenant, "")
+		return http.StatusNoContent, nil, nil
+	})
+}
+
+// --- keys
+
+type keyBody struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+	// Secret is set only in the answer that creates the key.
+	Secret string `json:"secret,omitempty"`
+}
+
+func newKeyBody(k sluice.APIKey) keyBody {
+	b := keyBody{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: string(k.Role), CreatedAt: k.CreatedAt.UTC()}
+	if k.RevokedAt != nil {
+		t := k.RevokedAt.UTC()
+		b.RevokedAt = &t
+	}
+	return b
+}
+
+// DefaultKeyName names a key created without a name: its role and a random
+// suffix, since names of active keys are unique within a tenant.
+func DefaultKeyName(role sluice.Role) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return string(role) + "-" + hex.EncodeToString(b[:])
+}
+
+func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		var in struct {
+			Name string `json:"name"`
+			Role string `json:"role"`
+		}
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		role := sluice.Role(in.Role)
+		if err := sluice.ValidateRole(role); err != nil {
+			return 0, nil, err
+		}
+		if in.Name == "" {
+			in.Name = DefaultKeyName(role)
+		}
+		if err := sluice.ValidateKeyName(in.Name); err != nil {
+			return 0, nil, err
+		}
+		secret, hash := sluice.NewAPIKeySecret()
+		k, err := a.catalog.CreateKey(r.Context(), r.PathValue("tenant"), in.Name, role, hash)
+		if err != nil {
+			return 0, nil, err
+		}
+		b := newKeyBody(k)
+		b.Secret = secret
+		return http.StatusCreated, b, nil
+	})
+}
+
+func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		ks, err := a.catalog.Keys(r.Context(), r.PathValue("tenant"))
+		if err != nil {
+			return 0, nil, err
+		}
+		out := make([]keyBody, 0, len(ks))
+		for _, k := range ks {
+			out = append(out, newKeyBody(k))
+		}
+		return http.StatusOK, map[string]any{"keys": out}, nil
+	})
+}
+
+func (a *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		if _, err := a.catalog.RevokeKey(r.Context(), r.PathValue("tenant"), r.PathValue("id")); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, nil
+	})
+}
+
+// --- rules
+
+// LimitJSON is a limit as the API and the configuration files spell it:
+// {"name", "algorithm": "token_bucket", "capacity", "refill_per_second"} or
+// {"name", "algorithm": "sliding_window"|"fixed_window", "limit", "window": "1m"}.
+type LimitJSON struct {
+	Name            string   `json:"name"`
+	Algorithm       string   `json:"algorithm"`
+	Capacity        *int64   `json:"capacity,omitempty"`
+	RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
+	Limit           *int64   `json:"limit,omitempty"`
+	Window          string   `json:"window,omitempty"`
+}
+
+// NewLimitJSON spells l for the API.
+func NewLimitJSON(l sluice.Limit) LimitJSON {
+	out := LimitJSON{Name: l.Name, Algorithm: string(l.Algorithm)}
+	capacity := l.Capacity
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		refill := l.RefillPerSecond
+		out.Capacity, out.RefillPerSecond = &capacity, &refill
+	} else {
+		out.Limit, out.Window = &capacity, l.Window.String()
+	}
+	return out
+}
+
+// ToLimit reads the limit. A missing name defaults to the algorithm's name.
+// Fields of the other algorithm are refused, so a typo cannot be ignored.
+func (j LimitJSON) ToLimit() (sluice.Limit, error) {
+	l := sluice.Limit{Name: j.Name, Algorithm: sluice.Algorithm(j.Algorithm)}
+	if l.Name == "" {
+		l.Name = j.Algorithm
+	}
+	switch l.Algorithm {
+	case sluice.AlgorithmTokenBucket:
+		if j.Limit != nil || j.Window != "" {
+			return l, badRequest("Limit %q: a token_bucket takes capacity and refill_per_second, not limit or window.", l.Name)
+		}
+		if j.Capacity == nil || j.RefillPerSecond == nil {
+			return l, badRequest("Limit %q: a token_bucket needs capacity and refill_per_second.", l.Name)
+		}
+		l.Capacity, l.RefillPerSecond = *j.Capacity, *j.RefillPerSecond
+		if math.IsNaN(l.RefillPerSecond) {
+			return l, badRequest("Limit %q: refill_per_second must be a positive number.", l.Name)
+		}
+	case sluice.AlgorithmSlidingWindow, sluice.AlgorithmFixedWindow:
+		if j.Capacity != nil || j.RefillPerSecond != nil {
+			return l, badRequest("Limit %q: a %s takes limit and window, not capacity or refill_per_second.", l.Name, l.Algorithm)
+		}
+		if j.Limit == nil || j.Window == "" {
+			return l, badRequest("Limit %q: a %s needs limit and window (like \"1m\").", l.Name, l.Algorithm)
+		}
+		w, err := time.ParseDuration(j.Window)
+		if err != nil {
+			return l, badRequest("Limit %q: window %q is not a duration like \"1s\", \"1m\" or \"1h\".", l.Name, j.Window)
+		}
+		l.Capacity, l.Window = *j.Limit, w
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// RuleBody is a rule as the API spells it.
+type RuleBody struct {
+	Tenant      string      `json:"tenant"`
+	Name        string      `json:"name"`
+	Route       string      `json:"route"`
+	Limits      []LimitJSON `json:"limits"`
+	FailureMode string      `json:"failure_mode"`
+	Shadow      bool        `json:"shadow"`
+	UpdatedAt   time.Time   `json:"updated_at"`
+}
+
+// NewRuleBody spells r for the API.
+func NewRuleBody(r sluice.Rule) RuleBody {
+	b := RuleBody{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode),
+		Shadow: r.Shadow, UpdatedAt: r.UpdatedAt.UTC(), Limits: make([]LimitJSON, 0, len(r.Limits))}
+	for _, l := range r.Limits {
+		b.Limits = append(b.Limits, NewLimitJSON(l))
+	}
+	return b
+}
+
+// putRuleRequest is the body of PUT /v1/tenants/{tenant}/rules/{name}.
+type putRuleRequest struct {
+	Route       string      `json:"route"`
+	Limits      []LimitJSON `json:"limits"`
+	FailureMode string      `json:"failure_mode"`
+	Shadow      bool        `json:"shadow"`
+}
+
+// ruleFromRequest builds the rule to store, applying the server's default
+// failure mode when none is given.
+func (a *API) ruleFromRequest(tenant, name string, in putRuleRequest) (sluice.Rule, error) {
+	rule := sluice.Rule{Tenant: tenant, Name: name, Route: in.Route,
+		FailureMode: sluice.FailureMode(in.FailureMode), Shadow: in.Shadow}
+	if rule.FailureMode == "" {
+		rule.FailureMode = a.defaultMode
+	}
+	if len(in.Limits) == 0 {
+		return rule, badRequest("Field \"limits\" needs at least one limit, like {\"algorithm\": \"token_bucket\", \"capacity\": 10, \"refill_per_second\": 2}.")
+	}
+	for _, lj := range in.Limits {
+		l, err := lj.ToLimit()
+		if err != nil {
+			return rule, err
+		}
+		rule.Limits = append(rule.Limits, l)
+	}
+	if err := rule.Validate(); err != nil {
+		return rule, err
+	}
+	return rule, nil
+}
+
+func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		var in putRuleRequest
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		rule, err := a.ruleFromRequest(r.PathValue("tenant"), r.PathValue("name"), in)
+		if err != nil {
+			return 0, nil, err
+		}
+		stored, err := a.catalog.PutRule(r.Context(), rule)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, NewRuleBody(stored), nil
+	})
+}
+
+func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		rs, err := a.catalog.Rules(r.Context(), r.PathValue("tenant"))
+		if err != nil {
+			return 0, nil, err
+		}
+		out := make([]RuleBody, 0, len(rs))
+		for _, rule := range rs {
+			out = append(out, NewRuleBody(rule))
+		}
+		return http.StatusOK, map[string]any{"rules": out}, nil
+	})
+}
+
+func (a *API) handleGetRule(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		rule, err := a.catalog.Rule(r.Context(), r.PathValue("tenant"), r.PathValue("name"))
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, NewRuleBody(rule), nil
+	})
+}
+
+func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		if err := a.catalog.DeleteRule(r.Context(), r.PathValue("tenant"), r.PathValue("name")); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, nil
+	})
+}
+
+// handleResetSubject forgets a subject's counters under a rule, on the store
+// and in every instance's deny cache.
+func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(principal) (int, any, error) {
+		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
+		rule, err := a.catalog.Rule(r.Context(), tenant, name)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := a.checker.Reset(r.Context(), tenant, name, subject, rule.Limits); err != nil {
+			return 0, nil, fmt.Errorf("reset subject: %w", err)
+		}
+		a.forgetSubject(tenant, name, subject)
+		if err := a.catalog.PublishReset(r.Context(), tenant, name, subject); err != nil {
+			return 0, nil, fmt.Errorf("tell other instances of the reset: %w", err)
+		}
+		return http.StatusNoContent, nil, nil
+	})
+}

@@ -1,0 +1,281 @@
+// Package httpapi is the JSON API of the rate-limit service: POST /v1/check,
+// the admin API over tenants, keys and rules, and the health endpoints.
+//
+// The check path never touches the database. The API serves from an
+// in-memory snapshot of the catalog, swapped atomically whenever the
+// catalog's Watch reports a change (and after every change made through this
+// API, so a caller reads its own writes at once). Counters are keyed by the
+// matched rule and the subject, never by the raw route.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// Checker decides checks with a failure policy; *guard.Guard is the one the
+// service uses (a store behind a deadline and a circuit breaker).
+type Checker interface {
+	// Check decides req; when the store cannot answer it applies mode.
+	Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error)
+	// Reset forgets the counters of subject under (tenant, rule).
+	Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error
+}
+
+// Options configure an API.
+type Options struct {
+	Catalog sluice.Catalog
+	Checker Checker
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// DefaultFailureMode applies to rules stored without one, and is given
+	// to rules created without one (default closed).
+	DefaultFailureMode sluice.FailureMode
+	// DenyCacheSize bounds the local deny cache (default 100,000 entries;
+	// negative disables it).
+	DenyCacheSize int
+	// StorePing reports whether the rate-limit store answers, for /readyz;
+	// nil means always ready (an in-process store).
+	StorePing func(context.Context) error
+}
+
+// API serves the check and admin API. Create it with New, start following
+// catalog changes with Run, and mount it with Register.
+type API struct {
+	catalog     sluice.Catalog
+	checker     Checker
+	metrics     *metrics.Metrics
+	log         *slog.Logger
+	defaultMode sluice.FailureMode
+	storePing   func(context.Context) error
+
+	state atomic.Pointer[state]
+	// reloadMu serialises snapshot reloads so an older read never replaces
+	// a newer one.
+	reloadMu sync.Mutex
+	deny     *denyCache
+	// resetEpoch counts subject resets; a check that saw another epoch when
+	// it was sent must not remember its deny (the counters it saw are gone).
+	resetEpoch atomic.Uint64
+}
+
+// state is one immutable view of the catalog for the check path.
+type state struct {
+	snap *sluice.Snapshot
+	// rules holds each rule's compiled form, with an identity that changes
+	// exactly when the rule does (for the deny cache).
+	rules map[ruleID]*compiledRule
+}
+
+type ruleID struct{ tenant, name string }
+
+// compiledRule is a rule as the check path uses it.
+type compiledRule struct {
+	sluice.Rule
+	// mode is the rule's failure mode with the server default applied.
+	mode sluice.FailureMode
+}
+
+// New returns an API serving the catalog's current snapshot.
+func New(ctx context.Context, opts Options) (*API, error) {
+	if opts.Catalog == nil || opts.Checker == nil {
+		return nil, errors.New("httpapi: a catalog and a checker are required")
+	}
+	a := &API{
+		catalog:     opts.Catalog,
+		checker:     opts.Checker,
+		metrics:     opts.Metrics,
+		log:         opts.Logger,
+		defaultMode: opts.DefaultFailureMode,
+		storePing:   opts.StorePing,
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.defaultMode == "" {
+		a.defaultMode = sluice.FailClosed
+	}
+	if !a.defaultMode.Valid() {
+		return nil, fmt.Errorf("unknown default failure mode %q (want closed, open or local)", a.defaultMode)
+	}
+	size := opts.DenyCacheSize
+	switch {
+	case size == 0:
+		size = 100_000
+	case size < 0:
+		size = 0
+	}
+	a.deny = newDenyCache(size)
+	if err := a.reload(ctx); err != nil {
+		return nil, fmt.Errorf("read the catalog: %w", err)
+	}
+	return a, nil
+}
+
+// Run follows catalog changes until ctx ends: it reloads the snapshot when
+// the catalog version moves and drops deny-cache entries of reset subjects.
+// It returns nil when ctx ends, or an error if the catalog cannot be watched.
+func (a *API) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // one pending signal covers any number of changes
+		}
+	}
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			if err := a.reload(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("catalog snapshot reload failed; serving the previous one", "error", err)
+				// The change is still unseen: try again soon.
+				time.AfterFunc(200*time.Millisecond, signal)
+			}
+		}
+	}()
+	err := a.catalog.Watch(ctx, func(ev sluice.Event) {
+		if ev.Reset != nil {
+			a.forgetSubject(ev.Reset.Tenant, ev.Reset.Rule, ev.Reset.Subject)
+		}
+		if ev.Version != a.state.Load().snap.Version {
+			// Reload outside the callback, which must return quickly.
+			signal()
+		}
+	})
+	cancel()
+	<-reloaded
+	if err != nil {
+		return fmt.Errorf("watch the catalog: %w", err)
+	}
+	return nil
+}
+
+// reload reads a snapshot and swaps it in if it is newer than the one served.
+func (a *API) reload(ctx context.Context) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	snap, err := a.catalog.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	old := a.state.Load()
+	if old != nil && snap.Version < old.snap.Version {
+		return nil
+	}
+	a.state.Store(a.compile(snap, old))
+	return nil
+}
+
+// compile builds the check path's view of snap, keeping the identity of
+// every rule that did not change since old.
+func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
+	st := &state{snap: snap, rules: make(map[ruleID]*compiledRule)}
+	for tenant, table := range snap.Routes {
+		for _, r := range table.Rules() {
+			id := ruleID{tenant, r.Name}
+			mode := r.FailureMode
+			if mode == "" {
+				mode = a.defaultMode
+			}
+			if old != nil {
+				if prev, ok := old.rules[id]; ok && sameRule(prev.Rule, r) && prev.mode == mode {
+					st.rules[id] = prev
+					continue
+				}
+			}
+			st.rules[id] = &compiledRule{Rule: r, mode: mode}
+		}
+	}
+	return st
+}
+
+// sameRule reports whether two versions of a rule decide every check alike.
+func sameRule(a, b sluice.Rule) bool {
+	return a.Route == b.Route && a.FailureMode == b.FailureMode && a.Shadow == b.Shadow &&
+		slices.Equal(a.Limits, b.Limits)
+}
+
+// forgetSubject drops the deny-cache entry of a subject whose counters were
+// reset. The epoch moves first, so a check in flight across the reset cannot
+// put back what it saw before.
+func (a *API) forgetSubject(tenant, rule, subject string) {
+	a.resetEpoch.Add(1)
+	a.deny.forget(tenant, rule, subject)
+}
+
+// Register mounts the API's routes on mux.
+func (a *API) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/check", a.handleCheck)
+
+	mux.HandleFunc("POST /v1/tenants", a.handleCreateTenant)
+	mux.HandleFunc("GET /v1/tenants", a.handleListTenants)
+	mux.HandleFunc("GET /v1/tenants/{tenant}", a.handleGetTenant)
+	mux.HandleFunc("PATCH /v1/tenants/{tenant}", a.handlePatchTenant)
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}", a.handleDeleteTenant)
+
+	mux.HandleFunc("POST /v1/tenants/{tenant}/keys", a.handleCreateKey)
+	mux.HandleFunc("GET /v1/tenants/{tenant}/keys", a.handleListKeys)
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}/keys/{id}", a.handleRevokeKey)
+
+	mux.HandleFunc("PUT /v1/tenants/{tenant}/rules/{name}", a.handlePutRule)
+	mux.HandleFunc("GET /v1/tenants/{tenant}/rules", a.handleListRules)
+	mux.HandleFunc("GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule)
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule)
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject)
+
+	mux.HandleFunc("GET /healthz", a.handleHealth)
+	mux.HandleFunc("GET /readyz", a.handleReady)
+}
+
+// Handler returns a handler serving only the API's routes.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	a.Register(mux)
+	return mux
+}
+
+func (a *API) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReady answers 200 only when both the store and the catalog answer:
+// a service that would fail every check closed is not ready.
+func (a *API) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if a.storePing != nil {
+		if err := a.storePing(ctx); err != nil {
+			a.log.Warn("not ready: the rate-limit store does not answer", "error", err)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store does not answer.")
+			return
+		}
+	}
+	if _, err := a.catalog.Version(ctx); err != nil {
+		a.log.Warn("not ready: the catalog database does not answer", "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "The catalog database does not answer.")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

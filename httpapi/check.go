@@ -1,0 +1,200 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// MaxSubjectBytes bounds the subject of a check.
+const MaxSubjectBytes = 1024
+
+// checkRequest is the body of POST /v1/check.
+type checkRequest struct {
+	Route   string `json:"route"`
+	Subject string `json:"subject"`
+	// Cost is optional (default 1); a pointer tells "absent" from 0 (peek).
+	Cost *int64 `json:"cost"`
+}
+
+// credential returns the secret the caller presented: X-API-Key, else an
+// Authorization Bearer token.
+func credential(r *http.Request) string {
+	if k := r.Header.Get("X-API-Key"); k != "" {
+		return strings.TrimSpace(k)
+	}
+	auth := r.Header.Get("Authorization")
+	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+		return strings.TrimSpace(auth[7:])
+	}
+	return ""
+}
+
+// isAdminToken reports whether secret is the operator token, comparing
+// hashes in constant time.
+func isAdminToken(snap *sluice.Snapshot, secret string) bool {
+	if len(snap.AdminTokenHash) != sha256.Size || secret == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(sum[:], snap.AdminTokenHash) == 1
+}
+
+var (
+	errMissingKey = &apiError{http.StatusUnauthorized, "missing_api_key",
+		"An API key is required: send it in the X-API-Key header or as Authorization: Bearer <key>."}
+	errUnknownKey = &apiError{http.StatusUnauthorized, "invalid_api_key",
+		"The API key is unknown or has been revoked."}
+	errSuspended = &apiError{http.StatusForbidden, "tenant_suspended",
+		"The tenant of this API key is suspended."}
+)
+
+// tenantKey authenticates a tenant API key against the snapshot. Keys are
+// looked up by the SHA-256 of the presented secret, so the lookup's timing
+// tells nothing about the secret.
+func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError) {
+	if secret == "" {
+		return sluice.KeyGrant{}, errMissingKey
+	}
+	grant, ok := snap.Key(secret)
+	if !ok {
+		return sluice.KeyGrant{}, errUnknownKey
+	}
+	tenant, ok := snap.Tenants[grant.Tenant]
+	if !ok {
+		return sluice.KeyGrant{}, errUnknownKey
+	}
+	if tenant.Status != sluice.TenantActive {
+		return sluice.KeyGrant{}, errSuspended
+	}
+	return grant, nil
+}
+
+func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	st := a.state.Load()
+	secret := credential(r)
+	if isAdminToken(st.snap, secret) {
+		a.fail(w, &apiError{http.StatusForbidden, "wrong_role",
+			"The operator token manages the catalog; checks need a tenant API key with the check role."})
+		return
+	}
+	grant, aerr := tenantKey(st.snap, secret)
+	if aerr != nil {
+		a.fail(w, aerr)
+		return
+	}
+	if grant.Role != sluice.RoleCheck {
+		a.fail(w, &apiError{http.StatusForbidden, "wrong_role",
+			fmt.Sprintf("This API key has the %s role; checks need a key with the check role.", grant.Role)})
+		return
+	}
+	var req checkRequest
+	if aerr := decodeBody(w, r, &req); aerr != nil {
+		a.fail(w, aerr)
+		return
+	}
+	if aerr := req.validate(); aerr != nil {
+		a.fail(w, aerr)
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+
+	matched, ok := st.snap.Match(grant.Tenant, req.Route)
+	if !ok {
+		// Limiting is opt-in: no rule, no store call.
+		a.metrics.ObserveDecision(metrics.SourceHTTP, "", metrics.ResultNoRule)
+		a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
+		writeJSON(w, http.StatusOK, newDecisionBody("", sluice.Decision{Allowed: true}, false))
+		return
+	}
+	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
+	if rule == nil { // cannot happen: rules is built from the same snapshot
+		rule = &compiledRule{Rule: matched, mode: a.defaultMode}
+	}
+	check := sluice.Request{Tenant: grant.Tenant, Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
+	if err := check.Validate(); err != nil {
+		a.fail(w, errorFor(err))
+		return
+	}
+
+	d, cached := a.deny.lookup(grant.Tenant, rule, req.Subject, cost, time.Now())
+	if cached {
+		a.metrics.DenyCacheHit()
+	} else {
+		epoch := a.resetEpoch.Load()
+		sentAt := time.Now()
+		var err error
+		d, err = a.checker.Check(r.Context(), check, rule.mode)
+		if err != nil {
+			a.metrics.ObserveDecision(metrics.SourceHTTP, rule.Name, metrics.ResultError)
+			a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
+			if errors.Is(err, sluice.ErrInvalid) {
+				a.fail(w, errorFor(err))
+				return
+			}
+			if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
+				a.log.Error("check failed", "tenant", grant.Tenant, "rule", rule.Name, "error", err)
+			}
+			w.Header().Set("Retry-After", "1")
+			a.fail(w, &apiError{http.StatusServiceUnavailable, "store_unavailable",
+				"The rate-limit store is unavailable and this rule fails closed; retry shortly."})
+			return
+		}
+		if !d.Allowed && a.resetEpoch.Load() == epoch {
+			a.deny.remember(grant.Tenant, rule, req.Subject, cost, sentAt, d)
+		}
+	}
+
+	result := metrics.Result(d)
+	if rule.Shadow && !d.Allowed {
+		result = metrics.ResultShadowDenied
+	}
+	a.metrics.ObserveDecision(metrics.SourceHTTP, rule.Name, result)
+
+	status := http.StatusOK
+	headerDecision := d
+	if rule.Shadow {
+		// A shadow rule never denies, so it never asks the client to wait.
+		headerDecision.Allowed = true
+	} else if !d.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	sluice.SetHeaders(w.Header(), rule.Name, headerDecision)
+	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
+		// A deny without per-limit figures (none of ours): still say when.
+		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))
+	}
+	a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
+	writeJSON(w, status, newDecisionBody(rule.Name, d, rule.Shadow))
+}
+
+// validate checks the fields of a check request that no rule is needed for.
+func (req checkRequest) validate() *apiError {
+	switch {
+	case req.Route == "":
+		return badRequest("Field \"route\" is required: the path of the request being checked, like /api/orders/17.")
+	case len(req.Route) > sluice.MaxRouteBytes:
+		return badRequest("Field \"route\" is %d bytes long; at most %d are allowed.", len(req.Route), sluice.MaxRouteBytes)
+	case len(req.Subject) > MaxSubjectBytes:
+		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
+	case req.Cost != nil && *req.Cost < 0:
+		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
+	}
+	return nil
+}
+
+// fail writes an error answer.
+func (a *API) fail(w http.ResponseWriter, e *apiError) {
+	writeError(w, e.status, e.code, e.message)
+}

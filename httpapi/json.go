@@ -1,0 +1,232 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// MaxBodyBytes bounds every request body; larger ones get 413.
+const MaxBodyBytes = 64 << 10
+
+// errorBody is the body of every error answer:
+// {"error": {"code": "snake_case_code", "message": "human sentence"}}.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only our own types are encoded; this is a programming error.
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"internal","message":"The answer could not be encoded."}}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: message}})
+}
+
+// apiError is an error with the status and code it is answered with.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{http.StatusBadRequest, "invalid_request", fmt.Sprintf(format, args...)}
+}
+
+// decodeBody reads r's JSON body into v: at most MaxBodyBytes, one JSON
+// value, no unknown fields. Errors are *apiError with a sentence saying what
+// is wrong.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return &apiError{http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("The request body is larger than %d KiB.", MaxBodyBytes>>10)}
+		}
+		return badRequest("The request body could not be read.")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &apiError{http.StatusBadRequest, "malformed_json", "The request body is empty; a JSON object is required."}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return &apiError{http.StatusBadRequest, "malformed_json", "The request body holds more than one JSON value."}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &apiError{http.StatusBadRequest, "malformed_json", "The request body holds data after its JSON object."}
+	}
+	return nil
+}
+
+// jsonError explains a decoding error in a sentence.
+func jsonError(err error) *apiError {
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return &apiError{http.StatusBadRequest, "malformed_json", fmt.Sprintf("The request body is not valid JSON (at byte %d).", syntax.Offset)}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{http.StatusBadRequest, "malformed_json", "The request body is not valid JSON: it ends too early."}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return &apiError{http.StatusBadRequest, "malformed_json", fmt.Sprintf("The request body must be a JSON object, not %s.", typeErr.Value)}
+		}
+		return badRequest("Field %q must be %s, not %s.", field, describeType(typeErr), typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return &apiError{http.StatusBadRequest, "unknown_field", fmt.Sprintf("The request body has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))}
+	}
+	var bad *badFieldError
+	if errors.As(err, &bad) {
+		return badRequest("%s", bad.msg)
+	}
+	return &apiError{http.StatusBadRequest, "malformed_json", "The request body is not valid JSON: " + err.Error() + "."}
+}
+
+func describeType(e *json.UnmarshalTypeError) string {
+	switch e.Type.Kind().String() {
+	case "int", "int64", "int32", "uint", "uint64":
+		return "a whole number"
+	case "float64", "float32":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "a list"
+	case "struct", "map":
+		return "an object"
+	}
+	return "of type " + e.Type.String()
+}
+
+// badFieldError is returned by custom decoders for a value they reject.
+type badFieldError struct{ msg string }
+
+func (e *badFieldError) Error() string { return e.msg }
+
+// errorFor maps an error from the catalog or the store to its answer: the
+// one place domain errors become status codes.
+func errorFor(err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, sluice.ErrInvalid):
+		return badRequest("%s", sentence(err.Error()))
+	case errors.Is(err, sluice.ErrNotFound):
+		return &apiError{http.StatusNotFound, "not_found", sentence(err.Error())}
+	case errors.Is(err, sluice.ErrConflict):
+		return &apiError{http.StatusConflict, "conflict", sentence(err.Error())}
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return &apiError{http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store is unavailable; retry shortly."}
+	}
+	return &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
+}
+
+// sentence capitalises msg and ends it with a period.
+func sentence(msg string) string {
+	if msg == "" {
+		return msg
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}
+
+// decisionBody is a check's answer. No field is omitted: a zero is a figure
+// ("0 remaining"), not an absence.
+type decisionBody struct {
+	Allowed      bool        `json:"allowed"`
+	Rule         *string     `json:"rule"`
+	Limit        int64       `json:"limit"`
+	Remaining    int64       `json:"remaining"`
+	ResetAfterMs int64       `json:"reset_after_ms"`
+	RetryAfterMs int64       `json:"retry_after_ms"`
+	Degraded     bool        `json:"degraded"`
+	Shadow       bool        `json:"shadow"`
+	Limits       []limitBody `json:"limits"`
+}
+
+type limitBody struct {
+	Name         string `json:"name"`
+	Algorithm    string `json:"algorithm"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+}
+
+// ceilMs rounds d up to whole milliseconds, so a client waiting that long is
+// never early.
+func ceilMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func newDecisionBody(rule string, d sluice.Decision, shadow bool) decisionBody {
+	b := decisionBody{
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		ResetAfterMs: ceilMs(d.ResetAfter),
+		RetryAfterMs: ceilMs(d.RetryAfter),
+		Degraded:     d.Degraded,
+		Shadow:       shadow,
+		Limits:       make([]limitBody, 0, len(d.Limits)),
+	}
+	if rule != "" {
+		b.Rule = &rule
+	}
+	if shadow {
+		b.Allowed = true
+	}
+	for _, ld := range d.Limits {
+		b.Limits = append(b.Limits, limitBody{
+			Name:         ld.Name,
+			Algorithm:    string(ld.Algorithm),
+			Limit:        ld.Limit,
+			Remaining:    ld.Remaining,
+			ResetAfterMs: ceilMs(ld.ResetAfter),
+			RetryAfterMs: ceilMs(ld.RetryAfter),
+		})
+	}
+	return b
+}

@@ -1,0 +1,185 @@
+package envoyrls_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/envoyrls"
+)
+
+func TestLoadDirReadmeExamples(t *testing.T) {
+	cfg, err := envoyrls.LoadDir("testdata/readme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"bkthomps", "database", "edge_proxy_per_ip", "example4", "internal", "messaging", "mongo_cps", "rl"}
+	if got := strings.Join(cfg.Domains(), ","); got != strings.Join(want, ",") {
+		t.Fatalf("domains = %s, want %s", got, strings.Join(want, ","))
+	}
+}
+
+func TestMatch(t *testing.T) {
+	cfg, err := envoyrls.LoadDir("testdata/readme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := cfg.Domain("database")
+	tests := []struct {
+		name     string
+		entries  []string
+		wantPath string // "" = no rule
+	}{
+		{"key_only", []string{"key_value", "k1"}, "key_value"},
+		{"nested_exact_beats_key_only", []string{"key_value", "k1", "user", "admin"}, "key_value.user=admin"},
+		{"nested_key_only_default", []string{"key_value", "k1", "user", "bob"}, "key_value.user"},
+		{"more_entries_than_the_tree_has", []string{"key_value", "k1", "user", "bob", "extra", "x"}, ""},
+		{"exact_beats_wildcard", []string{"path", "/foo/bar"}, "path=/foo/bar"},
+		{"wildcard_beats_key_only", []string{"path", "/foo/baz"}, "path=/foo*"},
+		{"wildcard_matches_empty_rest", []string{"path", "/foo"}, "path=/foo*"},
+		{"key_only_when_no_value_matches", []string{"path", "/other"}, "path"},
+		{"unknown_key", []string{"nothing", "x"}, ""},
+		{"wildcard_needs_the_same_key", []string{"pat", "h/foo"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, ok := db.Match(desc(tt.entries...).Entries)
+			if tt.wantPath == "" {
+				if ok {
+					t.Fatalf("matched %s, want no rule", m.Rule.Path)
+				}
+				return
+			}
+			if !ok || m.Rule.Path != tt.wantPath {
+				t.Fatalf("matched %v (ok=%v), want %s", m.Rule, ok, tt.wantPath)
+			}
+		})
+	}
+}
+
+func TestMatchSubjects(t *testing.T) {
+	cfg, err := envoyrls.LoadDir("testdata/readme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := cfg.Domain("database")
+	subject := func(kv ...string) string {
+		m, ok := db.Match(desc(kv...).Entries)
+		if !ok {
+			t.Fatalf("%v matched no rule", kv)
+		}
+		return m.Subject
+	}
+	if subject("path", "/foo/a") == subject("path", "/foo/b") {
+		t.Error("two values of a wildcard share a counter")
+	}
+	if subject("path", "/shared/a") != subject("path", "/shared/b") {
+		t.Error("share_threshold wildcard values have separate counters")
+	}
+	if subject("key_value", "a", "user", "x") == subject("key_value", "a", "user", "y") {
+		t.Error("two values of a key-only descriptor share a counter")
+	}
+	if subject("key_value", "ab", "user", "c") == subject("key_value", "a", "user", "bc") {
+		t.Error("subjects of different values collide")
+	}
+	if subject("path", "/foo/bar") != "" {
+		t.Error("an exact match has a per-value subject")
+	}
+}
+
+func TestRuleLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want sluice.Limit
+	}{
+		{"default_is_fixed_window_of_the_unit", "unit: minute\n      requests_per_unit: 10", sluice.FixedWindow(10, time.Minute).Named("per_minute")},
+		{"month_is_30_days", "unit: month\n      requests_per_unit: 10", sluice.FixedWindow(10, 30*24*time.Hour).Named("per_month")},
+		{"year_is_365_days", "unit: year\n      requests_per_unit: 10", sluice.FixedWindow(10, 365*24*time.Hour).Named("per_year")},
+		{"week", "unit: week\n      requests_per_unit: 10", sluice.FixedWindow(10, 7*24*time.Hour).Named("per_week")},
+		{"unit_multiplier", "unit: second\n      unit_multiplier: 30\n      requests_per_unit: 10", sluice.FixedWindow(10, 30*time.Second).Named("per_second")},
+		{"sliding_window", "unit: hour\n      requests_per_unit: 100\n      algorithm: sliding_window", sluice.SlidingWindow(100, time.Hour).Named("per_hour")},
+		{"token_bucket_default_burst", "unit: second\n      requests_per_unit: 5\n      algorithm: token_bucket", sluice.TokenBucket(5, 5).Named("per_second")},
+		{"token_bucket_burst", "unit: minute\n      requests_per_unit: 60\n      algorithm: token_bucket\n      burst: 20", sluice.TokenBucket(20, 1).Named("per_minute")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      " + tt.yaml + "\n"
+			d, err := envoyrls.ParseDomain("d.yaml", []byte(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, ok := d.Match(desc("k", "v").Entries)
+			if !ok {
+				t.Fatal("no rule")
+			}
+			if m.Rule.Limit != tt.want {
+				t.Fatalf("limit = %v, want %v", m.Rule.Limit, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+	}{
+		{"empty_file", "", "empty"},
+		{"no_domain", "descriptors: []", "domain is missing"},
+		{"unknown_field", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}", "rate_limt"},
+		{"missing_key", "domain: d\ndescriptors:\n  - value: v", "has no key"},
+		{"unknown_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}", "fortnight"},
+		{"missing_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}", "needs a unit"},
+		{"missing_requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}", "requests_per_unit"},
+		{"unlimited_with_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}", "unlimited"},
+		{"duplicate_descriptor", "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v", "defined twice"},
+		{"duplicate_nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n      - key: k", "a.k is defined twice"},
+		{"bad_algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}", "leaky"},
+		{"burst_without_token_bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}", "burst"},
+		{"bad_failure_mode", "domain: d\nfailure_mode: maybe\ndescriptors: []", "maybe"},
+		{"share_threshold_not_wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true", "share_threshold"},
+		{"negative_requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}", "line 4"},
+		{"not_yaml", "domain: [", "d.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := envoyrls.ParseDomain("d.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %q does not mention %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLoadDirDuplicateDomain(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.yaml", "domain: same\ndescriptors: []\n")
+	write(t, dir, "b.yml", "domain: same\ndescriptors: []\n")
+	write(t, dir, "notes.txt", "not a config")
+	write(t, dir, ".hidden.yaml", "garbage: [")
+	_, err := envoyrls.LoadDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "already defined in") {
+		t.Fatalf("err = %v, want a duplicate domain error", err)
+	}
+}
+
+func write(t *testing.T, dir, name, content string) {
+	t.Helper()
+	// Write then rename, as config management tools do, so a reader never
+	// sees half a file.
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}

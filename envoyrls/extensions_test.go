@@ -1,0 +1,264 @@
+package envoyrls_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicelabs/sluice/envoyrls"
+)
+
+// configDir writes one domain file per argument into a fresh directory.
+func configDir(t *testing.T, files ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for i, f := range files {
+		write(t, dir, "domain"+string(rune('a'+i))+".yaml", f)
+	}
+	return dir
+}
+
+func TestTokenBucketExtension(t *testing.T) {
+	dir := configDir(t, `
+domain: tb
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      algorithm: token_bucket
+      burst: 3
+`)
+	srv, clock := memoryServer(t, dir, envoyrls.Options{})
+	c := serve(t, srv)
+	codes := func(n int) string {
+		var b strings.Builder
+		for range n {
+			if call(t, c, "tb", desc("user", "u")).OverallCode == ok {
+				b.WriteByte('+')
+			} else {
+				b.WriteByte('-')
+			}
+		}
+		return b.String()
+	}
+	if got := codes(4); got != "+++-" {
+		t.Fatalf("burst of 3: %s, want +++-", got)
+	}
+	clock.Advance(time.Second)
+	if got := codes(2); got != "+-" {
+		t.Fatalf("one second later: %s, want +-", got)
+	}
+}
+
+func TestSlidingWindowExtension(t *testing.T) {
+	dir := configDir(t, `
+domain: sw
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+      algorithm: sliding_window
+  - key: fixed
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+`)
+	srv, clock := memoryServer(t, dir, envoyrls.Options{})
+	c := serve(t, srv)
+	// 10 requests at the end of one minute, then 10 more just after the
+	// boundary: a fixed window lets all through (the boundary burst), the
+	// sliding window does not.
+	clock.Advance(59 * time.Second)
+	for range 10 {
+		call(t, c, "sw", desc("user", "u"), desc("fixed", "u"))
+	}
+	clock.Advance(2 * time.Second)
+	var slidingOK, fixedOK int
+	for range 10 {
+		r := call(t, c, "sw", desc("user", "u"), desc("fixed", "u"))
+		if r.Statuses[0].Code == ok {
+			slidingOK++
+		}
+		if r.Statuses[1].Code == ok {
+			fixedOK++
+		}
+	}
+	if fixedOK != 10 {
+		t.Errorf("fixed window admitted %d after the boundary, want 10", fixedOK)
+	}
+	// 1s into the new minute, the previous one still weighs 59/60 of 10.
+	if slidingOK != 0 {
+		t.Errorf("sliding window admitted %d just after the boundary, want 0", slidingOK)
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	const rules = `
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	tests := []struct {
+		name          string
+		allOrNothing  bool
+		wantUserAfter uint32 // remaining for the user after 3 requests
+	}{
+		{"independent_by_default_consumes_the_allowing_descriptor", false, 2},
+		{"all_or_nothing_consumes_nothing_on_deny", true, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			head := "domain: aon\n"
+			if tt.allOrNothing {
+				head += "all_or_nothing: true\n"
+			}
+			srv, _ := memoryServer(t, configDir(t, head+rules), envoyrls.Options{})
+			c := serve(t, srv)
+			var last *rlspb.RateLimitResponse
+			for i := range 3 {
+				last = call(t, c, "aon", desc("user", "u1"), desc("tenant", "t1"))
+				want := ok
+				if i == 2 {
+					want = over
+				}
+				if last.OverallCode != want {
+					t.Fatalf("call %d: %v, want %v", i+1, last.OverallCode, want)
+				}
+			}
+			if last.Statuses[0].Code != ok || last.Statuses[1].Code != over {
+				t.Fatalf("statuses of the denied call: %v, %v; want OK, OVER_LIMIT", last.Statuses[0].Code, last.Statuses[1].Code)
+			}
+			peek := call(t, c, "aon", withHits(desc("user", "u1"), 0))
+			if got := peek.Statuses[0].LimitRemaining; got != tt.wantUserAfter {
+				t.Fatalf("user remaining = %d, want %d", got, tt.wantUserAfter)
+			}
+		})
+	}
+}
+
+func TestAllOrNothingCountersAreSharedAcrossCombinations(t *testing.T) {
+	srv, _ := memoryServer(t, configDir(t, `
+domain: aon
+all_or_nothing: true
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`), envoyrls.Options{})
+	c := serve(t, srv)
+	// The user's counter is the same whatever IP comes with it.
+	for i, ipv := range []string{"a", "b", "c", "d"} {
+		r := call(t, c, "aon", desc("user", "u"), desc("ip", ipv))
+		if want := i < 3; (r.OverallCode == ok) != want {
+			t.Fatalf("call %d: %v", i+1, r.OverallCode)
+		}
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{ResponseHeaders: true})
+	c := serve(t, srv)
+	headers := func(r *rlspb.RateLimitResponse) map[string]string {
+		m := map[string]string{}
+		for _, h := range r.ResponseHeadersToAdd {
+			m[h.Key] = h.Value
+		}
+		return m
+	}
+	r := call(t, c, "rl", desc("source_cluster", "proxy", "destination_cluster", "foo"), desc("destination_cluster", "mock"))
+	h := headers(r)
+	if h["x-ratelimit-limit"] != "2" || h["x-ratelimit-remaining"] != "1" {
+		t.Fatalf("headers of the most restrictive descriptor: %v", h)
+	}
+	if h["ratelimit-policy"] == "" || h["ratelimit"] == "" || h["retry-after"] != "" {
+		t.Fatalf("IETF headers on an allow: %v", h)
+	}
+	call(t, c, "rl", desc("destination_cluster", "mock"))
+	h = headers(call(t, c, "rl", desc("destination_cluster", "mock")))
+	if h["x-ratelimit-remaining"] != "0" || h["retry-after"] == "" {
+		t.Fatalf("headers on a deny: %v", h)
+	}
+	if r := call(t, c, "mongo_cps", desc("database", "none")); len(r.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("headers without a limit: %v", r.ResponseHeadersToAdd)
+	}
+}
+
+func TestJSONEndpoint(t *testing.T) {
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{})
+	ts := httptest.NewServer(srv.JSONHandler())
+	t.Cleanup(ts.Close)
+	post := func(body string) (int, []byte) {
+		resp, err := http.Post(ts.URL+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	req, _ := protojson.Marshal(&rlspb.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("destination_cluster", "mock")}})
+	for i, want := range []int{200, 200, 429} {
+		code, body := post(string(req))
+		if code != want {
+			t.Fatalf("call %d: %d %s, want %d", i+1, code, body, want)
+		}
+		var resp rlspb.RateLimitResponse
+		if err := protojson.Unmarshal(body, &resp); err != nil {
+			t.Fatalf("response is not a RateLimitResponse: %v: %s", err, body)
+		}
+		if (resp.OverallCode == over) != (want == 429) {
+			t.Fatalf("call %d: overall %v with status %d", i+1, resp.OverallCode, code)
+		}
+	}
+	// The same JSON as envoyproxy/ratelimit's documentation uses.
+	code, _ := post(`{"domain": "rl", "descriptors": [{"entries": [{"key": "destination_cluster", "value": "other"}]}]}`)
+	if code != 200 {
+		t.Fatalf("documented form: %d", code)
+	}
+	for _, bad := range []string{`{`, `{"domain": "rl", "descriptors": [{"entries": [{"kee": "x"}]}]}`, `{"descriptors": [{"entries": [{"key": "x"}]}]}`} {
+		code, body := post(bad)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if code != 400 || json.Unmarshal(body, &e) != nil || e.Error.Message == "" {
+			t.Errorf("%s: %d %s, want 400 with an error message", bad, code, body)
+		}
+	}
+	resp, err := http.Post(ts.URL+"/json", "application/json", bytes.NewReader(make([]byte, 70<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("70 KiB body: %d, want 413", resp.StatusCode)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{})
+	c := serve(t, srv)
+	for name, req := range map[string]*rlspb.RateLimitRequest{
+		"empty_domain":     {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
+		"no_descriptors":   {Domain: "rl"},
+		"empty_descriptor": {Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
+	} {
+		if _, err := c.ShouldRateLimit(context.Background(), req); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -192,7 +192,8 @@ func (s *Store) store(sh *shard, key string, st state, now int64) {
 	if len(sh.entries) >= s.perShard {
 		evict(sh, now)
 	}
-	sh.entries[key] = &st
+	fresh := st
+	sh.entries[key] = &fresh
 }
 
 // evict drops expired entries; if none were, it drops the entry closest to

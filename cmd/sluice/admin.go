@@ -1,0 +1,464 @@
+package main
+
+// The admin subcommands work directly on the catalog database (--database),
+// which is what an operator on the box wants; running instances see the
+// changes through the catalog's change feed within a second.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/httpapi"
+)
+
+func init() {
+	rootCmd.AddCommand(newMigrateCmd(), newTenantCmd(), newKeyCmd(), newRuleCmd())
+}
+
+// addDatabaseFlag gives a command group the --database flag (SLUICE_DATABASE).
+func addDatabaseFlag(cmd *cobra.Command, database *string) {
+	cmd.PersistentFlags().StringVar(database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
+}
+
+// withCatalog opens the migrated catalog, runs fn, and closes it.
+func withCatalog(ctx context.Context, database string, fn func(sluice.Catalog) error) error {
+	c, err := openMigratedCatalog(ctx, database)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+func newMigrateCmd() *cobra.Command {
+	var database string
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending catalog migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCatalog(cmd.Context(), database, func(sluice.Catalog) error {
+				fmt.Fprintln(cmd.OutOrStdout(), "The catalog schema is up to date.")
+				return nil
+			})
+		},
+	}
+	addDatabaseFlag(cmd, &database)
+	return cmd
+}
+
+// --- tenants
+
+func newTenantCmd() *cobra.Command {
+	var database string
+	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenants (create, list, suspend, resume, delete)"}
+	addDatabaseFlag(cmd, &database)
+	setStatus := func(use, short string, status sluice.TenantStatus, done string) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " <tenant>", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					if _, err := c.SetTenantStatus(cmd.Context(), args[0], status); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Tenant %s %s.\n", args[0], done)
+					return nil
+				})
+			},
+		}
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "create <tenant>", Short: "Create an active tenant", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					t, err := c.CreateTenant(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Created tenant %s.\n", t.Name)
+					return nil
+				})
+			},
+		},
+		&cobra.Command{
+			Use: "list", Short: "List tenants", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					ts, err := c.Tenants(cmd.Context())
+					if err != nil {
+						return err
+					}
+					printTenants(cmd.OutOrStdout(), ts)
+					return nil
+				})
+			},
+		},
+		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
+		setStatus("resume", "Resume a suspended tenant", sluice.TenantActive, "resumed"),
+		&cobra.Command{
+			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					if err := c.DeleteTenant(cmd.Context(), args[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Deleted tenant %s.\n", args[0])
+					return nil
+				})
+			},
+		},
+	)
+	return cmd
+}
+
+func printTenants(w io.Writer, ts []sluice.Tenant) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATUS\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Status, t.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+}
+
+// --- keys
+
+func newKeyCmd() *cobra.Command {
+	var database string
+	cmd := &cobra.Command{Use: "key", Short: "Manage API keys (create, list, revoke)"}
+	addDatabaseFlag(cmd, &database)
+
+	var role, name string
+	create := &cobra.Command{
+		Use:   "create <tenant> --role check|admin [--name NAME]",
+		Short: "Create an API key; its secret is printed once, on stdout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := sluice.Role(role)
+			if err := sluice.ValidateRole(r); err != nil {
+				return fmt.Errorf("--role: %w", err)
+			}
+			if name == "" {
+				name = httpapi.DefaultKeyName(r)
+			}
+			if err := sluice.ValidateKeyName(name); err != nil {
+				return fmt.Errorf("--name: %w", err)
+			}
+			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				secret, hash := sluice.NewAPIKeySecret()
+				k, err := c.CreateKey(cmd.Context(), args[0], name, r, hash)
+				if err != nil {
+					return err
+				}
+				// The secret alone on stdout, so KEY=$(sluice key create ...) works.
+				fmt.Fprintf(cmd.ErrOrStderr(), "Created key %s (name %s, role %s) for tenant %s. Its secret is shown only this once:\n", k.ID, k.Name, k.Role, k.Tenant)
+				fmt.Fprintln(cmd.OutOrStdout(), secret)
+				return nil
+			})
+		},
+	}
+	create.Flags().StringVar(&role, "role", "", "what the key may do: check (call /v1/check) or admin (manage this tenant)")
+	create.Flags().StringVar(&name, "name", "", "name of the key (default: the role and a random suffix)")
+	_ = create.MarkFlagRequired("role")
+
+	cmd.AddCommand(create,
+		&cobra.Command{
+			Use: "list <tenant>", Short: "List a tenant's keys (never their secrets)", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					ks, err := c.Keys(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					printKeys(cmd.OutOrStdout(), ks)
+					return nil
+				})
+			},
+		},
+		&cobra.Command{
+			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					if _, err := c.RevokeKey(cmd.Context(), args[0], args[1]); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s of tenant %s.\n", args[1], args[0])
+					return nil
+				})
+			},
+		},
+	)
+	return cmd
+}
+
+func printKeys(w io.Writer, ks []sluice.APIKey) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tREVOKED")
+	for _, k := range ks {
+		revoked := "-"
+		if k.RevokedAt != nil {
+			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Role, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+	}
+	tw.Flush()
+}
+
+// --- rules
+
+// ruleFlags are the flags of sluice rule set.
+type ruleFlags struct {
+	route          string
+	tokenBuckets   []string
+	slidingWindows []string
+	fixedWindows   []string
+	failureMode    string
+	shadow         bool
+}
+
+func newRuleCmd() *cobra.Command {
+	var database string
+	cmd := &cobra.Command{Use: "rule", Short: "Manage rules (set, list, get, delete)"}
+	addDatabaseFlag(cmd, &database)
+
+	var rf ruleFlags
+	set := &cobra.Command{
+		Use:   "set <tenant> <rule> --route PATTERN (--token-bucket C:R/s | --sliding-window L/W | --fixed-window L/W)...",
+		Short: "Create or replace a rule",
+		Long: `Create or replace a rule of a tenant.
+
+--route is the pattern requests are matched against: an exact path
+(/api/orders), a prefix (/api/orders*) or * for every route.
+
+Limits (repeatable, all checked together; prefix one with NAME= to name it):
+  --token-bucket 10:2/s        bucket of 10, refilled at 2 per second
+  --token-bucket burst=100:10/s
+  --sliding-window 600/1m      600 per rolling minute
+  --fixed-window 100/1s        100 per clock-aligned second`,
+		Example: `  sluice rule set acme payments --route '/api/payments*' --token-bucket 10:2/s
+  sluice rule set acme api --route '*' --token-bucket burst=20:5/s --sliding-window hourly=1000/1h --failure-mode open`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rule, err := rf.rule(args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				stored, err := c.PutRule(cmd.Context(), rule)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "Set rule %s of tenant %s: %s\n", stored.Name, stored.Tenant, describeRule(stored))
+				return nil
+			})
+		},
+	}
+	f := set.Flags()
+	f.StringVar(&rf.route, "route", "", "route pattern: /exact, /prefix* or *")
+	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
+	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
+	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
+	f.StringVar(&rf.failureMode, "failure-mode", string(sluice.FailClosed), "when the store is down: closed (503), open (allow) or local (in-process limit)")
+	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
+
+	cmd.AddCommand(set,
+		&cobra.Command{
+			Use: "list <tenant>", Short: "List a tenant's rules", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					rs, err := c.Rules(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					printRules(cmd.OutOrStdout(), rs)
+					return nil
+				})
+			},
+		},
+		&cobra.Command{
+			Use: "get <tenant> <rule>", Short: "Show a rule as JSON", Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					r, err := c.Rule(cmd.Context(), args[0], args[1])
+					if err != nil {
+						return err
+					}
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(httpapi.NewRuleBody(r))
+				})
+			},
+		},
+		&cobra.Command{
+			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+					if err := c.DeleteRule(cmd.Context(), args[0], args[1]); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Deleted rule %s of tenant %s.\n", args[1], args[0])
+					return nil
+				})
+			},
+		},
+	)
+	return cmd
+}
+
+// rule builds the rule the flags describe, validated.
+func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
+	r := sluice.Rule{Tenant: tenant, Name: name, Route: rf.route,
+		FailureMode: sluice.FailureMode(rf.failureMode), Shadow: rf.shadow}
+	if rf.route == "" {
+		return r, fmt.Errorf("--route is required: an exact path like /api/orders, a prefix like '/api/orders*', or '*'")
+	}
+	if !r.FailureMode.Valid() {
+		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
+	}
+	for _, spec := range rf.tokenBuckets {
+		l, err := parseTokenBucket(spec)
+		if err != nil {
+			return r, err
+		}
+		r.Limits = append(r.Limits, l)
+	}
+	for _, group := range []struct {
+		specs []string
+		algo  sluice.Algorithm
+	}{{rf.slidingWindows, sluice.AlgorithmSlidingWindow}, {rf.fixedWindows, sluice.AlgorithmFixedWindow}} {
+		for _, spec := range group.specs {
+			l, err := parseWindow(spec, group.algo)
+			if err != nil {
+				return r, err
+			}
+			r.Limits = append(r.Limits, l)
+		}
+	}
+	if len(r.Limits) == 0 {
+		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m or --fixed-window 100/1s")
+	}
+	if err := r.Validate(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// splitName splits "name=value" into its parts; the name defaults to def.
+func splitName(spec, def string) (name, value string) {
+	if n, v, ok := strings.Cut(spec, "="); ok {
+		return n, v
+	}
+	return def, spec
+}
+
+// parseTokenBucket reads [NAME=]CAPACITY:RATE/UNIT, e.g. "10:2/s" (a bucket of
+// 10 refilled at 2 per second) or "burst=100:30/m".
+func parseTokenBucket(spec string) (sluice.Limit, error) {
+	name, value := splitName(spec, string(sluice.AlgorithmTokenBucket))
+	bad := func(why string) error {
+		return fmt.Errorf("--token-bucket %q: %s; write [NAME=]CAPACITY:RATE/s, e.g. 10:2/s", spec, why)
+	}
+	capText, rateText, ok := strings.Cut(value, ":")
+	if !ok {
+		return sluice.Limit{}, bad("missing ':' between capacity and refill rate")
+	}
+	capacity, err := strconv.ParseInt(capText, 10, 64)
+	if err != nil {
+		return sluice.Limit{}, bad(fmt.Sprintf("capacity %q is not a whole number", capText))
+	}
+	amountText, per, ok := strings.Cut(rateText, "/")
+	if !ok {
+		return sluice.Limit{}, bad(fmt.Sprintf("refill rate %q has no unit", rateText))
+	}
+	amount, err := strconv.ParseFloat(amountText, 64)
+	if err != nil {
+		return sluice.Limit{}, bad(fmt.Sprintf("refill amount %q is not a number", amountText))
+	}
+	period, err := parsePeriod(per)
+	if err != nil {
+		return sluice.Limit{}, bad(err.Error())
+	}
+	l := sluice.TokenBucket(capacity, amount/period.Seconds()).Named(name)
+	if err := l.Validate(); err != nil {
+		return sluice.Limit{}, fmt.Errorf("--token-bucket %q: %w", spec, err)
+	}
+	return l, nil
+}
+
+// parseWindow reads [NAME=]LIMIT/WINDOW, e.g. "600/1m" or "hourly=1000/1h".
+func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
+	flag := "--" + strings.ReplaceAll(string(algo), "_", "-")
+	name, value := splitName(spec, string(algo))
+	bad := func(why string) error {
+		return fmt.Errorf("%s %q: %s; write [NAME=]LIMIT/WINDOW, e.g. 600/1m", flag, spec, why)
+	}
+	limitText, windowText, ok := strings.Cut(value, "/")
+	if !ok {
+		return sluice.Limit{}, bad("missing '/' between limit and window")
+	}
+	limit, err := strconv.ParseInt(limitText, 10, 64)
+	if err != nil {
+		return sluice.Limit{}, bad(fmt.Sprintf("limit %q is not a whole number", limitText))
+	}
+	window, err := parsePeriod(windowText)
+	if err != nil {
+		return sluice.Limit{}, bad(err.Error())
+	}
+	l := sluice.Limit{Name: name, Algorithm: algo, Capacity: limit, Window: window}
+	if err := l.Validate(); err != nil {
+		return sluice.Limit{}, fmt.Errorf("%s %q: %w", flag, spec, err)
+	}
+	return l, nil
+}
+
+// parsePeriod reads a unit (s, m, h) or a Go duration (500ms, 1m).
+func parsePeriod(s string) (time.Duration, error) {
+	switch s {
+	case "s":
+		return time.Second, nil
+	case "m":
+		return time.Minute, nil
+	case "h":
+		return time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a period like s, m, h, 1s, 500ms or 1m", s)
+	}
+	return d, nil
+}
+
+// describeRule says what a rule does, in one line.
+func describeRule(r sluice.Rule) string {
+	parts := make([]string, 0, len(r.Limits))
+	for _, l := range r.Limits {
+		parts = append(parts, l.String())
+	}
+	s := fmt.Sprintf("route %s; %s; failure mode %s", r.Route, strings.Join(parts, ", "), r.FailureMode)
+	if r.Shadow {
+		s += "; shadow"
+	}
+	return s
+}
+
+func printRules(w io.Writer, rs []sluice.Rule) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROUTE\tLIMITS\tFAILURE MODE\tSHADOW")
+	for _, r := range rs {
+		parts := make([]string, 0, len(r.Limits))
+		for _, l := range r.Limits {
+			parts = append(parts, l.String())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), r.FailureMode, r.Shadow)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,81 @@
+// Command sluice is the Sluice rate limiter: the multi-tenant rate-limit
+// service (sluice serve), its catalog administration (sluice tenant, key,
+// rule, migrate), and the other faces other files of this package add.
+//
+// Every flag can also be given as an environment variable SLUICE_<FLAG>, the
+// flag name upper-cased with '-' replaced by '_' (--admin-token ↔
+// SLUICE_ADMIN_TOKEN). A flag given on the command line wins over the
+// environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// rootCmd is the sluice command. Other files of this package add their
+// subcommands with func init() { rootCmd.AddCommand(...) }.
+var rootCmd = &cobra.Command{
+	Use:   "sluice",
+	Short: "Sluice: a distributed rate limiter (service, gateway, Envoy rate-limit server)",
+	Long: `Sluice decides, for every request an API receives, whether it may go through.
+
+Every flag can also be set with an environment variable SLUICE_<FLAG>: the flag
+name upper-cased with '-' replaced by '_' (for example --admin-token is
+SLUICE_ADMIN_TOKEN). A flag given on the command line wins.`,
+	SilenceUsage:  true,
+	SilenceErrors: true,
+	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+		return bindEnv(cmd)
+	},
+}
+
+// envPrefix starts the name of every environment variable that mirrors a flag.
+const envPrefix = "SLUICE_"
+
+// envName is the environment variable that mirrors the flag named flag.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// bindEnv sets every flag of cmd (its own and those inherited from parents)
+// that was not given on the command line from its SLUICE_<FLAG> environment
+// variable, when that is set. A subcommand that declares its own
+// PersistentPreRunE must call bindEnv itself, since cobra runs only the
+// nearest one. Calling it twice is harmless: a flag set once counts as given.
+func bindEnv(cmd *cobra.Command) error {
+	var errs []error
+	apply := func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		value, ok := os.LookupEnv(envName(f.Name))
+		if !ok {
+			return
+		}
+		if err := cmd.Flags().Set(f.Name, value); err != nil {
+			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid value for --%s: %w", envName(f.Name), value, f.Name, err))
+		}
+	}
+	// Once parsed, Flags() holds the command's own flags and the inherited ones.
+	cmd.Flags().VisitAll(apply)
+	return errors.Join(errs...)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}

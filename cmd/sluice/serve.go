@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
+)
+
+// serveConfig is everything sluice serve is configured with.
+type serveConfig struct {
+	Addr        string
+	GRPCAddr    string
+	Redis       string
+	RedisPrefix string
+	Database    string
+	AdminToken  string
+	EnvoyConfig string
+	// EnvoyResponseHeaders adds rate-limit headers to Envoy's answers.
+	EnvoyResponseHeaders bool
+	StoreTimeout         time.Duration
+	DefaultFailureMode   string
+	PprofAddr            string
+	ShutdownTimeout      time.Duration
+	LogLevel             string
+}
+
+func init() { rootCmd.AddCommand(newServeCmd()) }
+
+func newServeCmd() *cobra.Command {
+	var cfg serveConfig
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the rate-limit service (HTTP check and admin API)",
+		Long: `Run the rate-limit service: POST /v1/check, the admin API, /healthz,
+/readyz and /metrics on --addr.
+
+With no flags it runs on an in-process memory store and a SQLite catalog in
+./sluice.db, and prints a generated admin token once. In production, give
+--redis and --database postgres://... and run as many instances as needed.
+
+Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", ":8080", "HTTP listener for the check and admin API, health and metrics")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "", "Envoy RateLimitService gRPC listener (off when empty)")
+	f.StringVar(&cfg.Redis, "redis", "", "Redis URL: redis://h:6379/0, redis-cluster://h1:p,h2:p or redis-sentinel://master@h:26379 (default: in-process memory store)")
+	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
+	f.StringVar(&cfg.Database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once)")
+	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
+	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add x-ratelimit-* and RateLimit headers to the Envoy rate-limit service's answers")
+	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call")
+	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
+	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
+	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// newLogger returns the JSON logger every command of the service uses.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// validate checks the configuration before anything is opened.
+func (cfg serveConfig) validate() error {
+	if !sluice.FailureMode(cfg.DefaultFailureMode).Valid() {
+		return fmt.Errorf("--default-failure-mode %q is not a failure mode; use closed, open or local", cfg.DefaultFailureMode)
+	}
+	if cfg.StoreTimeout <= 0 {
+		return fmt.Errorf("--store-timeout must be positive, got %v", cfg.StoreTimeout)
+	}
+	if cfg.ShutdownTimeout < 0 {
+		return fmt.Errorf("--shutdown-timeout must not be negative, got %v", cfg.ShutdownTimeout)
+	}
+	if cfg.Addr == "" {
+		return errors.New("--addr is required, e.g. :8080")
+	}
+	return nil
+}
+
+// service is a running sluice serve, as tests drive it in-process.
+type service struct {
+	// Addr is the address the HTTP listener is bound to.
+	Addr string
+	done chan error
+}
+
+// runServe runs the service until ctx ends, then shuts it down gracefully.
+func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
+	svc, err := startService(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	return <-svc.done
+}
+
+// startService opens everything, starts the listeners and returns once the
+// service is accepting requests. The service stops when ctx ends; its
+// result is then sent on done.
+func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log, err := newLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+
+	var closers []func() error
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			closeAll()
+		}
+	}()
+
+	catalog, err := openMigratedCatalog(ctx, cfg.Database)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, catalog.Close)
+	if err := ensureAdminToken(ctx, catalog, cfg.AdminToken, cfg.Addr, stderr); err != nil {
+		return nil, err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(registry)
+
+	var store sluice.Store
+	var storePing func(context.Context) error
+	if cfg.Redis != "" {
+		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return nil, fmt.Errorf("open Redis: %w", err)
+		}
+		closers = append(closers, rs.Close)
+		store, storePing = rs, rs.Ping
+	} else {
+		ms := memory.New(memory.Options{})
+		closers = append(closers, ms.Close)
+		store = ms
+	}
+	g := guard.New(store, guard.Options{
+		Timeout: cfg.StoreTimeout,
+		Metrics: m,
+		OnStateChange: func(name, from, to string) {
+			log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
+		},
+	})
+	closers = append(closers, g.Close)
+
+	api, err := httpapi.New(ctx, httpapi.Options{
+		Catalog:            catalog,
+		Checker:            g,
+		Metrics:            m,
+		Logger:             log,
+		DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
+		StorePing:          storePing,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	api.Register(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	closers = append(closers, func() error { stopRun(); return nil })
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- api.Run(runCtx) }()
+
+	// The Envoy rate-limit server shares the store, guard, logs, metrics and
+	// mux; with neither --grpc-addr nor --envoy-config it does nothing.
+	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
+		GRPCAddr:        cfg.GRPCAddr,
+		ConfigDir:       cfg.EnvoyConfig,
+		Store:           store,
+		Guard:           g,
+		Logger:          log,
+		Mux:             mux,
+		Metrics:         m,
+		ResponseHeaders: cfg.EnvoyResponseHeaders,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Stopped by the shutdown below, or by closeAll if the start fails.
+	var envoyOnce sync.Once
+	stopEnvoy := func(ctx context.Context) (err error) {
+		envoyOnce.Do(func() { err = stopEnvoyOnce(ctx) })
+		return err
+	}
+	closers = append(closers, func() error { return stopEnvoy(context.Background()) })
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	var pprofSrv *http.Server
+	if cfg.PprofAddr != "" {
+		pln, err := net.Listen("tcp", cfg.PprofAddr)
+		if err != nil {
+			_ = srv.Close()
+			return nil, fmt.Errorf("listen on --pprof-addr %s: %w", cfg.PprofAddr, err)
+		}
+		pprofSrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = pprofSrv.Serve(pln) }()
+		log.Info("pprof listening", "addr", pln.Addr().String())
+	}
+
+	storeName := "memory"
+	if cfg.Redis != "" {
+		storeName = "redis"
+	}
+	log.Info("sluice serve listening", "addr", ln.Addr().String(), "store", storeName,
+		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+
+	svc := &service{Addr: ln.Addr().String(), done: make(chan error, 1)}
+	ok = true
+	go func() {
+		var result error
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+		case err := <-serveErr:
+			result = fmt.Errorf("HTTP server: %w", err)
+		case err := <-watchDone:
+			// The catalog cannot be watched: changes would go unseen.
+			result = err
+			if result == nil {
+				result = errors.New("catalog watch ended unexpectedly")
+			}
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			log.Warn("in-flight requests did not finish before the shutdown timeout", "error", err)
+			_ = srv.Close()
+		}
+		if pprofSrv != nil {
+			_ = pprofSrv.Close()
+		}
+		if err := stopEnvoy(shutdownCtx); err != nil {
+			log.Warn("envoy rate-limit server did not stop cleanly", "error", err)
+		}
+		closeAll()
+		log.Info("sluice serve stopped")
+		svc.done <- result
+	}()
+	return svc, nil
+}
+
+// pprofMux serves net/http/pprof on its own listener, never on the public one.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// databaseKind names the catalog backend for logs without its credentials.
+func databaseKind(url string) string {
+	if strings.HasPrefix(url, "sqlite://") {
+		return url
+	}
+	if scheme, _, ok := strings.Cut(url, "://"); ok {
+		return scheme
+	}
+	return "unknown"
+}
+
+// adminTokenPrefix starts generated operator tokens, so they are
+// recognisable and never mistaken for a tenant API key (sk_...).
+const adminTokenPrefix = "sat_"
+
+// ensureAdminToken makes sure the catalog holds an operator token hash. A
+// token given by flag replaces the stored one. With none given and none
+// stored, one is generated, its hash stored, and the token printed once to
+// stderr (never logged).
+func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr string, stderr io.Writer) error {
+	if token != "" {
+		if len(token) < 16 {
+			return errors.New("--admin-token is too short: use at least 16 random characters (e.g. from openssl rand -hex 32)")
+		}
+		want := sluice.HashAPIKey(token)
+		stored, err := catalog.AdminTokenHash(ctx)
+		if err == nil && string(stored) == string(want) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
+			return fmt.Errorf("read the admin token hash: %w", err)
+		}
+		if err := catalog.SetAdminTokenHash(ctx, want); err != nil {
+			return fmt.Errorf("store the admin token hash: %w", err)
+		}
+		return nil
+	}
+	_, err := catalog.AdminTokenHash(ctx)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sluice.ErrNotFound) {
+		return fmt.Errorf("read the admin token hash: %w", err)
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	token = adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(token)); err != nil {
+		return fmt.Errorf("store the admin token hash: %w", err)
+	}
+	fmt.Fprint(stderr, adminTokenNotice(token, addr))
+	return nil
+}
+
+// adminTokenNotice tells the operator the generated token and how to use it.
+func adminTokenNotice(token, addr string) string {
+	base := "http://localhost" + addr
+	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
+		base = "http://" + net.JoinHostPort(host, port)
+	}
+	return fmt.Sprintf(`
+Sluice generated an admin token. It is shown only this once (only its hash is
+stored); keep it somewhere safe:
+
+    export SLUICE_ADMIN_TOKEN=%s
+
+Use it as a Bearer token on the admin API, for example:
+
+    curl -H "Authorization: Bearer $SLUICE_ADMIN_TOKEN" %s/v1/tenants
+
+To replace it, restart with --admin-token (or SLUICE_ADMIN_TOKEN) set.
+
+`, token, base)
+}

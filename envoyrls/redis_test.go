@@ -73,9 +73,15 @@ descriptors:
 		domain string
 		descs  func(i int) []*ratelimitv3.RateLimitDescriptor
 	}{
-		{"fixed_window", "strict", func(int) []*ratelimitv3.RateLimitDescriptor { return []*ratelimitv3.RateLimitDescriptor{desc("fixed", "k")} }},
-		{"sliding_window", "strict", func(int) []*ratelimitv3.RateLimitDescriptor { return []*ratelimitv3.RateLimitDescriptor{desc("sliding", "k")} }},
-		{"token_bucket", "strict", func(int) []*ratelimitv3.RateLimitDescriptor { return []*ratelimitv3.RateLimitDescriptor{desc("bucket", "k")} }},
+		{"fixed_window", "strict", func(int) []*ratelimitv3.RateLimitDescriptor {
+			return []*ratelimitv3.RateLimitDescriptor{desc("fixed", "k")}
+		}},
+		{"sliding_window", "strict", func(int) []*ratelimitv3.RateLimitDescriptor {
+			return []*ratelimitv3.RateLimitDescriptor{desc("sliding", "k")}
+		}},
+		{"token_bucket", "strict", func(int) []*ratelimitv3.RateLimitDescriptor {
+			return []*ratelimitv3.RateLimitDescriptor{desc("bucket", "k")}
+		}},
 		{"all_or_nothing", "strict_aon", func(i int) []*ratelimitv3.RateLimitDescriptor {
 			return []*ratelimitv3.RateLimitDescriptor{desc("user", "k"), desc("ip", string(rune('a'+i%7)))}
 		}},

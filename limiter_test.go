@@ -1,0 +1,67 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/memory"
+)
+
+func TestLimiter(t *testing.T) {
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	ctx := context.Background()
+	lim, err := sluice.NewLimiter(store, "api", sluice.TokenBucket(3, 1).Named("burst"), sluice.PerHour(100).Named("hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := lim.AllowN(ctx, "alice", 3)
+	if err != nil || !d.Allowed || d.Remaining != 0 || d.Limit != 3 {
+		t.Fatalf("AllowN 3: %v %v", d, err)
+	}
+	d, _ = lim.Allow(ctx, "alice")
+	if d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("4th: %v, want denied for 1s", d)
+	}
+	if d, _ := lim.Allow(ctx, "bob"); !d.Allowed {
+		t.Fatalf("bob shares alice's bucket: %v", d)
+	}
+	if d, _ := lim.Peek(ctx, "alice"); !d.Allowed || d.Remaining != 0 || d.Limits[1].Remaining != 97 {
+		t.Fatalf("peek: %+v", d)
+	}
+	if err := lim.Reset(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := lim.Allow(ctx, "alice"); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after reset: %v", d)
+	}
+	if _, err := lim.AllowN(ctx, "alice", 4); !errors.Is(err, sluice.ErrInvalid) {
+		t.Fatalf("cost above capacity: %v", err)
+	}
+
+	other, _ := sluice.NewLimiter(store, "other", sluice.TokenBucket(3, 1).Named("burst"))
+	if d, _ := other.AllowN(ctx, "alice", 3); !d.Allowed {
+		t.Fatalf("limiters with different names share counters: %v", d)
+	}
+}
+
+func TestNewLimiterValidates(t *testing.T) {
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	for name, build := range map[string]func() (*sluice.Limiter, error){
+		"no_store":  func() (*sluice.Limiter, error) { return sluice.NewLimiter(nil, "x", sluice.PerSecond(1)) },
+		"no_name":   func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "", sluice.PerSecond(1)) },
+		"no_limits": func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "x") },
+		"bad_limit": func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "x", sluice.PerSecond(0)) },
+		"same_name_2": func() (*sluice.Limiter, error) {
+			return sluice.NewLimiter(store, "x", sluice.PerSecond(1), sluice.PerSecond(2))
+		},
+	} {
+		if _, err := build(); !errors.Is(err, sluice.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+# The one command that runs the whole test suite: `make test`.
+# It needs redis-server/redis-cli and a PostgreSQL server; scripts/ensure-test-deps.sh
+# checks for them and installs the Redis packages on Debian when run as root.
+
+GO ?= go
+GOFLAGS_TEST ?= -race -count=1 -timeout 30m
+
+.PHONY: test deps fmt-check vet bench run
+
+test: deps fmt-check vet
+	$(GO) test $(GOFLAGS_TEST) ./...
+
+deps:
+	@scripts/ensure-test-deps.sh
+
+fmt-check:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# Benchmarks of both stores, with their same-run references (see BENCHMARKS.md).
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./memory/ ./redis/
+
+run:
+	$(GO) run ./cmd/sluice serve

@@ -148,12 +148,13 @@ func (c *Catalog) view(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // change runs fn in a write transaction that also bumps the catalog version;
 // if fn fails nothing is changed.
-func (c *Catalog) change(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (c *Catalog) change(ctx context.Context, fn func(tx *sql.Tx, version int64) error) error {
 	return c.inTx(ctx, c.write, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "UPDATE catalog_state SET version = version + 1 WHERE id = 1"); err != nil {
+		var version int64
+		if err := tx.QueryRowContext(ctx, "UPDATE catalog_state SET version = version + 1 WHERE id = 1 RETURNING version").Scan(&version); err != nil {
 			return err
 		}
-		return fn(tx)
+		return fn(tx, version)
 	})
 }
 
@@ -181,7 +182,7 @@ func (c *Catalog) CreateTenant(ctx context.Context, name string) (sluice.Tenant,
 		return sluice.Tenant{}, err
 	}
 	t := sluice.Tenant{Name: name, Status: sluice.TenantActive, CreatedAt: fromMillis(c.millis())}
-	err := c.change(ctx, func(tx *sql.Tx) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		res, err := tx.ExecContext(ctx, "INSERT INTO tenants (name, status, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
 			t.Name, string(t.Status), t.CreatedAt.UnixMilli())
 		if err != nil {
@@ -259,7 +260,7 @@ func (c *Catalog) SetTenantStatus(ctx context.Context, name string, status sluic
 		return sluice.Tenant{}, err
 	}
 	var t sluice.Tenant
-	err := c.change(ctx, func(tx *sql.Tx) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		var err error
 		t, err = scanTenant(tx.QueryRowContext(ctx, "UPDATE tenants SET status = $2 WHERE name = $1 RETURNING name, status, created_at_ms", name, string(status)))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -272,7 +273,7 @@ func (c *Catalog) SetTenantStatus(ctx context.Context, name string, status sluic
 
 // DeleteTenant deletes the tenant with its keys and rules.
 func (c *Catalog) DeleteTenant(ctx context.Context, name string) error {
-	return c.change(ctx, func(tx *sql.Tx) error {
+	return c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM tenants WHERE name = $1", name)
 		if err != nil {
 			return err
@@ -290,7 +291,7 @@ func (c *Catalog) CreateKey(ctx context.Context, tenant, name string, role sluic
 		return sluice.APIKey{}, err
 	}
 	k := sluice.APIKey{ID: sluice.NewAPIKeyID(), Tenant: tenant, Name: name, Role: role, CreatedAt: fromMillis(c.millis())}
-	err := c.change(ctx, func(tx *sql.Tx) error {
+	err := c.change(ctx, func(tx *sql.Tx, version int64) error {
 		if err := tenantExists(ctx, tx, tenant); err != nil {
 			return err
 		}
@@ -302,8 +303,8 @@ func (c *Catalog) CreateKey(ctx context.Context, tenant, name string, role sluic
 		if taken > 0 {
 			return fmt.Errorf("tenant %q already has an active key named %q: %w", tenant, name, sluice.ErrConflict)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, name, role, key_hash, created_at_ms)
-			VALUES ($1, $2, $3, $4, $5, $6)`, k.ID, tenant, name, string(role), hex.EncodeToString(hash), k.CreatedAt.UnixMilli())
+		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, name, role, key_hash, created_at_ms, created_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, tenant, name, string(role), hex.EncodeToString(hash), k.CreatedAt.UnixMilli(), version)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("key %q: a key with this ID or secret %w", name, sluice.ErrConflict)
 		}
@@ -333,14 +334,14 @@ func scanKey(row scanner) (sluice.APIKey, error) {
 	return k, nil
 }
 
-// Keys lists the tenant's keys, revoked ones included, oldest first.
+// Keys lists the tenant's keys, revoked ones included, in creation order.
 func (c *Catalog) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error) {
 	var keys []sluice.APIKey
 	err := c.view(ctx, func(tx *sql.Tx) error {
 		if err := tenantExists(ctx, tx, tenant); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE tenant = $1 ORDER BY created_at_ms, id", tenant)
+		rows, err := tx.QueryContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE tenant = $1 ORDER BY created_version", tenant)
 		keys, err = collect(rows, err, scanKey)
 		return err
 	})
@@ -350,7 +351,7 @@ func (c *Catalog) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, err
 // RevokeKey revokes a key for good; revoking it again keeps the first time.
 func (c *Catalog) RevokeKey(ctx context.Context, tenant, id string) (sluice.APIKey, error) {
 	var k sluice.APIKey
-	err := c.change(ctx, func(tx *sql.Tx) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		var err error
 		k, err = scanKey(tx.QueryRowContext(ctx, `UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, $3)
 			WHERE tenant = $1 AND id = $2 RETURNING `+keyColumns, tenant, id, c.millis()))
@@ -372,7 +373,7 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 	}
 	r.Limits = append([]sluice.Limit(nil), r.Limits...)
 	r.UpdatedAt = fromMillis(c.millis())
-	err := c.change(ctx, func(tx *sql.Tx) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		if err := tenantExists(ctx, tx, r.Tenant); err != nil {
 			return err
 		}
@@ -487,7 +488,7 @@ func (c *Catalog) Rules(ctx context.Context, tenant string) ([]sluice.Rule, erro
 
 // DeleteRule deletes the named rule of the tenant.
 func (c *Catalog) DeleteRule(ctx context.Context, tenant, name string) error {
-	return c.change(ctx, func(tx *sql.Tx) error {
+	return c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM rules WHERE tenant = $1 AND name = $2", tenant, name)
 		if err != nil {
 			return err
@@ -506,7 +507,7 @@ func (c *Catalog) SetAdminTokenHash(ctx context.Context, hash []byte) error {
 	if err := sluice.ValidateKeyHash(hash); err != nil {
 		return err
 	}
-	return c.change(ctx, func(tx *sql.Tx) error {
+	return c.change(ctx, func(tx *sql.Tx, _ int64) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, adminTokenSetting, hex.EncodeToString(hash))
 		return err

@@ -18,14 +18,17 @@ CREATE TABLE tenants (
 );
 
 -- key_hash is the hex SHA-256 of the secret; the secret itself is never stored.
+-- created_version (the catalog version that created the key) orders keys
+-- created within one millisecond.
 CREATE TABLE api_keys (
     id            TEXT   PRIMARY KEY,
     tenant        TEXT   NOT NULL REFERENCES tenants (name) ON DELETE CASCADE,
     name          TEXT   NOT NULL,
     role          TEXT   NOT NULL CHECK (role IN ('check', 'admin')),
     key_hash      TEXT   NOT NULL UNIQUE,
-    created_at_ms BIGINT NOT NULL,
-    revoked_at_ms BIGINT
+    created_at_ms   BIGINT NOT NULL,
+    created_version BIGINT NOT NULL,
+    revoked_at_ms   BIGINT
 );
 -- A name may be reused once the key holding it is revoked.
 CREATE UNIQUE INDEX api_keys_active_name ON api_keys (tenant, name) WHERE revoked_at_ms IS NULL;

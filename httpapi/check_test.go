@@ -5,6 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 // slowRefill is a refill rate too slow to matter during a test: "no refill".
@@ -278,4 +283,48 @@ func fixedWindowRule(route string, limit int64) map[string]any {
 		"route":  route,
 		"limits": []any{map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": limit, "window": "1h"}},
 	}
+}
+
+func TestStoreOutageAppliesEachRulesFailureMode(t *testing.T) {
+	redis := testenv.Redis(t)
+	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := newHarness(t, harnessOptions{store: rs, guard: guard.Options{Timeout: 50 * time.Millisecond}})
+	h.api.storePing = rs.Ping
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	for _, mode := range []string{"closed", "open", "local"} {
+		rule := tokenBucketRule("/"+mode, 5, 1)
+		rule["failure_mode"] = mode
+		h.putRule("acme", mode, rule)
+	}
+	h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/closed"})
+	h.must(http.StatusOK, "GET", "/readyz", "", nil)
+
+	redis.Stop()
+	r := h.check(key, map[string]any{"route": "/closed"})
+	if r.status != http.StatusServiceUnavailable || r.errorCode() != "store_unavailable" || r.header.Get("Retry-After") == "" {
+		t.Errorf("closed: %d %v %s", r.status, r.header, r.raw)
+	}
+	r = h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/open"})
+	if r.body["allowed"] != true || r.body["degraded"] != true {
+		t.Errorf("open: %s", r.raw)
+	}
+	r = h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/local"})
+	if r.body["degraded"] != true || r.body["limit"].(float64) != 5 {
+		t.Errorf("local: %s", r.raw)
+	}
+	r = h.do("GET", "/readyz", "", nil)
+	if r.status != http.StatusServiceUnavailable {
+		t.Errorf("readyz with Redis down: %d %s", r.status, r.raw)
+	}
+
+	redis.Start()
+	// The breaker probes and closes again once the store is back.
+	eventually(t, 5*time.Second, "checks recover after Redis restarts", func() bool {
+		return h.do("POST", "/v1/check", key, map[string]any{"route": "/closed"}).status == http.StatusOK
+	})
 }

@@ -1,7 +1,13 @@
 package postgres_test
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicelabs/sluice"
 
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -20,4 +26,74 @@ func TestCatalogContract(t *testing.T) {
 			return c
 		}
 	})
+}
+
+// A watcher whose listening connection is killed still sees changes within a
+// second: the periodic version check covers the gap and the listener
+// reconnects.
+func TestWatchSurvivesLostListenConnection(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.Postgres(t)
+	open := func() *postgres.Catalog {
+		c, err := postgres.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	writer, watcher := open(), open()
+	if err := writer.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	versions := make(chan int64, 100)
+	watchCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- watcher.Watch(watchCtx, func(e sluice.Event) { versions <- e.Version }) }()
+	defer func() { cancel(); <-done }()
+	<-versions // the initial event
+
+	killListeners := func() {
+		t.Helper()
+		admin, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(ctx)
+		// Wait until the listener is up, so there is something to kill.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var killed int
+			err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%'`).Scan(&killed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if killed > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no LISTEN connection found")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, name := range []string{"acme", "beta", "gamma"} {
+		killListeners()
+		if _, err := writer.CreateTenant(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		want, err := writer.Version(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(time.Second)
+		for got := int64(0); got < want; {
+			select {
+			case got = <-versions:
+			case <-timeout:
+				t.Fatalf("round %d: change not seen within 1s after the listening connection was killed", i+1)
+			}
+		}
+	}
 }

@@ -235,7 +235,7 @@ type Catalog interface {
 	// CreateKey stores a key whose secret hashes to hash (see
 	// NewAPIKeySecret); the catalog picks its ID.
 	CreateKey(ctx context.Context, tenant, name string, role Role, hash []byte) (APIKey, error)
-	// Keys lists the tenant's keys, revoked ones included, by creation time.
+	// Keys lists the tenant's keys, revoked ones included, in creation order.
 	Keys(ctx context.Context, tenant string) ([]APIKey, error)
 	// RevokeKey revokes a key for good; revoking it again is not an error.
 	RevokeKey(ctx context.Context, tenant, id string) (APIKey, error)

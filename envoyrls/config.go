@@ -294,6 +294,9 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 		if rep.Name == "" {
 			return nil, errors.New("an entry of replaces has no name")
 		}
+		if rep.Name == y.Name {
+			return nil, fmt.Errorf("rate_limit %q replaces itself", y.Name)
+		}
 		r.Replaces = append(r.Replaces, rep.Name)
 	}
 	mode, err := parseFailureMode(y.FailureMode)

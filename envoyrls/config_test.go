@@ -144,6 +144,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad_failure_mode", "domain: d\nfailure_mode: maybe\ndescriptors: []", "maybe"},
 		{"share_threshold_not_wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true", "share_threshold"},
 		{"negative_requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}", "line 4"},
+		{"replaces_itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}", "replaces itself"},
+		{"empty_replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}", "no name"},
 		{"not_yaml", "domain: [", "d.yaml"},
 	}
 	for _, tt := range tests {

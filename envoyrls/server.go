@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -189,11 +190,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if domain != nil && domain.AllOrNothing {
 		err = s.checkAllOrNothing(ctx, domain, items)
 	} else {
-		for i := range items {
-			if err = s.checkOne(ctx, domain, &items[i]); err != nil {
-				break
-			}
-		}
+		err = s.checkEach(ctx, domain, items)
 	}
 	if err != nil {
 		return nil, err
@@ -284,6 +281,37 @@ func overrideRule(d *Domain, desc *ratelimitv3.RateLimitDescriptor) (*Rule, stri
 
 // tenant namespaces a domain's counters apart from the HTTP service's tenants.
 func tenant(d *Domain) string { return "envoy:" + d.Name }
+
+// checkEach decides every descriptor on its own, as envoyproxy/ratelimit
+// does. The store calls run concurrently, so a request with several limited
+// descriptors waits about one round trip, not one per descriptor.
+func (s *Server) checkEach(ctx context.Context, d *Domain, items []item) error {
+	var pending []*item
+	for i := range items {
+		if !s.decideWithoutStore(&items[i]) {
+			pending = append(pending, &items[i])
+		}
+	}
+	if len(pending) == 1 {
+		return s.checkOne(ctx, d, pending[0])
+	}
+	errs := make([]error, len(pending))
+	var wg sync.WaitGroup
+	for i, it := range pending {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.checkOne(ctx, d, it)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // checkOne decides one descriptor on its own.
 func (s *Server) checkOne(ctx context.Context, d *Domain, it *item) error {

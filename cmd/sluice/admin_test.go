@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice"
+)
+
+func TestParseTokenBucket(t *testing.T) {
+	for _, c := range []struct {
+		spec    string
+		want    sluice.Limit
+		wantErr string
+	}{
+		{"10:2/s", sluice.TokenBucket(10, 2), ""},
+		{"burst=100:30/m", sluice.TokenBucket(100, 0.5).Named("burst"), ""},
+		{"5:1/500ms", sluice.TokenBucket(5, 2), ""},
+		{"10:3600/h", sluice.TokenBucket(10, 1), ""},
+		{"10", sluice.Limit{}, "missing ':'"},
+		{"ten:2/s", sluice.Limit{}, `capacity "ten" is not a whole number`},
+		{"10:2", sluice.Limit{}, "has no unit"},
+		{"10:two/s", sluice.Limit{}, "is not a number"},
+		{"10:2/fortnight", sluice.Limit{}, "is not a period"},
+		{"0:2/s", sluice.Limit{}, "capacity must be a positive integer"},
+		{"10:-1/s", sluice.Limit{}, "refill_per_second must be a positive number"},
+		{"10:NaN/s", sluice.Limit{}, "refill_per_second must be a positive number"},
+		{"Bad Name=10:2/s", sluice.Limit{}, "limit name"},
+	} {
+		t.Run(c.spec, func(t *testing.T) {
+			got, err := parseTokenBucket(c.spec)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestParseWindow(t *testing.T) {
+	for _, c := range []struct {
+		spec    string
+		algo    sluice.Algorithm
+		want    sluice.Limit
+		wantErr string
+	}{
+		{"600/1m", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(600, time.Minute), ""},
+		{"hourly=1000/h", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(1000, time.Hour).Named("hourly"), ""},
+		{"100/1s", sluice.AlgorithmFixedWindow, sluice.FixedWindow(100, time.Second), ""},
+		{"100", sluice.AlgorithmFixedWindow, sluice.Limit{}, "missing '/'"},
+		{"1.5/1s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "is not a whole number"},
+		{"100/0s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "is not a period"},
+		{"0/1s", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "limit must be a positive integer"},
+	} {
+		t.Run(c.spec, func(t *testing.T) {
+			got, err := parseWindow(c.spec, c.algo)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestRuleFlags(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		flags   ruleFlags
+		wantErr string
+	}{
+		{"one_bucket", ruleFlags{route: "/api/payments*", tokenBuckets: []string{"10:2/s"}, failureMode: "closed"}, ""},
+		{"several_limits", ruleFlags{route: "*", tokenBuckets: []string{"burst=10:2/s"}, slidingWindows: []string{"600/1m"}, fixedWindows: []string{"100/1s"}, failureMode: "open", shadow: true}, ""},
+		{"no_route", ruleFlags{tokenBuckets: []string{"10:2/s"}, failureMode: "closed"}, "--route is required"},
+		{"bad_route", ruleFlags{route: "/a*b", tokenBuckets: []string{"10:2/s"}, failureMode: "closed"}, "only at its end"},
+		{"no_limits", ruleFlags{route: "/a", failureMode: "closed"}, "at least one limit"},
+		{"same_name_twice", ruleFlags{route: "/a", tokenBuckets: []string{"10:2/s", "20:2/s"}, failureMode: "closed"}, "used twice"},
+		{"bad_failure_mode", ruleFlags{route: "/a", tokenBuckets: []string{"10:2/s"}, failureMode: "maybe"}, "--failure-mode"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := c.flags.rule("acme", "payments")
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Tenant != "acme" || r.Name != "payments" || r.Route != c.flags.route || r.Shadow != c.flags.shadow {
+				t.Errorf("rule %+v", r)
+			}
+		})
+	}
+}
+
+func TestBindEnv(t *testing.T) {
+	newCmd := func() (*cobra.Command, *string, *time.Duration) {
+		var addr string
+		var timeout time.Duration
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		cmd.Flags().StringVar(&addr, "admin-token", "default", "")
+		cmd.Flags().DurationVar(&timeout, "store-timeout", time.Second, "")
+		return cmd, &addr, &timeout
+	}
+	t.Run("environment_fills_flags_not_given", func(t *testing.T) {
+		t.Setenv("SLUICE_ADMIN_TOKEN", "from-env")
+		t.Setenv("SLUICE_STORE_TIMEOUT", "75ms")
+		cmd, token, timeout := newCmd()
+		if err := cmd.ParseFlags(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := bindEnv(cmd); err != nil {
+			t.Fatal(err)
+		}
+		if *token != "from-env" || *timeout != 75*time.Millisecond {
+			t.Errorf("token %q, timeout %v", *token, *timeout)
+		}
+	})
+	t.Run("command_line_wins", func(t *testing.T) {
+		t.Setenv("SLUICE_ADMIN_TOKEN", "from-env")
+		cmd, token, _ := newCmd()
+		if err := cmd.ParseFlags([]string{"--admin-token", "from-flag"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := bindEnv(cmd); err != nil {
+			t.Fatal(err)
+		}
+		if *token != "from-flag" {
+			t.Errorf("token %q", *token)
+		}
+	})
+	t.Run("bad_value_names_the_variable", func(t *testing.T) {
+		t.Setenv("SLUICE_STORE_TIMEOUT", "soon")
+		cmd, _, _ := newCmd()
+		_ = cmd.ParseFlags(nil)
+		err := bindEnv(cmd)
+		if err == nil || !strings.Contains(err.Error(), "SLUICE_STORE_TIMEOUT") {
+			t.Errorf("error %v", err)
+		}
+	})
+}
+
+// runCLI runs the sluice command line with args and returns stdout, stderr.
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	rootCmd.SetOut(&stdout)
+	rootCmd.SetErr(&stderr)
+	rootCmd.SetArgs(args)
+	t.Cleanup(func() { rootCmd.SetArgs(nil); rootCmd.SetOut(nil); rootCmd.SetErr(nil) })
+	err := rootCmd.ExecuteContext(context.Background())
+	return stdout.String(), stderr.String(), err
+}
+
+func TestAdminCommands(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
+	mustRun := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, append(args, "--database", db)...)
+		if err != nil {
+			t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	mustRun("migrate")
+	mustRun("tenant", "create", "acme")
+	secret := strings.TrimSpace(mustRun("key", "create", "acme", "--role", "check", "--name", "web"))
+	if !strings.HasPrefix(secret, sluice.APIKeyPrefix) {
+		t.Fatalf("key create printed %q, want the secret alone", secret)
+	}
+	mustRun("rule", "set", "acme", "payments", "--route", "/api/payments*", "--token-bucket", "10:2/s", "--sliding-window", "minute=600/1m")
+	if out := mustRun("rule", "list", "acme"); !strings.Contains(out, "payments") || !strings.Contains(out, "/api/payments*") {
+		t.Errorf("rule list: %s", out)
+	}
+	if out := mustRun("rule", "get", "acme", "payments"); !strings.Contains(out, `"refill_per_second": 2`) {
+		t.Errorf("rule get: %s", out)
+	}
+	keys := mustRun("key", "list", "acme")
+	if strings.Contains(keys, secret) || !strings.Contains(keys, "web") {
+		t.Errorf("key list: %s", keys)
+	}
+	id := strings.Fields(strings.Split(keys, "\n")[1])[0]
+	mustRun("key", "revoke", "acme", id)
+	mustRun("tenant", "suspend", "acme")
+	if out := mustRun("tenant", "list"); !strings.Contains(out, "suspended") {
+		t.Errorf("tenant list: %s", out)
+	}
+	mustRun("tenant", "resume", "acme")
+	mustRun("rule", "delete", "acme", "payments")
+
+	_, _, err := runCLI(t, "tenant", "create", "acme", "--database", db)
+	if !errors.Is(err, sluice.ErrConflict) {
+		t.Errorf("duplicate tenant: %v", err)
+	}
+	_, _, err = runCLI(t, "rule", "set", "acme", "r", "--route", "/x", "--token-bucket", "0:1/s", "--database", db)
+	if err == nil || !strings.Contains(err.Error(), "capacity must be a positive integer") {
+		t.Errorf("zero capacity: %v", err)
+	}
+	mustRun("tenant", "delete", "acme")
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe to write from the service's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var adminTokenPattern = regexp.MustCompile(`SLUICE_ADMIN_TOKEN=(sat_[A-Za-z0-9_-]+)`)
+
+func TestServeGeneratesTheAdminTokenOnce(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: db, StoreTimeout: 50 * time.Millisecond,
+		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
+
+	start := func() (*service, *syncBuffer, context.CancelFunc) {
+		t.Helper()
+		var stderr syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		svc, err := startService(ctx, cfg, &stderr)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return svc, &stderr, cancel
+	}
+	svc, stderr, stop := start()
+	m := adminTokenPattern.FindStringSubmatch(stderr.String())
+	if m == nil {
+		stop()
+		t.Fatalf("no admin token printed:\n%s", stderr)
+	}
+	token := m[1]
+	req, _ := http.NewRequest("GET", "http://"+svc.Addr+"/v1/tenants", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the printed token gets %d", resp.StatusCode)
+	}
+	stop()
+	if err := <-svc.done; err != nil {
+		t.Fatal(err)
+	}
+	logs := stderr.String()
+	if strings.Count(logs, token) != 1 {
+		t.Errorf("the token appears %d times in the output, want once (the notice)", strings.Count(logs, token))
+	}
+
+	// A restart on the same catalog keeps the stored token and prints none.
+	svc, stderr, stop = start()
+	stop()
+	<-svc.done
+	if strings.Contains(stderr.String(), "generated an admin token") {
+		t.Errorf("a second token was generated:\n%s", stderr)
+	}
+}
+
+func TestServeRejectsBadConfiguration(t *testing.T) {
+	base := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "x.db"),
+		StoreTimeout: 50 * time.Millisecond, DefaultFailureMode: "closed", LogLevel: "info"}
+	for _, c := range []struct {
+		name    string
+		change  func(*serveConfig)
+		wantErr string
+	}{
+		{"unknown_failure_mode", func(c *serveConfig) { c.DefaultFailureMode = "sometimes" }, "--default-failure-mode"},
+		{"zero_store_timeout", func(c *serveConfig) { c.StoreTimeout = 0 }, "--store-timeout"},
+		{"unknown_database", func(c *serveConfig) { c.Database = "mysql://u:secret@h/db" }, "not supported"},
+		{"short_admin_token", func(c *serveConfig) { c.AdminToken = "short" }, "too short"},
+		{"unknown_log_level", func(c *serveConfig) { c.LogLevel = "loud" }, "log level"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			c.change(&cfg)
+			_, err := startService(context.Background(), cfg, &syncBuffer{})
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error leaks a password: %v", err)
+			}
+		})
+	}
+}

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/postgres/migrations"
+	"github.com/sluicelabs/sluice/internal/migrations"
 )
 
 // Channel is the LISTEN/NOTIFY channel catalog changes are announced on.

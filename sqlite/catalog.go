@@ -22,7 +22,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/postgres/migrations"
+	"github.com/sluicelabs/sluice/internal/migrations"
 )
 
 // PollInterval is how often Watch reads the version.

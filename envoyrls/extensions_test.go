@@ -13,6 +13,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicelabs/sluice/envoyrls"
@@ -260,5 +261,32 @@ func TestInvalidRequests(t *testing.T) {
 		if _, err := c.ShouldRateLimit(context.Background(), req); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestLimitOverrideFromEnvoy(t *testing.T) {
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{})
+	c := serve(t, srv)
+	withOverride := func(v string) *ratelimitv3.RateLimitDescriptor {
+		d := desc("anything", v)
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
+		return d
+	}
+	for i, want := range []rlspb.RateLimitResponse_Code{ok, ok, over} {
+		r := call(t, c, "rl", withOverride("a"))
+		if r.OverallCode != want {
+			t.Fatalf("call %d: %v, want %v", i+1, r.OverallCode, want)
+		}
+		if cl := r.Statuses[0].CurrentLimit; cl.GetRequestsPerUnit() != 2 || cl.GetUnit() != rlspb.RateLimitResponse_RateLimit_HOUR {
+			t.Fatalf("current_limit = %v", cl)
+		}
+	}
+	// Another descriptor value has its own counter.
+	if r := call(t, c, "rl", withOverride("b")); r.OverallCode != ok {
+		t.Fatalf("other value: %v", r.OverallCode)
+	}
+	// An unknown domain ignores overrides, as envoyproxy/ratelimit does.
+	if r := call(t, c, "nobody", withOverride("a"), withOverride("a"), withOverride("a")); r.OverallCode != ok {
+		t.Fatalf("unknown domain: %v", r.OverallCode)
 	}
 }

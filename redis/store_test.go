@@ -220,3 +220,17 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+func TestSentinelURL(t *testing.T) {
+	master := testenv.Redis(t)
+	sentinel := testenv.RedisSentinel(t, master, "mymaster")
+	store := open(t, "redis-sentinel://mymaster@"+sentinel.Addr+"/0")
+	lim, _ := sluice.NewLimiter(store, "sentinel", sluice.FixedWindow(1, time.Hour))
+	if d, err := lim.Allow(context.Background(), "s"); err != nil || !d.Allowed {
+		t.Fatalf("through sentinel: %v %v", d, err)
+	}
+	// The counter lives on the master the sentinel pointed to.
+	if n, _ := master.Do("DBSIZE"); n != "1" {
+		t.Fatalf("master holds %s keys, want 1", n)
+	}
+}

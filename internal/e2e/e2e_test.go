@@ -1,0 +1,402 @@
+// Package e2e runs the real sluice binary against real Redis and PostgreSQL:
+// several instances sharing one store and one catalog, as in production.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+// binary is the sluice binary, built once per test run by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", binary, "github.com/sluicelabs/sluice/cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build sluice:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const adminToken = "e2e-admin-token-0123456789abcdef"
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// instance is one running sluice serve.
+type instance struct {
+	t      *testing.T
+	url    string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	client *http.Client
+}
+
+// startServe starts sluice serve in dir with args and extra environment
+// variables, and returns once /healthz answers. It is stopped with SIGTERM
+// when the test ends.
+func startServe(t *testing.T, dir, addr string, env []string, args ...string) *instance {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	inst := &instance{t: t, url: "http://" + addr, cmd: cmd, stderr: &syncBuffer{},
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
+	cmd.Stdout, cmd.Stderr = inst.stderr, inst.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("sluice serve %s output:\n%s", addr, inst.stderr)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("sluice serve exited at start:\n%s", inst.stderr)
+		default:
+		}
+		resp, err := inst.client.Get(inst.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return inst
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice serve did not answer /healthz within 20s:\n%s", inst.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+}
+
+type reply struct {
+	status int
+	header http.Header
+	raw    string
+	body   map[string]any
+}
+
+func (r reply) errorCode() string {
+	e, _ := r.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func (in *instance) do(method, path, auth string, body any) reply {
+	var rd io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, in.url+path, rd)
+	if err != nil {
+		in.t.Error(err)
+		return reply{}
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := in.client.Do(req)
+	if err != nil {
+		in.t.Errorf("%s %s: %v", method, path, err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func (in *instance) must(want int, method, path, auth string, body any) reply {
+	in.t.Helper()
+	r := in.do(method, path, auth, body)
+	if r.status != want {
+		in.t.Fatalf("%s %s: %d %s, want %d", method, path, r.status, r.raw, want)
+	}
+	return r
+}
+
+// startProduction starts n instances on one Redis and one PostgreSQL.
+func startProduction(t *testing.T, n int) ([]*instance, *testenv.RedisServer) {
+	redis := testenv.Redis(t)
+	dsn := testenv.Postgres(t)
+	dir := t.TempDir()
+	var out []*instance
+	for range n {
+		addr := freeAddr(t)
+		out = append(out, startServe(t, dir, addr, nil,
+			"--addr", addr, "--redis", redis.URL(), "--database", dsn, "--admin-token", adminToken))
+	}
+	return out, redis
+}
+
+// setupTenant creates a tenant with a check key and returns the key.
+func setupTenant(in *instance, token, tenant string) string {
+	in.t.Helper()
+	in.must(http.StatusCreated, "POST", "/v1/tenants", token, map[string]any{"name": tenant})
+	r := in.must(http.StatusCreated, "POST", "/v1/tenants/"+tenant+"/keys", token, map[string]any{"name": "web", "role": "check"})
+	return r.body["secret"].(string)
+}
+
+// waitForRule polls in until a check of route matches rule.
+func waitForRule(t *testing.T, in *instance, key, route, rule string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r := in.do("POST", "/v1/check", key, map[string]any{"route": route, "subject": "probe", "cost": 0})
+		if r.status == http.StatusOK && r.body["rule"] == rule {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance %s never saw rule %s: %d %s", in.url, rule, r.status, r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTwoInstancesAdmitExactlyTheLimit(t *testing.T) {
+	inst, _ := startProduction(t, 2)
+	a, b := inst[0], inst[1]
+	key := setupTenant(a, adminToken, "acme")
+	// Capacity 100 with a refill too slow to add a token during the test.
+	a.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/payments", adminToken, map[string]any{
+		"route":  "/api/payments*",
+		"limits": []any{map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 100, "refill_per_second": 0.0001}},
+	})
+	waitForRule(t, b, key, "/api/payments/1", "payments")
+
+	const checks = 1000
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range checks {
+		in := a
+		if i%2 == 1 {
+			in = b
+		}
+		wg.Go(func() {
+			<-start
+			// Different paths under one prefix rule share the counter.
+			r := in.do("POST", "/v1/check", key, map[string]any{"route": fmt.Sprintf("/api/payments/%d", i), "subject": "user-42"})
+			mu.Lock()
+			statuses[r.status]++
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	if statuses[http.StatusOK] != 100 || statuses[http.StatusTooManyRequests] != checks-100 {
+		t.Fatalf("statuses %v: want exactly 100 allowed and %d denied", statuses, checks-100)
+	}
+}
+
+func TestRevokedKeyIsRejectedByTheOtherInstanceWithinASecond(t *testing.T) {
+	inst, _ := startProduction(t, 2)
+	a, b := inst[0], inst[1]
+	a.must(http.StatusCreated, "POST", "/v1/tenants", adminToken, map[string]any{"name": "acme"})
+	r := a.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "web", "role": "check"})
+	key, id := r.body["secret"].(string), r.body["id"].(string)
+	eventually(t, 2*time.Second, "instance B accepts the new key", func() bool {
+		return b.do("POST", "/v1/check", key, map[string]any{"route": "/x"}).status == http.StatusOK
+	})
+
+	a.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/keys/"+id, adminToken, nil)
+	revoked := time.Now()
+	for {
+		r := b.do("POST", "/v1/check", key, map[string]any{"route": "/x"})
+		if r.status == http.StatusUnauthorized {
+			break
+		}
+		if time.Since(revoked) > time.Second {
+			t.Fatalf("instance B still answers %d for a key revoked on A more than 1s ago", r.status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("instance B rejected the revoked key after %v", time.Since(revoked).Round(time.Millisecond))
+}
+
+func TestTenantsAreIsolated(t *testing.T) {
+	inst, _ := startProduction(t, 1)
+	in := inst[0]
+	acmeKey := setupTenant(in, adminToken, "acme")
+	setupTenant(in, adminToken, "globex")
+	r := in.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "self", "role": "admin"})
+	acmeAdmin := r.body["secret"].(string)
+	globexRule := map[string]any{"route": "*", "limits": []any{map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h"}}}
+	in.must(http.StatusOK, "PUT", "/v1/tenants/globex/rules/all", adminToken, globexRule)
+
+	// acme's check key is never limited by globex's rule, and reads nothing.
+	for range 3 {
+		r := in.must(http.StatusOK, "POST", "/v1/check", acmeKey, map[string]any{"route": "/api"})
+		if r.body["rule"] != nil {
+			t.Fatalf("acme's check matched %v", r.body["rule"])
+		}
+	}
+	for _, c := range []struct {
+		method, path, key string
+		body              any
+		status            int
+	}{
+		{"GET", "/v1/tenants/globex/rules", acmeKey, nil, 403},
+		{"PUT", "/v1/tenants/globex/rules/all", acmeKey, globexRule, 403},
+		{"GET", "/v1/tenants/globex/rules", acmeAdmin, nil, 403},
+		{"GET", "/v1/tenants/globex/rules/all", acmeAdmin, nil, 403},
+		{"PUT", "/v1/tenants/globex/rules/all", acmeAdmin, globexRule, 403},
+		{"DELETE", "/v1/tenants/globex/rules/all", acmeAdmin, nil, 403},
+		{"POST", "/v1/tenants/globex/keys", acmeAdmin, map[string]any{"role": "admin"}, 403},
+		{"POST", "/v1/tenants", acmeAdmin, map[string]any{"name": "initech"}, 403},
+	} {
+		if r := in.do(c.method, c.path, c.key, c.body); r.status != c.status {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.raw, c.status)
+		}
+	}
+	// The tenant admin key manages its own tenant.
+	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/api", acmeAdmin, map[string]any{
+		"route": "/api*", "limits": []any{map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h"}}})
+	in.must(http.StatusOK, "GET", "/v1/tenants/acme/rules", acmeAdmin, nil)
+	in.must(http.StatusOK, "POST", "/v1/check", acmeKey, map[string]any{"route": "/api/x", "subject": "s"})
+	in.must(http.StatusTooManyRequests, "POST", "/v1/check", acmeKey, map[string]any{"route": "/api/x", "subject": "s"})
+	// globex's rule is untouched.
+	r = in.must(http.StatusOK, "GET", "/v1/tenants/globex/rules/all", adminToken, nil)
+	if r.body["route"] != "*" {
+		t.Errorf("globex's rule changed: %s", r.raw)
+	}
+}
+
+func TestFailClosedWhenRedisIsDown(t *testing.T) {
+	inst, redis := startProduction(t, 1)
+	in := inst[0]
+	key := setupTenant(in, adminToken, "acme")
+	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/all", adminToken, map[string]any{
+		"route": "*", "limits": []any{map[string]any{"algorithm": "token_bucket", "capacity": 10, "refill_per_second": 1}}})
+	in.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/api"})
+
+	redis.Stop()
+	r := in.do("POST", "/v1/check", key, map[string]any{"route": "/api"})
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || r.errorCode() != "store_unavailable" {
+		t.Errorf("with Redis down: %d %v %s", r.status, r.header, r.raw)
+	}
+	if r := in.do("GET", "/readyz", "", nil); r.status != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with Redis down: %d", r.status)
+	}
+	redis.Start()
+	eventually(t, 5*time.Second, "checks recover once Redis is back", func() bool {
+		return in.do("POST", "/v1/check", key, map[string]any{"route": "/api"}).status == http.StatusOK
+	})
+}
+
+var tokenPattern = regexp.MustCompile(`export SLUICE_ADMIN_TOKEN=(\S+)`)
+
+func TestEmbeddedDefaultStartsWithNoFlags(t *testing.T) {
+	dir := t.TempDir()
+	addr := "127.0.0.1:8080"
+	var env []string
+	if ln, err := net.Listen("tcp", ":8080"); err == nil {
+		ln.Close()
+	} else {
+		// Something else holds the default port on this machine: move only
+		// the listener, through the environment, and keep every other default.
+		addr = freeAddr(t)
+		env = []string{"SLUICE_ADDR=" + addr}
+		t.Logf(":8080 is taken; using SLUICE_ADDR=%s", addr)
+	}
+	// No SLUICE_* variable from the caller's shell may leak in.
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SLUICE_") {
+			name, _, _ := strings.Cut(kv, "=")
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+	in := startServe(t, dir, addr, env)
+	m := tokenPattern.FindStringSubmatch(in.stderr.String())
+	if m == nil {
+		t.Fatalf("no admin token instructions printed:\n%s", in.stderr)
+	}
+	if !strings.Contains(in.stderr.String(), "Authorization: Bearer") {
+		t.Errorf("the instructions do not say how to use the token:\n%s", in.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sluice.db")); err != nil {
+		t.Errorf("no SQLite catalog in the working directory: %v", err)
+	}
+	in.must(http.StatusOK, "GET", "/readyz", "", nil)
+	key := setupTenant(in, m[1], "acme")
+	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/all", m[1], map[string]any{
+		"route": "*", "limits": []any{map[string]any{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 0.01}}})
+	in.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/"})
+	in.must(http.StatusTooManyRequests, "POST", "/v1/check", key, map[string]any{"route": "/"})
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %v", what, timeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

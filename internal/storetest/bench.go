@@ -1,0 +1,59 @@
+package storetest
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// BenchLimits is what every store benchmark checks: two limits at once, the
+// realistic case rather than the cheapest.
+var BenchLimits = []sluice.Limit{
+	sluice.TokenBucket(1_000_000, 1_000_000).Named("burst"),
+	sluice.SlidingWindow(1_000_000, time.Minute).Named("minute"),
+}
+
+// BenchmarkCheck runs the same store benchmarks for every store: serial and
+// parallel on one hot subject, and parallel across 10,000 subjects.
+func BenchmarkCheck(b *testing.B, store sluice.Store) {
+	ctx := context.Background()
+	subjects := make([]string, 10_000)
+	for i := range subjects {
+		subjects[i] = "user-" + strconv.Itoa(i)
+	}
+	check := func(b *testing.B, req sluice.Request) {
+		if _, err := store.Check(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	hot := sluice.Request{Rule: "bench", Subject: "hot", Limits: BenchLimits, Cost: 1}
+	b.Run("serial/hot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			check(b, hot)
+		}
+	})
+	b.Run("parallel/hot", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				check(b, hot)
+			}
+		})
+	})
+	b.Run("parallel/spread", func(b *testing.B) {
+		b.ReportAllocs()
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			req := hot
+			for pb.Next() {
+				req.Subject = subjects[next.Add(1)%int64(len(subjects))]
+				check(b, req)
+			}
+		})
+	})
+}

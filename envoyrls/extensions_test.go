@@ -222,6 +222,9 @@ func TestJSONEndpoint(t *testing.T) {
 		if err := protojson.Unmarshal(body, &resp); err != nil {
 			t.Fatalf("response is not a RateLimitResponse: %v: %s", err, body)
 		}
+		if !strings.Contains(string(body), `"limitRemaining":`) {
+			t.Fatalf("call %d: limitRemaining omitted: %s", i+1, body)
+		}
 		if (resp.OverallCode == over) != (want == 429) {
 			t.Fatalf("call %d: overall %v with status %d", i+1, resp.OverallCode, code)
 		}

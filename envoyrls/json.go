@@ -58,7 +58,9 @@ func (s *Server) JSONHandler() http.Handler {
 			writeJSONError(w, httpStatus, code, st.Message())
 			return
 		}
-		out, err := protojson.Marshal(resp)
+		// Zeros are written (limitRemaining: 0), so "none left" never reads as
+		// "no limit".
+		out, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(resp)
 		if err != nil {
 			writeJSONError(w, http.StatusInternalServerError, "internal", "the response could not be encoded")
 			return

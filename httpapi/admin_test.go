@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
@@ -95,7 +96,7 @@ func TestAdminLifecycle(t *testing.T) {
 		},
 	})
 	want := `"limits":[{"name":"burst","algorithm":"token_bucket","capacity":20,"refill_per_second":2.5},` +
-		`{"name":"minute","algorithm":"sliding_window","limit":600,"window":"1m0s"},` +
+		`{"name":"minute","algorithm":"sliding_window","limit":600,"window":"1m"},` +
 		`{"name":"fixed_window","algorithm":"fixed_window","limit":100,"window":"1s"}],"failure_mode":"open","shadow":false`
 	if !strings.Contains(r.raw, want) {
 		t.Errorf("rule answer %s\nwant it to contain %s", r.raw, want)
@@ -109,4 +110,15 @@ func TestAdminLifecycle(t *testing.T) {
 	h.must(http.StatusNotFound, "GET", "/v1/tenants/acme", testAdminToken, nil)
 	h.must(http.StatusOK, "GET", "/healthz", "", nil)
 	h.must(http.StatusOK, "GET", "/readyz", "", nil)
+}
+
+func TestFormatWindow(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Minute: "1m", time.Hour: "1h", 90 * time.Minute: "1h30m", time.Second: "1s",
+		500 * time.Millisecond: "500ms", 61 * time.Second: "1m1s", 10 * time.Second: "10s",
+	} {
+		if got := formatWindow(d); got != want {
+			t.Errorf("formatWindow(%v) = %q, want %q", d, got, want)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -10,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from the service's goroutines.
@@ -108,5 +112,59 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 				t.Errorf("error leaks a password: %v", err)
 			}
 		})
+	}
+}
+
+func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
+	redis := testenv.Redis(t)
+	const token = "shutdown-test-admin-token"
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
+		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: 10 * time.Second,
+		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc, err := startService(ctx, cfg, &syncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + svc.Addr
+	call := func(method, path, auth, body string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	call("POST", "/v1/tenants", token, `{"name": "acme"}`)
+	_, keyBody := call("POST", "/v1/tenants/acme/keys", token, `{"role": "check"}`)
+	var key struct{ Secret string }
+	_ = json.Unmarshal([]byte(keyBody), &key)
+	if status, body := call("PUT", "/v1/tenants/acme/rules/all", token, `{"route": "*", "limits": [{"algorithm": "token_bucket", "capacity": 5, "refill_per_second": 1}]}`); status != 200 {
+		t.Fatalf("put rule: %d %s", status, body)
+	}
+
+	// Redis stops answering, so the next check stays in flight.
+	redis.Pause()
+	result := make(chan int, 1)
+	go func() {
+		status, _ := call("POST", "/v1/check", key.Secret, `{"route": "/api"}`)
+		result <- status
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel() // what SIGTERM does
+	time.Sleep(200 * time.Millisecond)
+	redis.Resume()
+	if status := <-result; status != http.StatusOK {
+		t.Errorf("the in-flight check got %d, want 200", status)
+	}
+	if err := <-svc.done; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if status, _ := call("GET", "/healthz", "", ""); status != 0 {
+		t.Errorf("still serving after shutdown: %d", status)
 	}
 }

@@ -251,7 +251,7 @@ func (a *API) Register(mux *http.ServeMux) {
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	a.Register(mux)
-	return mux
+	return WithJSONErrors(mux)
 }
 
 func (a *API) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -278,4 +278,47 @@ func (a *API) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// WithJSONErrors answers what mux has no route for (404) or no method for
+// (405) with the API's JSON error body instead of plain text.
+func WithJSONErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		probe := &statusProbe{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		switch probe.status {
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+				fmt.Sprintf("%s does not accept %s; it accepts %s.", r.URL.Path, r.Method, probe.header.Get("Allow")))
+		case http.StatusNotFound:
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("There is no endpoint %s.", r.URL.Path))
+		default: // a redirect or another answer of the mux's own: pass it on
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// statusProbe records what the mux's fallback handler would answer.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *statusProbe) WriteHeader(status int) {
+	if p.status == 0 {
+		p.status = status
+	}
 }

@@ -106,6 +106,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"rule_unknown_limit_field", "PUT", "/v1/tenants/acme/rules/r", "", tb(`, "capacity": 1, "refill_per_second": 1, "burst": 3`), 400, "unknown_field"},
 		{"rule_unknown_get", "GET", "/v1/tenants/acme/rules/nope", "", ``, 404, "not_found"},
 		{"rule_unknown_delete", "DELETE", "/v1/tenants/acme/rules/nope", "", ``, 404, "not_found"},
+		{"unknown_endpoint", "GET", "/v1/nothing", "", ``, 404, "not_found"},
+		{"wrong_method", "GET", "/v1/check", "key", ``, 405, "method_not_allowed"},
 		{"rule_unknown_subject_reset", "DELETE", "/v1/tenants/acme/rules/nope/subjects/u", "", ``, 404, "not_found"},
 	}
 

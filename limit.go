@@ -162,9 +162,13 @@ func (l Limit) Validate() error {
 			return invalidf("limit %q: a %s limit has no refill rate; use limit and window", l.Name, l.Algorithm)
 		}
 		// The sliding window sums prev*(W-elapsed) + (curr+cost)*W, up to
-		// three times limit*W, and must stay exact.
-		if float64(l.Capacity)*float64(l.Window.Milliseconds()) >= maxExact/4 {
-			return invalidf("limit %q: limit %d × window %v is too large to count exactly", l.Name, l.Capacity, l.Window)
+		// three times limit*W, and must stay exact. A fixed window only adds
+		// counts.
+		if l.Algorithm == AlgorithmSlidingWindow && float64(l.Capacity)*float64(l.Window.Milliseconds()) >= maxExact/4 {
+			return invalidf("limit %q: limit %d × window %v is too large to count exactly; use a shorter window or a fixed_window", l.Name, l.Capacity, l.Window)
+		}
+		if l.Capacity > maxExact/4 {
+			return invalidf("limit %q: limit %d is too large (at most %d)", l.Name, l.Capacity, int64(maxExact/4))
 		}
 	case "":
 		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window or fixed_window)", l.Name)

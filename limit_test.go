@@ -27,6 +27,7 @@ func TestLimitValidate(t *testing.T) {
 		{"fractional_ms_window", sluice.FixedWindow(5, 1500*time.Microsecond), "whole number of milliseconds"},
 		{"zero_limit", sluice.SlidingWindow(0, time.Second), "limit must be a positive integer"},
 		{"too_large_to_count_exactly", sluice.SlidingWindow(1e12, 24*time.Hour), "too large"},
+		{"fixed_window_too_large", sluice.FixedWindow(1e16, time.Hour), "too large"},
 		{"empty_name", sluice.TokenBucket(5, 1).Named(""), "limit name"},
 		{"name_with_colon", sluice.TokenBucket(5, 1).Named("a:b"), "limit name"},
 		{"missing_algorithm", sluice.Limit{Name: "x", Capacity: 1}, "algorithm is required"},
@@ -48,6 +49,7 @@ func TestLimitValidate(t *testing.T) {
 	for _, l := range []sluice.Limit{
 		sluice.PerSecond(10), sluice.PerMinute(600), sluice.PerHour(1), sluice.TokenBucket(1, 1.0/3600),
 		sluice.TokenBucket(1e12, 1e12), sluice.FixedWindow(1, time.Millisecond), sluice.SlidingWindow(1e6, 24*time.Hour),
+		sluice.FixedWindow(1e12, 365*24*time.Hour),
 	} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%v: %v", l, err)

@@ -21,7 +21,13 @@ type outcome struct {
 	remaining              int64
 	resetAfter, retryAfter int64 // ms
 	next                   state // the state to write if the check is allowed
-	write                  bool  // whether next must be written
+	write                  bool  // whether next must be written if allowed
+	// extend: next must be written even on a deny, because it outlives the
+	// stored state. That happens when a token bucket's capacity was raised or
+	// its rate lowered: the stored expiry assumed the old figures, and
+	// letting the state expire then would refill the bucket before the
+	// retry_after this decision reports.
+	extend bool
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -73,6 +79,7 @@ func tokenBucket(l sluice.Limit, st *state, now, cost int64) outcome {
 	o.remaining = tokens / p
 	o.resetAfter = ceilDiv(full-tokens, n)
 	o.next = state{a: tokens, b: last, c: p, expireAt: now + o.resetAfter}
+	o.extend = st != nil && o.next.expireAt > st.expireAt
 	return o
 }
 

@@ -152,6 +152,11 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			}
 		}
 	}
+	for i := range outcomes {
+		if outcomes[i].extend && !(allowed && outcomes[i].write) {
+			s.store(sh, keys[i], outcomes[i].next, now)
+		}
+	}
 	sh.mu.Unlock()
 
 	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}

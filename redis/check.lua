@@ -77,7 +77,11 @@ local function token_bucket(capacity, n, p, st, now, cost)
     retry = ceildiv(need - tokens, n)
   end
   local reset = ceildiv(full - tokens, n)
-  return allowed, math.floor(tokens / p), reset, retry, write, {tokens, last, p}
+  -- Also written on a deny when it outlives the stored state: a raised
+  -- capacity or lowered rate must not let the key expire (and refill) before
+  -- the retry_after reported now.
+  local extend = st ~= nil and now + reset > st.e
+  return allowed, math.floor(tokens / p), reset, retry, write, {tokens, last, p}, extend
 end
 
 local function sliding_window(limit, w, st, now, cost)
@@ -147,26 +151,28 @@ local function decide(i, cost)
   return fixed_window(capacity, p1, st, now, cost)
 end
 
+local function store(key, nxt, reset)
+  redis.call('HSET', key, 'a', fmt(nxt[1]), 'b', fmt(nxt[2]), 'c', fmt(nxt[3]), 'e', fmt(now + reset))
+  redis.call('PEXPIRE', key, reset + ttl_slack)
+end
+
 local results = {}
 local all = true
 for i = 1, #KEYS do
-  local allowed, remaining, reset, retry, write, nxt = decide(i, cost)
-  results[i] = {allowed, remaining, reset, retry, write, nxt}
+  local allowed, remaining, reset, retry, write, nxt, extend = decide(i, cost)
+  results[i] = {allowed, remaining, reset, retry, write, nxt, extend}
   all = all and allowed
 end
 
 local reply = {all and 1 or 0, now}
 for i = 1, #KEYS do
   local r = results[i]
-  if all then
-    if r[5] then
-      redis.call('HSET', KEYS[i], 'a', fmt(r[6][1]), 'b', fmt(r[6][2]), 'c', fmt(r[6][3]), 'e', fmt(now + r[3]))
-      redis.call('PEXPIRE', KEYS[i], r[3] + ttl_slack)
-    end
-  elseif r[1] then
+  if not all and r[1] then
     -- Nothing is consumed: report this limit as a peek sees it.
-    local allowed, remaining, reset, retry = decide(i, 0)
-    r = {allowed, remaining, reset, retry}
+    r = {decide(i, 0)}
+  end
+  if (all and r[5]) or r[7] then
+    store(KEYS[i], r[6], r[3])
   end
   reply[#reply + 1] = r[1] and 1 or 0
   reply[#reply + 1] = r[2]

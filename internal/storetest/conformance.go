@@ -310,6 +310,20 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store) {
 		}
 	})
 
+	t.Run("RaisedBucketKeepsRetryExact", func(t *testing.T) {
+		// The state stored under the old capacity would expire (as full)
+		// at 1000ms; under the raised capacity the bucket is only full at
+		// 2000ms, and the retry_after promised at 81ms must hold.
+		small := []sluice.Limit{sluice.TokenBucket(1, 1).Named("b")}
+		big := []sluice.Limit{sluice.TokenBucket(2, 1).Named("b")}
+		sequence(t, small, []step{{0, 1, true, 0, 0, 1000}})
+		sequence(t, big, []step{
+			{81, 2, false, 0, 1919, 1919},
+			{1000, 2, false, 1, 1000, 1000},
+		})
+		retryExact(t, big, 1500, 2)
+	})
+
 	t.Run("InvalidInput", func(t *testing.T) {
 		good := []sluice.Limit{sluice.TokenBucket(5, 1).Named("b")}
 		cases := map[string]sluice.Request{

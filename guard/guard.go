@@ -161,9 +161,12 @@ func (g *Guard) checkPrimary(ctx context.Context, req sluice.Request) (sluice.De
 // fallback answers req by mode after the store failed with cause.
 func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.FailureMode, cause error) (sluice.Decision, error) {
 	// The store never saw an invalid request it could reject: reject it here,
-	// so a store outage cannot turn bad input into an allow.
-	if err := req.Validate(); err != nil {
-		return sluice.Decision{}, err
+	// so a store outage cannot turn bad input into an allow. A request without
+	// limits is one for a remote service, which holds the limits itself.
+	if len(req.Limits) > 0 || mode == sluice.FailLocal {
+		if err := req.Validate(); err != nil {
+			return sluice.Decision{}, err
+		}
 	}
 	switch mode {
 	case sluice.FailOpen:

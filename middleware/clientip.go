@@ -1,0 +1,236 @@
+package middleware
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// TrustedProxies says which hops in front of the application may be believed
+// about the client's address.
+//
+// The request's peer (RemoteAddr) is hop 1; each address a trusted hop
+// reports (the right-most remaining entry of X-Forwarded-For, or of the
+// Forwarded header's for= parameters) is the next hop. A hop is trusted when
+// its address is in CIDRs (if any are given) and it is one of the first Hops
+// hops (if Hops is not zero). The client is the first hop that is not trusted,
+// or the left-most address when every hop is. With no CIDRs and Hops zero,
+// nothing is trusted and the client is always RemoteAddr: a header a client
+// sends itself is never believed.
+type TrustedProxies struct {
+	// CIDRs are the networks of your proxies and load balancers, such as
+	// 10.0.0.0/8. Single addresses are written as /32 or /128.
+	CIDRs []netip.Prefix
+	// Hops is how many proxies stand in front of the application, counting
+	// the one that connects to it.
+	Hops int
+	// Header is the header the proxies append to: "X-Forwarded-For" (the
+	// default) or "Forwarded" (RFC 7239). Only that one is read: believing a
+	// header your proxies do not write would let clients choose their address.
+	Header string
+}
+
+// ParseCIDRs parses networks such as "10.0.0.0/8" and single addresses such as
+// "192.0.2.1" (taken as /32 or /128), for TrustedProxies.CIDRs.
+func ParseCIDRs(values []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(values))
+	for _, v := range values {
+		v = strings.TrimSpace(v)
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a network like 10.0.0.0/8 nor an IP address", v)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// Validate reports what is wrong with t.
+func (t TrustedProxies) Validate() error {
+	if t.Hops < 0 {
+		return fmt.Errorf("trusted proxy hops must not be negative, got %d", t.Hops)
+	}
+	switch http.CanonicalHeaderKey(t.Header) {
+	case "", "X-Forwarded-For", "Forwarded":
+		return nil
+	}
+	return fmt.Errorf("trusted proxy header must be X-Forwarded-For or Forwarded, got %q", t.Header)
+}
+
+// ClientIP keys requests by the client's IP address, found through trusted.
+// IPv4 addresses are used as they are; an IPv6 address is reduced to its /64
+// network ("2001:db8:1:2::/64"), since one subscriber usually holds a whole
+// /64 and could otherwise rotate addresses to dodge the limit.
+func ClientIP(trusted TrustedProxies) KeyFunc {
+	return func(r *http.Request) string {
+		a, ok := trusted.ClientAddr(r)
+		if !ok {
+			return ""
+		}
+		return addrKey(a)
+	}
+}
+
+// ClientAddr returns the client address of r as t defines it, false if even
+// RemoteAddr is not an IP address.
+func (t TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, bool) {
+	peer, ok := parseHostAddr(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if !t.trusts(peer, 1) {
+		return peer, true
+	}
+	var chain []string
+	if http.CanonicalHeaderKey(t.Header) == "Forwarded" {
+		chain = forwardedFor(r.Header.Values("Forwarded"))
+	} else {
+		chain = forwardedList(r.Header.Values("X-Forwarded-For"))
+	}
+	client := peer
+	hop := 1
+	for i := len(chain) - 1; i >= 0; i-- {
+		a, ok := parseHostAddr(chain[i])
+		if !ok {
+			// A trusted hop reported something that is not an address
+			// ("unknown", an obfuscated name): the last address we can
+			// vouch for is that hop itself.
+			return client, true
+		}
+		client = a
+		hop++
+		if !t.trusts(a, hop) {
+			return a, true
+		}
+	}
+	return client, true
+}
+
+func (t TrustedProxies) trusts(a netip.Addr, hop int) bool {
+	if len(t.CIDRs) == 0 && t.Hops == 0 {
+		return false
+	}
+	if t.Hops > 0 && hop > t.Hops {
+		return false
+	}
+	if len(t.CIDRs) == 0 {
+		return true
+	}
+	for _, p := range t.CIDRs {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func addrKey(a netip.Addr) string {
+	if a.Is4() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
+
+// parseHostAddr reads an address with or without port or brackets:
+// "192.0.2.1", "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]:80". IPv4-mapped
+// IPv6 addresses become IPv4, and zones are dropped.
+func parseHostAddr(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone(""), true
+	}
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return a.Unmap().WithZone(""), true
+		}
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap().WithZone(""), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// forwardedList splits X-Forwarded-For values, in order, across repeated
+// header lines.
+func forwardedList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			out = append(out, strings.TrimSpace(part))
+		}
+	}
+	return out
+}
+
+// forwardedFor returns the for= parameter of each element of RFC 7239
+// Forwarded values, in order; an element without for= gives "" (not an
+// address), so it stops the walk rather than being skipped over.
+func forwardedFor(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, element := range splitQuoted(v, ',') {
+			element = strings.TrimSpace(element)
+			if element == "" {
+				continue
+			}
+			forValue := ""
+			for _, pair := range splitQuoted(element, ';') {
+				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
+					forValue = unquote(strings.TrimSpace(value))
+				}
+			}
+			out = append(out, forValue)
+		}
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside double-quoted strings.
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	quoted, escaped, start := false, false, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case c == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+func unquote(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	var b strings.Builder
+	escaped := false
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		if !escaped && c == '\\' {
+			escaped = true
+			continue
+		}
+		escaped = false
+		b.WriteByte(c)
+	}
+	return b.String()
+}

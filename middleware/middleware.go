@@ -1,0 +1,266 @@
+// Package middleware rate-limits any net/http handler with Sluice.
+//
+//	limit, err := middleware.New(middleware.Options{
+//		Store:  memory.New(memory.Options{}), // or a Redis store shared by every instance
+//		Name:   "api",
+//		Limits: []sluice.Limit{sluice.TokenBucket(20, 10).Named("burst")},
+//		Key:    middleware.ClientIP(middleware.TrustedProxies{}),
+//	})
+//	http.ListenAndServe(":8080", limit(mux))
+//
+// Each request is counted under a key (the client IP by default; a header, a
+// JWT claim or any function, alone or composed). Allowed requests reach the
+// next handler with the rate-limit headers set (IETF RateLimit-Policy and
+// RateLimit, X-RateLimit-Limit, -Remaining and -Reset); denied ones get 429
+// with an exact Retry-After (seconds, rounded up) and an RFC 9457
+// application/problem+json body.
+//
+// The store is reached through a guard (package guard): a per-call deadline
+// and a circuit breaker, so a dead Redis costs each request at most the
+// deadline, then nothing. While the store is unavailable the failure mode
+// decides: open (the default here) lets requests through, closed answers 503,
+// local limits each instance on its own.
+//
+// A request whose key is empty (say, X-API-Key is missing) is counted in one
+// bucket shared by every such request, so leaving the header out is no way
+// around the limit; set RejectEmptyKey to answer 400 instead.
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/client"
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// Options configure the middleware. Store or Client is required; with Store,
+// Name and Limits are too.
+type Options struct {
+	// Store holds the counters: memory.New for one instance, a Redis store
+	// for many.
+	Store sluice.Store
+	// Client asks a remote Sluice service instead of a Store: the service's
+	// rule for the route decides, and Limits are only used by FailLocal.
+	Client *client.Client
+	// Route gives the route sent to the remote service (default: the
+	// request's path). Only used with Client.
+	Route func(r *http.Request) string
+
+	// Name is the rule name: it namespaces the counters, names the policy in
+	// the RateLimit headers, and labels metrics.
+	Name string
+	// Tenant further namespaces the counters, for several applications
+	// sharing one store.
+	Tenant string
+	// Limits are checked together: a request passes only if every limit
+	// allows it.
+	Limits []sluice.Limit
+
+	// Key picks the key a request is counted under. Default:
+	// ClientIP(TrustedProxies{}), the peer address.
+	Key KeyFunc
+	// RejectEmptyKey answers 400 to a request whose key is empty, instead of
+	// counting all such requests in one shared bucket.
+	RejectEmptyKey bool
+	// Cost gives a request's cost (default 1). A cost of 0 only reads the
+	// limits; a negative cost or one larger than a limit can ever hold is
+	// answered 400.
+	Cost func(r *http.Request) int64
+
+	// FailureMode applies while the store is unavailable (default
+	// sluice.FailOpen).
+	FailureMode sluice.FailureMode
+	// Guard configures the store deadline and circuit breaker.
+	Guard guard.Options
+
+	// DenyHandler writes the response to a denied request. The rate-limit
+	// headers, Retry-After included, are already set. Default: WriteProblem
+	// with 429.
+	DenyHandler func(w http.ResponseWriter, r *http.Request, d sluice.Decision)
+	// Metrics, if set, counts decisions under source "middleware".
+	Metrics *metrics.Metrics
+	// Source is the metrics source label (default "middleware"; the gateway
+	// passes "gateway").
+	Source string
+}
+
+// Limiter is the middleware's engine; most users want New. The gateway and
+// other handlers that need the decision itself call Check.
+type Limiter struct {
+	opts  Options
+	guard *guard.Guard
+}
+
+// New returns the middleware. Its counters live in opts.Store or the remote
+// service; the guard it creates lives as long as the process.
+func New(opts Options) (func(http.Handler) http.Handler, error) {
+	l, err := NewLimiter(opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.Handler, nil
+}
+
+// NewLimiter checks opts and returns a Limiter. Close releases its guard's
+// fallback store.
+func NewLimiter(opts Options) (*Limiter, error) {
+	if (opts.Store == nil) == (opts.Client == nil) {
+		return nil, errors.New("rate-limit middleware: set exactly one of Store (counters kept here) and Client (a remote Sluice service)")
+	}
+	if opts.FailureMode == "" {
+		opts.FailureMode = sluice.FailOpen
+	}
+	if !opts.FailureMode.Valid() {
+		return nil, fmt.Errorf("rate-limit middleware: failure mode %q is not one of open, closed, local", opts.FailureMode)
+	}
+	if opts.Store != nil {
+		if opts.Name == "" {
+			return nil, errors.New("rate-limit middleware: Name is required; it keeps these counters apart from other limiters' and names the policy in headers")
+		}
+		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+			return nil, fmt.Errorf("rate-limit middleware %q: %w", opts.Name, err)
+		}
+	} else if len(opts.Limits) > 0 || opts.FailureMode == sluice.FailLocal {
+		if opts.FailureMode == sluice.FailLocal && len(opts.Limits) == 0 {
+			return nil, errors.New("rate-limit middleware: failure mode local needs Limits to enforce in process while the service is unreachable")
+		}
+		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+			return nil, fmt.Errorf("rate-limit middleware: local fallback limits: %w", err)
+		}
+	}
+	if opts.Key == nil {
+		opts.Key = ClientIP(TrustedProxies{})
+	}
+	if opts.Route == nil {
+		opts.Route = func(r *http.Request) string { return r.URL.Path }
+	}
+	if opts.DenyHandler == nil {
+		opts.DenyHandler = denyWithProblem
+	}
+	if opts.Source == "" {
+		opts.Source = metrics.SourceMiddleware
+	}
+	opts.Limits = append([]sluice.Limit(nil), opts.Limits...)
+	gopts := opts.Guard
+	if gopts.Metrics == nil {
+		gopts.Metrics = opts.Metrics
+	}
+	if gopts.Name == "" && opts.Name != "" {
+		gopts.Name = opts.Name
+	}
+	var store sluice.Store = opts.Store
+	if opts.Client != nil {
+		store = remoteStore{c: opts.Client}
+		if gopts.Timeout == 0 {
+			gopts.Timeout = remoteTimeout
+		}
+	}
+	return &Limiter{opts: opts, guard: guard.New(store, gopts)}, nil
+}
+
+// Close releases the Limiter's in-process fallback store, if one was made.
+func (l *Limiter) Close() error { return l.guard.Close() }
+
+// Handler rate-limits next.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.Serve(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// Serve decides r, writes the rate-limit headers on w, and reports whether
+// the request may go on. When it returns false it has answered the request
+// (429, 400 or 503).
+func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
+	start := time.Now()
+	key := l.opts.Key(r)
+	if key == "" && l.opts.RejectEmptyKey {
+		l.opts.Metrics.ObserveDecision(l.opts.Source, l.opts.Name, metrics.ResultError)
+		WriteProblem(w, http.StatusBadRequest, "The request carries no rate-limit key (for example a required header is missing), so it cannot be counted.", 0)
+		return false
+	}
+	cost := int64(1)
+	if l.opts.Cost != nil {
+		cost = l.opts.Cost(r)
+	}
+	out, err := l.check(r, key, cost)
+	l.opts.Metrics.ObserveCheck(l.opts.Source, time.Since(start))
+	if err != nil {
+		l.opts.Metrics.ObserveDecision(l.opts.Source, l.opts.Name, metrics.ResultError)
+		switch {
+		case errors.Is(err, sluice.ErrInvalid):
+			WriteProblem(w, http.StatusBadRequest, err.Error(), 0)
+		case r.Context().Err() != nil:
+			// The client is gone; nobody reads the answer.
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.Header().Set("Retry-After", "1")
+			WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter cannot reach its store and fails closed; retry shortly.", 0)
+		}
+		return false
+	}
+	if out.noRule {
+		l.opts.Metrics.ObserveDecision(l.opts.Source, out.rule, metrics.ResultNoRule)
+		return true
+	}
+	result := metrics.Result(out.decision)
+	if out.shadow && !out.decision.Allowed {
+		result = metrics.ResultShadowDenied
+	}
+	l.opts.Metrics.ObserveDecision(l.opts.Source, out.rule, result)
+	if out.header != nil {
+		for name, values := range out.header {
+			w.Header()[name] = values
+		}
+	} else {
+		sluice.SetHeaders(w.Header(), l.opts.Name, out.decision)
+	}
+	if out.decision.Allowed || out.shadow {
+		return true
+	}
+	l.opts.DenyHandler(w, r, out.decision)
+	return false
+}
+
+type outcome struct {
+	decision sluice.Decision
+	rule     string
+	noRule   bool
+	shadow   bool
+	header   http.Header // the remote service's rate-limit headers
+}
+
+func (l *Limiter) check(r *http.Request, key string, cost int64) (outcome, error) {
+	req := sluice.Request{Tenant: l.opts.Tenant, Rule: l.opts.Name, Subject: key, Limits: l.opts.Limits, Cost: cost}
+	if l.opts.Client == nil {
+		d, err := l.guard.Check(r.Context(), req, l.opts.FailureMode)
+		return outcome{decision: d, rule: l.opts.Name}, err
+	}
+	var res client.Result
+	ctx := context.WithValue(r.Context(), remoteCallKey{}, &remoteCall{route: l.opts.Route(r), result: &res})
+	d, err := l.guard.Check(ctx, req, l.opts.FailureMode)
+	if err != nil {
+		return outcome{}, err
+	}
+	if d.Degraded {
+		return outcome{decision: d, rule: l.opts.Name}, nil
+	}
+	if res.Rule == "" {
+		return outcome{noRule: true}, nil
+	}
+	return outcome{decision: d, rule: res.Rule, shadow: res.Shadow, header: res.Header}, nil
+}
+
+// denyWithProblem is the default DenyHandler.
+func denyWithProblem(w http.ResponseWriter, r *http.Request, d sluice.Decision) {
+	WriteProblem(w, http.StatusTooManyRequests,
+		fmt.Sprintf("Rate limit exceeded: retry after %s.", d.RetryAfter.Round(time.Millisecond)), d.RetryAfter)
+}

@@ -1,0 +1,398 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/middleware"
+)
+
+// Config is a gateway.yaml file. See docs/gateway.md for every field.
+type Config struct {
+	// Listen is the address to serve on (default ":8081").
+	Listen string `yaml:"listen"`
+	// Redis is the store URL shared by every gateway instance
+	// (redis://, redis-cluster://, redis-sentinel://); empty keeps counters
+	// in process, for a single instance.
+	Redis string `yaml:"redis"`
+	// RedisPrefix is put before every key (default "sluice:").
+	RedisPrefix string `yaml:"redis_prefix"`
+	// FailureMode is the default of routes that set none (default open).
+	FailureMode sluice.FailureMode `yaml:"failure_mode"`
+	// StoreTimeout bounds each store call (default 50ms).
+	StoreTimeout Duration `yaml:"store_timeout"`
+
+	TrustedProxies TrustedProxiesConfig `yaml:"trusted_proxies"`
+	CORS           *CORSConfig          `yaml:"cors"`
+	// JWT holds named token verifiers that routes refer to by name.
+	JWT    map[string]JWTConfig `yaml:"jwt"`
+	Routes []RouteConfig        `yaml:"routes"`
+}
+
+// TrustedProxiesConfig says which proxies may report the client address.
+type TrustedProxiesConfig struct {
+	CIDRs  []string `yaml:"cidrs"`
+	Hops   int      `yaml:"hops"`
+	Header string   `yaml:"header"`
+}
+
+// CORSConfig is the cross-origin policy for browsers.
+type CORSConfig struct {
+	// AllowedOrigins is the explicit list of origins allowed to call.
+	AllowedOrigins   []string `yaml:"allowed_origins"`
+	AllowedMethods   []string `yaml:"allowed_methods"`
+	AllowedHeaders   []string `yaml:"allowed_headers"`
+	ExposedHeaders   []string `yaml:"exposed_headers"`
+	AllowCredentials bool     `yaml:"allow_credentials"`
+	MaxAge           Duration `yaml:"max_age"`
+}
+
+// JWTConfig verifies bearer tokens.
+type JWTConfig struct {
+	// Issuer, if set, must equal the token's iss.
+	Issuer string `yaml:"issuer"`
+	// Audience, if set, must contain one of the token's aud.
+	Audience []string `yaml:"audience"`
+	// Leeway tolerates clock skew on exp, nbf and iat (default 30s, at most 5m).
+	Leeway *Duration `yaml:"leeway"`
+	// HS256SecretEnv names the environment variable holding the HS256 secret.
+	HS256SecretEnv string `yaml:"hs256_secret_env"`
+	// PublicKeys are PEM files of RSA, ECDSA (P-256) or Ed25519 public keys.
+	PublicKeys []string `yaml:"public_keys"`
+	// JWKSURL is fetched at start and every JWKSRefresh (default 5m), and
+	// when a token names a key id not seen yet.
+	JWKSURL     string   `yaml:"jwks_url"`
+	JWKSRefresh Duration `yaml:"jwks_refresh"`
+	// Algorithms restricts the accepted algorithms (default: those of the
+	// configured keys: HS256, RS256, ES256, EdDSA).
+	Algorithms []string `yaml:"algorithms"`
+}
+
+// RouteConfig is one proxied route.
+type RouteConfig struct {
+	// Name names the route in metrics, headers and counters (unique).
+	Name string `yaml:"name"`
+	// PathPrefix selects requests: "/api/orders" matches /api/orders and
+	// /api/orders/17, not /api/ordersx. The longest matching prefix wins.
+	PathPrefix string   `yaml:"path_prefix"`
+	Methods    []string `yaml:"methods"`
+	Upstream   string   `yaml:"upstream"`
+	// StripPrefix removes PathPrefix before forwarding.
+	StripPrefix bool `yaml:"strip_prefix"`
+	// Timeout bounds the whole upstream exchange (default 30s).
+	Timeout Duration `yaml:"timeout"`
+	// Auth names the JWT verifier requests must pass; empty: no auth.
+	Auth string `yaml:"auth"`
+	// AuthOptional lets requests without a token through (limited by
+	// address); a token that is present must still be valid.
+	AuthOptional bool `yaml:"auth_optional"`
+	// Limits are the route's rate limits, per JWT subject when authenticated,
+	// else per client IP. None: not limited.
+	Limits      []LimitConfig      `yaml:"limits"`
+	FailureMode sluice.FailureMode `yaml:"failure_mode"`
+	// Cost is what one request takes from the limits (default 1).
+	Cost *int64 `yaml:"cost"`
+}
+
+// LimitConfig is a limit in the service's JSON shape:
+// {name, algorithm: token_bucket, capacity, refill_per_second} or
+// {name, algorithm: sliding_window|fixed_window, limit, window}.
+type LimitConfig struct {
+	Name            string   `yaml:"name"`
+	Algorithm       string   `yaml:"algorithm"`
+	Capacity        int64    `yaml:"capacity"`
+	RefillPerSecond float64  `yaml:"refill_per_second"`
+	Limit           int64    `yaml:"limit"`
+	Window          Duration `yaml:"window"`
+}
+
+// Duration is a time.Duration written as "30s" or "1m" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
+	var s string
+	if err := node.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: a duration like \"30s\" or \"1m\" is expected", node.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like \"30s\" or \"1m\"", node.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// LoadConfig reads and validates a gateway.yaml file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read gateway config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("gateway config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes YAML, rejecting unknown fields, fills defaults and
+// validates.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var cfg Config
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	cfg.fillDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+const (
+	defaultListen       = ":8081"
+	defaultRouteTimeout = 30 * time.Second
+	defaultLeeway       = 30 * time.Second
+	maxLeeway           = 5 * time.Minute
+	defaultJWKSRefresh  = 5 * time.Minute
+)
+
+func (c *Config) fillDefaults() {
+	if c.Listen == "" {
+		c.Listen = defaultListen
+	}
+	if c.FailureMode == "" {
+		c.FailureMode = sluice.FailOpen
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.Timeout == 0 {
+			r.Timeout = Duration(defaultRouteTimeout)
+		}
+		if r.FailureMode == "" {
+			r.FailureMode = c.FailureMode
+		}
+		for j := range r.Methods {
+			r.Methods[j] = strings.ToUpper(r.Methods[j])
+		}
+	}
+}
+
+var routeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+var knownAlgorithms = map[string]bool{"HS256": true, "RS256": true, "ES256": true, "EdDSA": true}
+
+// Validate reports the first problem of c, naming the field.
+func (c *Config) Validate() error {
+	if !c.FailureMode.Valid() {
+		return fmt.Errorf("failure_mode: %q is not one of open, closed, local", c.FailureMode)
+	}
+	if c.StoreTimeout < 0 {
+		return errors.New("store_timeout: must not be negative")
+	}
+	if c.Redis != "" {
+		u, err := url.Parse(c.Redis)
+		if err != nil || !strings.HasPrefix(u.Scheme, "redis") {
+			return errors.New("redis: must be a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL")
+		}
+	}
+	if _, err := c.TrustedProxies.build(); err != nil {
+		return fmt.Errorf("trusted_proxies: %w", err)
+	}
+	if c.CORS != nil {
+		if err := c.CORS.validate(); err != nil {
+			return err
+		}
+	}
+	for name, j := range c.JWT {
+		if err := j.validate(); err != nil {
+			return fmt.Errorf("jwt.%s.%w", name, err)
+		}
+	}
+	if len(c.Routes) == 0 {
+		return errors.New("routes: at least one route is required")
+	}
+	names := map[string]bool{}
+	prefixes := map[string]string{}
+	for i, r := range c.Routes {
+		field := fmt.Sprintf("routes[%d]", i)
+		if r.Name != "" {
+			field = fmt.Sprintf("routes[%d] (%s)", i, r.Name)
+		}
+		if err := r.validate(c); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
+		if names[r.Name] {
+			return fmt.Errorf("%s.name: %q is used by another route; route names must be unique", field, r.Name)
+		}
+		names[r.Name] = true
+		for _, m := range methodsOrAny(r.Methods) {
+			key := m + " " + r.PathPrefix
+			if other, ok := prefixes[key]; ok {
+				return fmt.Errorf("%s.path_prefix: %s %s is already served by route %q", field, m, r.PathPrefix, other)
+			}
+			prefixes[key] = r.Name
+		}
+	}
+	return nil
+}
+
+func methodsOrAny(methods []string) []string {
+	if len(methods) == 0 {
+		return []string{"*"}
+	}
+	return methods
+}
+
+func (t TrustedProxiesConfig) build() (middleware.TrustedProxies, error) {
+	cidrs, err := middleware.ParseCIDRs(t.CIDRs)
+	if err != nil {
+		return middleware.TrustedProxies{}, fmt.Errorf("cidrs: %w", err)
+	}
+	tp := middleware.TrustedProxies{CIDRs: cidrs, Hops: t.Hops, Header: t.Header}
+	if err := tp.Validate(); err != nil {
+		return middleware.TrustedProxies{}, err
+	}
+	return tp, nil
+}
+
+func (c *CORSConfig) validate() error {
+	if len(c.AllowedOrigins) == 0 {
+		return errors.New("cors.allowed_origins: list the origins allowed to call (like https://app.example.com); remove the cors section to send no CORS headers")
+	}
+	for i, o := range c.AllowedOrigins {
+		if o == "*" {
+			if c.AllowCredentials {
+				return errors.New("cors.allowed_origins: \"*\" cannot be combined with allow_credentials: true; list the origins explicitly")
+			}
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("cors.allowed_origins[%d]: %q is not an origin like https://app.example.com", i, o)
+		}
+	}
+	if c.MaxAge < 0 {
+		return errors.New("cors.max_age: must not be negative")
+	}
+	return nil
+}
+
+func (j JWTConfig) validate() error {
+	if j.HS256SecretEnv == "" && len(j.PublicKeys) == 0 && j.JWKSURL == "" {
+		return errors.New("hs256_secret_env: a verifier needs a key: hs256_secret_env, public_keys or jwks_url")
+	}
+	if j.HS256SecretEnv != "" && len(os.Getenv(j.HS256SecretEnv)) < 32 {
+		return fmt.Errorf("hs256_secret_env: environment variable %s must hold a secret of at least 32 bytes", j.HS256SecretEnv)
+	}
+	if j.JWKSURL != "" {
+		u, err := url.Parse(j.JWKSURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("jwks_url: %q is not an http(s) URL", j.JWKSURL)
+		}
+	}
+	if j.JWKSRefresh < 0 || (j.JWKSRefresh > 0 && time.Duration(j.JWKSRefresh) < time.Second) {
+		return errors.New("jwks_refresh: must be at least 1s")
+	}
+	if j.Leeway != nil && (*j.Leeway < 0 || time.Duration(*j.Leeway) > maxLeeway) {
+		return fmt.Errorf("leeway: must be between 0 and %v", maxLeeway)
+	}
+	for i, a := range j.Algorithms {
+		if !knownAlgorithms[a] {
+			return fmt.Errorf("algorithms[%d]: %q is not one of HS256, RS256, ES256, EdDSA", i, a)
+		}
+	}
+	for i, path := range j.PublicKeys {
+		if _, err := readPublicKey(path); err != nil {
+			return fmt.Errorf("public_keys[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (r RouteConfig) validate(c *Config) error {
+	if !routeNamePattern.MatchString(r.Name) {
+		return fmt.Errorf("name: %q must be 1-64 letters, digits, '_', '.' or '-'", r.Name)
+	}
+	if !strings.HasPrefix(r.PathPrefix, "/") {
+		return fmt.Errorf("path_prefix: %q must start with /", r.PathPrefix)
+	}
+	if r.PathPrefix == "/healthz" || r.PathPrefix == "/metrics" {
+		return fmt.Errorf("path_prefix: %s is served by the gateway itself", r.PathPrefix)
+	}
+	for i, m := range r.Methods {
+		if !regexp.MustCompile(`^[A-Z]+$`).MatchString(m) {
+			return fmt.Errorf("methods[%d]: %q is not an HTTP method", i, m)
+		}
+	}
+	u, err := url.Parse(r.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("upstream: %q must be an absolute http:// or https:// URL", r.Upstream)
+	}
+	if r.Timeout < 0 {
+		return errors.New("timeout: must not be negative")
+	}
+	if r.Auth != "" {
+		if _, ok := c.JWT[r.Auth]; !ok {
+			return fmt.Errorf("auth: no verifier %q under jwt", r.Auth)
+		}
+	} else if r.AuthOptional {
+		return errors.New("auth_optional: needs auth to name a verifier")
+	}
+	if !r.FailureMode.Valid() {
+		return fmt.Errorf("failure_mode: %q is not one of open, closed, local", r.FailureMode)
+	}
+	limits, err := r.limits()
+	if err != nil {
+		return err
+	}
+	if r.Cost != nil {
+		if len(limits) == 0 {
+			return errors.New("cost: the route has no limits")
+		}
+		if err := (sluice.Request{Limits: limits, Cost: *r.Cost}).Validate(); err != nil {
+			return fmt.Errorf("cost: %w", err)
+		}
+	}
+	return nil
+}
+
+// limits maps the route's limit configs onto sluice.Limits.
+func (r RouteConfig) limits() ([]sluice.Limit, error) {
+	if len(r.Limits) == 0 {
+		return nil, nil
+	}
+	out := make([]sluice.Limit, len(r.Limits))
+	for i, lc := range r.Limits {
+		l := sluice.Limit{Name: lc.Name, Algorithm: sluice.Algorithm(lc.Algorithm)}
+		switch l.Algorithm {
+		case sluice.AlgorithmTokenBucket:
+			if lc.Limit != 0 || lc.Window != 0 {
+				return nil, fmt.Errorf("limits[%d]: a token bucket takes capacity and refill_per_second, not limit and window", i)
+			}
+			l.Capacity, l.RefillPerSecond = lc.Capacity, lc.RefillPerSecond
+		default:
+			if lc.Capacity != 0 || lc.RefillPerSecond != 0 {
+				return nil, fmt.Errorf("limits[%d]: a %s limit takes limit and window, not capacity and refill_per_second", i, lc.Algorithm)
+			}
+			l.Capacity, l.Window = lc.Limit, time.Duration(lc.Window)
+		}
+		out[i] = l
+	}
+	if err := sluice.ValidateLimits(out); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,96 @@
+package gateway_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicelabs/sluice/gateway"
+)
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Setenv("GW_SHORT_SECRET", "short")
+	const route = "routes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown_field", "listen: ':1'\nlisten_addr: x\n" + route, "field listen_addr not found"},
+		{"no_routes", "listen: ':1'\n", "routes: at least one route"},
+		{"bad_upstream", "routes: [{name: api, path_prefix: /api, upstream: 'localhost:9'}]", "routes[0] (api).upstream"},
+		{"relative_prefix", "routes: [{name: api, path_prefix: api, upstream: 'http://h'}]", "routes[0] (api).path_prefix"},
+		{"duplicate_names", "routes: [{name: a, path_prefix: /a, upstream: 'http://h'}, {name: a, path_prefix: /b, upstream: 'http://h'}]", "routes[1] (a).name"},
+		{"duplicate_prefix", "routes: [{name: a, path_prefix: /a, upstream: 'http://h'}, {name: b, path_prefix: /a, upstream: 'http://h'}]", "routes[1] (b).path_prefix"},
+		{"unknown_auth", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', auth: nope}]", "routes[0] (a).auth"},
+		{"bad_limit", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', limits: [{name: m, algorithm: fixed_window, limit: 0, window: 1m}]}]", "routes[0] (a).limits"},
+		{"limit_mixed_fields", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', limits: [{name: m, algorithm: token_bucket, limit: 5, window: 1m}]}]", "routes[0] (a).limits[0]"},
+		{"cost_never_fits", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', cost: 9, limits: [{name: m, algorithm: fixed_window, limit: 5, window: 1m}]}]", "routes[0] (a).cost"},
+		{"bad_window", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', limits: [{name: m, algorithm: fixed_window, limit: 5, window: soon}]}]", "not a duration"},
+		{"bad_failure_mode", "failure_mode: maybe\n" + route, "failure_mode"},
+		{"cors_star_with_credentials", "cors: {allowed_origins: ['*'], allow_credentials: true}\n" + route, "cors.allowed_origins"},
+		{"cors_not_an_origin", "cors: {allowed_origins: ['app.example.com']}\n" + route, "cors.allowed_origins[0]"},
+		{"cors_empty", "cors: {allow_credentials: true}\n" + route, "cors.allowed_origins"},
+		{"jwt_without_key", "jwt: {main: {issuer: x}}\n" + route, "jwt.main.hs256_secret_env"},
+		{"jwt_short_secret", "jwt: {main: {hs256_secret_env: GW_SHORT_SECRET}}\n" + route, "jwt.main.hs256_secret_env"},
+		{"jwt_missing_pem", "jwt: {main: {public_keys: [/nonexistent.pem]}}\n" + route, "jwt.main.public_keys[0]"},
+		{"jwt_unknown_algorithm", "jwt: {main: {jwks_url: 'http://h/jwks', algorithms: [none]}}\n" + route, "jwt.main.algorithms[0]"},
+		{"jwt_huge_leeway", "jwt: {main: {jwks_url: 'http://h/jwks', leeway: 1h}}\n" + route, "jwt.main.leeway"},
+		{"bad_trusted_cidr", "trusted_proxies: {cidrs: [10.0.0.0/99]}\n" + route, "trusted_proxies: cidrs"},
+		{"bad_trusted_header", "trusted_proxies: {header: X-Real-IP}\n" + route, "trusted_proxies"},
+		{"bad_redis", "redis: 'http://h'\n" + route, "redis:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := gateway.ParseConfig([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigPrivateKeyFileIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key.pem")
+	os.WriteFile(path, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600)
+	_, err := gateway.ParseConfig([]byte(fmt.Sprintf("jwt: {main: {public_keys: [%s]}}\nroutes: [{name: a, path_prefix: /a, upstream: 'http://h', auth: main}]", path)))
+	if err == nil || !strings.Contains(err.Error(), "never a private key") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestReload(t *testing.T) {
+	one, two := newUpstream(t, "one"), newUpstream(t, "two")
+	cfg := func(up *upstream, extra string) *gateway.Config {
+		c, err := gateway.ParseConfig([]byte(fmt.Sprintf("%sroutes: [{name: api, path_prefix: /api, upstream: %q}]", extra, up.URL)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	gw, srv := startGateway(t, fmt.Sprintf("routes: [{name: api, path_prefix: /api, upstream: %q}]", one.URL))
+	if r := do(t, "GET", srv.URL+"/api", nil); r.echo.Upstream != "one" {
+		t.Fatalf("before reload: %+v", r)
+	}
+	if err := gw.Reload(cfg(two, "redis: 'redis://127.0.0.1:1/0'\n")); err == nil || !strings.Contains(err.Error(), "redis") {
+		t.Fatalf("changing the store on reload: err = %v, want a refusal", err)
+	}
+	if r := do(t, "GET", srv.URL+"/api", nil); r.echo.Upstream != "one" {
+		t.Fatalf("a refused reload changed the routes: %+v", r)
+	}
+	if err := gw.Reload(cfg(two, "")); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, "GET", srv.URL+"/api", nil); r.echo.Upstream != "two" {
+		t.Fatalf("after reload: %+v", r)
+	}
+}
+
+func TestLoadConfigNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	os.WriteFile(path, []byte("routes: []\n"), 0o600)
+	_, err := gateway.LoadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "routes") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,401 @@
+// Package gateway is a small API gateway: a reverse proxy whose routes
+// authenticate bearer JWTs, answer CORS for an explicit list of origins, and
+// rate-limit each caller with Sluice.
+//
+// A request goes through, in order: CORS (preflights are answered here and
+// never reach auth or limits; every answer, 401 and 429 included, carries the
+// CORS headers so browsers can read it), route matching (longest path prefix),
+// authentication (401 unless the route's JWT verifier accepts the bearer
+// token), rate limiting (keyed by the token's subject when authenticated, else
+// by the client IP found through the trusted proxies), and the reverse proxy.
+// Authentication comes before limiting so that callers are limited as
+// themselves, not by the address they share with others.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/cors"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/middleware"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
+)
+
+// Options are the gateway's process-wide dependencies.
+type Options struct {
+	// Metrics receives decisions under source "gateway"; may be nil.
+	Metrics *metrics.Metrics
+	// Gatherer serves /metrics; nil serves prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Gateway is an http.Handler serving a Config; Reload swaps the config
+// without dropping requests.
+type Gateway struct {
+	opts  Options
+	store sluice.Store
+	close func() error
+	redis string
+
+	mu      sync.Mutex // serialises Reload and Close
+	current atomic.Pointer[runtime]
+}
+
+// RateLimitHeaders are exposed to browsers by the CORS policy, so scripts can
+// read their limits.
+var RateLimitHeaders = []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+
+// New opens the store named by cfg (Redis, or in process) and returns a
+// Gateway serving cfg. Close releases it.
+func New(cfg *Config, opts Options) (*Gateway, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.DefaultGatherer
+	}
+	g := &Gateway{opts: opts, redis: cfg.Redis}
+	if cfg.Redis != "" {
+		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return nil, err
+		}
+		g.store, g.close = rs, rs.Close
+	} else {
+		ms := memory.New(memory.Options{})
+		g.store, g.close = ms, ms.Close
+	}
+	rt, err := g.build(cfg)
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	g.current.Store(rt)
+	return g, nil
+}
+
+// Reload replaces the configuration. If cfg cannot be served (a JWT key file
+// gone, a changed store), the running configuration stays and the error says
+// why.
+func (g *Gateway) Reload(cfg *Config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cfg.Redis != g.redis {
+		return errors.New("redis: the store cannot change on reload; restart the gateway to use another")
+	}
+	rt, err := g.build(cfg)
+	if err != nil {
+		return err
+	}
+	old := g.current.Swap(rt)
+	// In-flight requests of the old runtime keep working: closing only
+	// stops JWKS refreshes and fallback stores' sweepers.
+	old.close()
+	return nil
+}
+
+// Close stops background work and closes the store.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rt := g.current.Load(); rt != nil {
+		rt.close()
+	}
+	return g.close()
+}
+
+// Listen returns the listen address of the running configuration.
+func (g *Gateway) Listen() string { return g.current.Load().cfg.Listen }
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.current.Load().handler.ServeHTTP(w, r)
+}
+
+// runtime is everything built from one Config.
+type runtime struct {
+	cfg       *Config
+	handler   http.Handler
+	routes    []*route // longest prefix first
+	verifiers map[string]*verifier
+	limiters  []*middleware.Limiter
+	cancel    context.CancelFunc
+}
+
+type route struct {
+	cfg      RouteConfig
+	methods  []string
+	verifier *verifier
+	limiter  *middleware.Limiter
+	proxy    *httputil.ReverseProxy
+	timeout  time.Duration
+}
+
+func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	rt = &runtime{cfg: cfg, verifiers: map[string]*verifier{}, cancel: cancel}
+	defer func() {
+		if err != nil {
+			rt.close()
+		}
+	}()
+	trusted, err := cfg.TrustedProxies.build()
+	if err != nil {
+		return nil, fmt.Errorf("trusted_proxies: %w", err)
+	}
+	for name, jc := range cfg.JWT {
+		v, err := newVerifier(ctx, name, jc, g.opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("jwt.%s: %w", name, err)
+		}
+		rt.verifiers[name] = v
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	key := middleware.FirstOf(middleware.JWTClaim("sub"), middleware.ClientIP(trusted))
+	for _, rc := range cfg.Routes {
+		upstream, _ := url.Parse(rc.Upstream) // validated
+		rte := &route{cfg: rc, methods: rc.Methods, verifier: rt.verifiers[rc.Auth], timeout: time.Duration(rc.Timeout)}
+		limits, err := rc.limits()
+		if err != nil {
+			return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
+		}
+		if len(limits) > 0 {
+			cost := int64(1)
+			if rc.Cost != nil {
+				cost = *rc.Cost
+			}
+			rte.limiter, err = middleware.NewLimiter(middleware.Options{
+				Store:       g.store,
+				Name:        rc.Name,
+				Tenant:      "gateway",
+				Limits:      limits,
+				Key:         key,
+				Cost:        func(*http.Request) int64 { return cost },
+				FailureMode: rc.FailureMode,
+				Guard:       guard.Options{Name: "gateway." + rc.Name, Timeout: time.Duration(cfg.StoreTimeout)},
+				Metrics:     g.opts.Metrics,
+				Source:      metrics.SourceGateway,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("routes (%s): %w", rc.Name, err)
+			}
+			rt.limiters = append(rt.limiters, rte.limiter)
+		}
+		rte.proxy = newProxy(upstream, rc, trusted, transport, g.opts.Logger)
+		rt.routes = append(rt.routes, rte)
+	}
+	sort.SliceStable(rt.routes, func(i, j int) bool {
+		return len(rt.routes[i].cfg.PathPrefix) > len(rt.routes[j].cfg.PathPrefix)
+	})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("/", http.HandlerFunc(rt.serveRoute))
+	rt.handler = mux
+	if cfg.CORS != nil {
+		rt.handler = newCORS(cfg.CORS).Handler(mux)
+	}
+	return rt, nil
+}
+
+func newCORS(c *CORSConfig) *cors.Cors {
+	methods := c.AllowedMethods
+	if len(methods) == 0 {
+		methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	}
+	headers := c.AllowedHeaders
+	if len(headers) == 0 {
+		headers = []string{"Authorization", "Content-Type"}
+	}
+	exposed := append(slices.Clone(RateLimitHeaders), c.ExposedHeaders...)
+	return cors.New(cors.Options{
+		AllowedOrigins:   c.AllowedOrigins,
+		AllowedMethods:   methods,
+		AllowedHeaders:   headers,
+		ExposedHeaders:   exposed,
+		AllowCredentials: c.AllowCredentials,
+		MaxAge:           int(time.Duration(c.MaxAge).Seconds()),
+	})
+}
+
+func (rt *runtime) close() {
+	rt.cancel()
+	for _, v := range rt.verifiers {
+		v.close()
+	}
+	for _, l := range rt.limiters {
+		l.Close()
+	}
+}
+
+// match returns the route for r: the longest path prefix matching at a
+// segment boundary, and whether a route had the path but not the method.
+func (rt *runtime) match(r *http.Request) (*route, []string) {
+	var allowed []string
+	for _, rte := range rt.routes {
+		if !pathHasPrefix(r.URL.Path, rte.cfg.PathPrefix) {
+			continue
+		}
+		if len(rte.methods) == 0 || slices.Contains(rte.methods, r.Method) ||
+			(r.Method == http.MethodHead && slices.Contains(rte.methods, http.MethodGet)) {
+			return rte, nil
+		}
+		allowed = append(allowed, rte.methods...)
+	}
+	return nil, allowed
+}
+
+func pathHasPrefix(path, prefix string) bool {
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return len(path) == len(prefix) || strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
+}
+
+func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
+	rte, allowed := rt.match(r)
+	if rte == nil {
+		if len(allowed) > 0 {
+			slices.Sort(allowed)
+			w.Header().Set("Allow", strings.Join(slices.Compact(allowed), ", "))
+			middleware.WriteProblem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on this path.", r.Method), 0)
+			return
+		}
+		middleware.WriteProblem(w, http.StatusNotFound, "No route matches this path.", 0)
+		return
+	}
+	if rte.verifier != nil {
+		var ok bool
+		if r, ok = authenticate(w, r, rte); !ok {
+			return
+		}
+	}
+	if rte.limiter != nil && !rte.limiter.Serve(w, r) {
+		return
+	}
+	if rte.timeout > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), rte.timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+	rte.proxy.ServeHTTP(w, r)
+}
+
+// authenticate verifies the bearer token and stores its claims for the
+// limiter. On failure it answers 401 and returns false.
+func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Request, bool) {
+	raw, present := bearerToken(r)
+	if !present {
+		if rte.cfg.AuthOptional {
+			return r, true
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway"`)
+		middleware.WriteProblem(w, http.StatusUnauthorized, "A bearer token is required: send Authorization: Bearer <JWT>.", 0)
+		return r, false
+	}
+	claims, err := rte.verifier.verify(r.Context(), raw)
+	if err != nil {
+		// The reason (expired, wrong audience...) helps the caller fix its
+		// token; the token itself is never echoed or logged.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway", error="invalid_token"`)
+		middleware.WriteProblem(w, http.StatusUnauthorized, "The bearer token was rejected: "+tokenProblem(err)+".", 0)
+		return r, false
+	}
+	return r.WithContext(middleware.WithClaims(r.Context(), map[string]any(claims))), true
+}
+
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", true // present but not a bearer token: rejected
+	}
+	return strings.TrimSpace(token), true
+}
+
+func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxies, transport http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Transport: transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if rc.StripPrefix {
+				pr.Out.URL.Path = stripPrefix(pr.Out.URL.Path, rc.PathPrefix)
+				pr.Out.URL.RawPath = ""
+			}
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+			// Tell the upstream the client address the gateway believes,
+			// not one an untrusted client wrote itself.
+			if client, ok := trusted.ClientAddr(pr.In); ok {
+				pr.Out.Header.Set("X-Forwarded-For", client.String())
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.DeadlineExceeded) {
+				middleware.WriteProblem(w, http.StatusGatewayTimeout, "The upstream did not answer in time.", 0)
+				return
+			}
+			if r.Context().Err() == nil {
+				log.Warn("upstream request failed", "route", rc.Name, "error", err)
+			}
+			middleware.WriteProblem(w, http.StatusBadGateway, "The upstream could not be reached.", 0)
+		},
+	}
+}
+
+func stripPrefix(path, prefix string) string {
+	rest := strings.TrimPrefix(path, strings.TrimSuffix(prefix, "/"))
+	if !strings.HasPrefix(rest, "/") {
+		rest = "/" + rest
+	}
+	return rest
+}
+
+// tokenProblem says in words why a token was refused.
+func tokenProblem(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "it is not a well-formed JWT"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "its signature or algorithm is not accepted"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "it has expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return "it is not valid yet"
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "it was issued in the future"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "its issuer is not accepted"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "it is not meant for this audience"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "a required claim (exp) is missing"
+	}
+	return "it is not valid"
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice/gateway"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+func init() { rootCmd.AddCommand(newGatewayCmd()) }
+
+type gatewayFlags struct {
+	Config          string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+}
+
+func newGatewayCmd() *cobra.Command {
+	var flags gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the API gateway (reverse proxy with JWT auth, CORS and rate limits)",
+		Long: `Run the API gateway described by --config (a gateway.yaml; see docs/gateway.md):
+routes proxied to upstreams, per-route JWT authentication, CORS for an explicit
+list of origins, and per-route rate limits keyed by the token's subject, else by
+the client IP. /healthz and /metrics are served on the same listener.
+
+Send SIGHUP to reload the file: if the new file is invalid, the gateway keeps
+running the old configuration and logs why.
+
+Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_CONFIG).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if flags.Config == "" {
+				return errors.New("--config is required: the path of a gateway.yaml (see docs/gateway.md)")
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), flags.LogLevel)
+			if err != nil {
+				return err
+			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			return runGateway(cmd.Context(), flags, log, hup, nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&flags.Config, "config", "", "path of the gateway.yaml configuration (required)")
+	f.StringVar(&flags.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&flags.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
+	return cmd
+}
+
+// runGateway serves the gateway until ctx ends, reloading the configuration
+// file on every value from reload. onReload, if set, learns each reload's
+// outcome (tests wait on it).
+func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reload <-chan os.Signal, onReload func(error)) error {
+	cfg, err := gateway.LoadConfig(flags.Config)
+	if err != nil {
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(registry), Gatherer: registry, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (the listen field of %s): %w", cfg.Listen, flags.Config, err)
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("gateway listening", "addr", ln.Addr().String(), "routes", len(cfg.Routes), "config", flags.Config)
+
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("gateway server: %w", err)
+		case <-reload:
+			err := reloadGateway(gw, flags.Config)
+			if err != nil {
+				log.Error("reload refused; still serving the previous configuration", "config", flags.Config, "error", err)
+			} else {
+				log.Info("configuration reloaded", "config", flags.Config)
+			}
+			if onReload != nil {
+				onReload(err)
+			}
+		case <-ctx.Done():
+			log.Info("shutting down", "grace", flags.ShutdownTimeout)
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), flags.ShutdownTimeout)
+			defer cancel()
+			if err := srv.Shutdown(shutdownCtx); err != nil {
+				return fmt.Errorf("shutdown: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+func reloadGateway(gw *gateway.Gateway, path string) error {
+	cfg, err := gateway.LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	if cfg.Listen != gw.Listen() {
+		return fmt.Errorf("listen: the address cannot change on reload (%s → %s); restart the gateway", gw.Listen(), cfg.Listen)
+	}
+	return gw.Reload(cfg)
+}
+

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+func TestGatewayCommandServesAndReloads(t *testing.T) {
+	upstream := func(name string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+	one, two := upstream("one"), upstream("two")
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := func(up string) string {
+		return fmt.Sprintf("listen: %q\nroutes:\n  - {name: api, path_prefix: /api, upstream: %q, limits: [{name: m, algorithm: fixed_window, limit: 100, window: 1m}]}\n", addr, up)
+	}
+	write(config(one.URL))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	reload := make(chan os.Signal)
+	reloaded := make(chan error)
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, gatewayFlags{Config: path, ShutdownTimeout: 5 * time.Second},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), reload, func(err error) { reloaded <- err })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runGateway: %v", err)
+		}
+	}()
+
+	get := func(p string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := get("/healthz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway never became healthy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := get("/api"); code != 200 || body != "one" {
+		t.Fatalf("before reload: %d %q", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, `sluice_decisions_total{result="allowed",rule="api",source="gateway"} 1`) {
+		t.Fatalf("/metrics lacks the decision:\n%s", body)
+	}
+
+	write("routes: [{name: api, path_prefix: /api, upstream: 'not a url'}]\n")
+	reload <- os.Interrupt
+	if err := <-reloaded; err == nil || !strings.Contains(err.Error(), "upstream") {
+		t.Fatalf("invalid config reload: err = %v, want one naming upstream", err)
+	}
+	if code, body := get("/api"); code != 200 || body != "one" {
+		t.Fatalf("after a refused reload: %d %q, want the old config still serving", code, body)
+	}
+
+	write(config(two.URL))
+	reload <- os.Interrupt
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("/api"); code != 200 || body != "two" {
+		t.Fatalf("after reload: %d %q", code, body)
+	}
+}
+
+func TestGatewayCommandRequiresConfig(t *testing.T) {
+	cmd := newGatewayCmd()
+	cmd.SetArgs(nil)
+	cmd.SetErr(io.Discard)
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "--config is required") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -125,4 +125,3 @@ func reloadGateway(gw *gateway.Gateway, path string) error {
 	}
 	return gw.Reload(cfg)
 }
-

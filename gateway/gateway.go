@@ -139,6 +139,7 @@ type runtime struct {
 	routes    []*route // longest prefix first
 	verifiers map[string]*verifier
 	limiters  []*middleware.Limiter
+	transport *http.Transport
 	cancel    context.CancelFunc
 }
 
@@ -171,6 +172,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 		rt.verifiers[name] = v
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
+	rt.transport = transport
 	key := middleware.FirstOf(middleware.JWTClaim("sub"), middleware.ClientIP(trusted))
 	for _, rc := range cfg.Routes {
 		upstream, _ := url.Parse(rc.Upstream) // validated
@@ -249,6 +251,10 @@ func (rt *runtime) close() {
 	}
 	for _, l := range rt.limiters {
 		l.Close()
+	}
+	if rt.transport != nil {
+		// Only idle connections: requests still in flight finish.
+		rt.transport.CloseIdleConnections()
 	}
 }
 

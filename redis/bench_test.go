@@ -51,4 +51,13 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	})
+	b.Run("reference-incr/parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				incr(b)
+			}
+		})
+	})
 }

@@ -18,7 +18,8 @@ var BenchLimits = []sluice.Limit{
 }
 
 // BenchmarkCheck runs the same store benchmarks for every store: serial and
-// parallel on one hot subject, and parallel across 10,000 subjects.
+// parallel on one hot subject (with GOMAXPROCS and with 64 goroutines), and
+// parallel across 10,000 subjects.
 func BenchmarkCheck(b *testing.B, store sluice.Store) {
 	ctx := context.Background()
 	subjects := make([]string, 10_000)
@@ -39,6 +40,17 @@ func BenchmarkCheck(b *testing.B, store sluice.Store) {
 	})
 	b.Run("parallel/hot", func(b *testing.B) {
 		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				check(b, hot)
+			}
+		})
+	})
+	// 64 goroutines (32 per CPU): many requests in flight at once, as in a
+	// busy server, so a networked store can pipeline them.
+	b.Run("parallel64/hot", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				check(b, hot)

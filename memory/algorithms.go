@@ -34,15 +34,38 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // decide applies cost to one limit at time now (ms). st is nil when no state
 // exists.
+//
+// A clock can step backwards (an NTP correction, a Redis failover to a host
+// whose clock is behind). Deciding at such a time would reopen a window that
+// is already spent, so a limit is decided at the time its state was last
+// written when that is later, and the waits it reports are counted from the
+// real now.
 func decide(l sluice.Limit, st *state, now, cost int64) outcome {
+	skew := int64(0)
+	if st != nil {
+		switch l.Algorithm {
+		case sluice.AlgorithmTokenBucket:
+			skew = max(0, st.b-now)
+		default:
+			skew = max(0, st.a*l.Window.Milliseconds()-now)
+		}
+	}
+	var o outcome
 	switch l.Algorithm {
 	case sluice.AlgorithmTokenBucket:
-		return tokenBucket(l, st, now, cost)
+		o = tokenBucket(l, st, now+skew, cost)
 	case sluice.AlgorithmSlidingWindow:
-		return slidingWindow(l, st, now, cost)
+		o = slidingWindow(l, st, now+skew, cost)
 	default:
-		return fixedWindow(l, st, now, cost)
+		o = fixedWindow(l, st, now+skew, cost)
 	}
+	if o.retryAfter > 0 {
+		o.retryAfter += skew
+	}
+	if o.resetAfter > 0 {
+		o.resetAfter += skew
+	}
+	return o
 }
 
 func tokenBucket(l sluice.Limit, st *state, now, cost int64) outcome {

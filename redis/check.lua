@@ -137,18 +137,39 @@ local function fixed_window(limit, w, st, now, cost)
   return allowed, math.max(0, limit - curr), reset, retry, write, {idx, curr, 0}
 end
 
+-- A clock can step backwards (NTP, a failover to a host whose clock is
+-- behind). Deciding at such a time would reopen a window that is already
+-- spent, so a limit is decided at the time its state was last written when
+-- that is later, and the waits it reports are counted from the real now.
 local function decide(i, cost)
   local base = 2 + (i - 1) * 4
   local algo = ARGV[base + 1]
   local capacity = tonumber(ARGV[base + 2])
   local p1 = tonumber(ARGV[base + 3])
   local st = load(KEYS[i], now)
-  if algo == 't' then
-    return token_bucket(capacity, p1, tonumber(ARGV[base + 4]), st, now, cost)
-  elseif algo == 's' then
-    return sliding_window(capacity, p1, st, now, cost)
+  local skew = 0
+  if st then
+    if algo == 't' then
+      skew = math.max(0, st.b - now)
+    else
+      skew = math.max(0, st.a * p1 - now)
+    end
   end
-  return fixed_window(capacity, p1, st, now, cost)
+  local allowed, remaining, reset, retry, write, nxt, extend
+  if algo == 't' then
+    allowed, remaining, reset, retry, write, nxt, extend = token_bucket(capacity, p1, tonumber(ARGV[base + 4]), st, now + skew, cost)
+  elseif algo == 's' then
+    allowed, remaining, reset, retry, write, nxt = sliding_window(capacity, p1, st, now + skew, cost)
+  else
+    allowed, remaining, reset, retry, write, nxt = fixed_window(capacity, p1, st, now + skew, cost)
+  end
+  if retry > 0 then
+    retry = retry + skew
+  end
+  if reset > 0 then
+    reset = reset + skew
+  end
+  return allowed, remaining, reset, retry, write, nxt, extend or false
 end
 
 local function store(key, nxt, reset)

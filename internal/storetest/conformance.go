@@ -324,6 +324,25 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store) {
 		retryExact(t, big, 1500, 2)
 	})
 
+	t.Run("ClockSteppingBackwards", func(t *testing.T) {
+		// A spent window must not reopen because the clock stepped back
+		// into the previous one; waits count from the real (earlier) now.
+		sequence(t, []sluice.Limit{sluice.FixedWindow(3, time.Second).Named("f")}, []step{
+			{1000, 3, true, 0, 0, 1000},
+			{999, 1, false, 0, 1001, 1001},
+			{2000, 1, true, 2, 0, 1000},
+		})
+		sequence(t, []sluice.Limit{sluice.SlidingWindow(3, time.Second).Named("s")}, []step{
+			{1000, 3, true, 0, 0, 2000},
+			{999, 1, false, 0, 1001 + 334, 2001},
+		})
+		sequence(t, []sluice.Limit{sluice.TokenBucket(2, 1).Named("b")}, []step{
+			{5000, 2, true, 0, 0, 2000},
+			{4000, 1, false, 0, 2000, 3000},
+			{6000, 1, true, 0, 0, 2000},
+		})
+	})
+
 	t.Run("InvalidInput", func(t *testing.T) {
 		good := []sluice.Limit{sluice.TokenBucket(5, 1).Named("b")}
 		cases := map[string]sluice.Request{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -168,6 +169,63 @@ descriptors:
 		if want := i < 3; (r.OverallCode == ok) != want {
 			t.Fatalf("call %d: %v", i+1, r.OverallCode)
 		}
+	}
+}
+
+// TestBlockedValue checks a requests_per_unit: 0 rule (the README's blocked
+// IP) in both modes: it denies any hit and answers a look with OK and none
+// remaining, never an error, which Envoy would let through by default. In an
+// all-or-nothing domain the block denies the whole request without
+// consuming the other descriptors' quota.
+func TestBlockedValue(t *testing.T) {
+	const rules = `
+descriptors:
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: ip
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	for _, aon := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all_or_nothing=%v", aon), func(t *testing.T) {
+			head := "domain: blocked\n"
+			if aon {
+				head += "all_or_nothing: true\n"
+			}
+			srv, _ := memoryServer(t, configDir(t, head+rules), envoyrls.Options{})
+			c := serve(t, srv)
+			ask := func(descs ...*ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitResponse {
+				t.Helper()
+				r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "blocked", Descriptors: descs})
+				if err != nil {
+					t.Fatalf("ShouldRateLimit: %v", err)
+				}
+				return r
+			}
+			if r := ask(desc("ip", "50.0.0.5")); r.OverallCode != over || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 {
+				t.Fatalf("blocked IP alone: %v", r)
+			}
+			r := ask(desc("ip", "50.0.0.5"), desc("user", "u"))
+			if r.OverallCode != over || r.Statuses[0].Code != over || r.Statuses[1].Code != ok {
+				t.Fatalf("blocked IP with a user: %v", r)
+			}
+			wantUser := uint32(4) // checked on its own: counted
+			if aon {
+				wantUser = 5 // denied as a whole: nothing consumed
+			}
+			if got := ask(withHits(desc("user", "u"), 0)).Statuses[0].LimitRemaining; got != wantUser {
+				t.Errorf("user remaining = %d, want %d", got, wantUser)
+			}
+			peek := ask(withHits(desc("ip", "50.0.0.5"), 0))
+			if st := peek.Statuses[0]; peek.OverallCode != ok || st.LimitRemaining != 0 || st.CurrentLimit.GetRequestsPerUnit() != 0 {
+				t.Fatalf("a look at the blocked IP: %v", peek)
+			}
+			if r := ask(desc("ip", "10.0.0.1"), desc("user", "v")); r.OverallCode != ok {
+				t.Fatalf("another IP: %v", r)
+			}
+		})
 	}
 }
 

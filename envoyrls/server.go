@@ -357,15 +357,28 @@ func (s *Server) decideWithoutStore(it *item) bool {
 		it.status = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		s.observer.ObserveDecision(source, r.Path, resultAllowed)
 	case it.cost > r.Limit.Capacity:
-		window := r.Limit.Window
-		if r.Limit.Algorithm == sluice.AlgorithmTokenBucket {
-			window = sluice.PolicyWindow(r.Limit)
-		}
+		window := ruleWindow(r)
 		s.finish(it, false, false, sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: window, RetryAfter: window})
+	case r.Limit.Capacity == 0:
+		// requests_per_unit: 0 with hits 0: a look at a limit that admits
+		// nothing. The engine has no empty limit to ask, and there is
+		// nothing to count: OK with none remaining, as envoyproxy/ratelimit
+		// answers.
+		window := ruleWindow(r)
+		s.finish(it, true, false, sluice.LimitDecision{Allowed: true, Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Window: window, ResetAfter: window})
 	default:
 		return false
 	}
 	return true
+}
+
+// ruleWindow is the period a rule's quota refers to; a token bucket of
+// requests_per_unit: 0 has no refill rate, so its unit's length stands in.
+func ruleWindow(r *Rule) time.Duration {
+	if r.Limit.Algorithm == sluice.AlgorithmTokenBucket && r.Limit.Capacity > 0 {
+		return sluice.PolicyWindow(r.Limit)
+	}
+	return r.Limit.Window
 }
 
 // finish sets a checked descriptor's status and counts it.
@@ -455,13 +468,18 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, items []item)
 			}
 			continue
 		}
-		if it.cost > r.Limit.Capacity {
-			neverFit = true
-		}
 		if cost >= 0 && it.cost != cost {
 			return status.Errorf(codes.InvalidArgument, "domain %q checks all descriptors together (all_or_nothing), so they need the same hits_addend; got %d and %d", d.Name, cost, it.cost)
 		}
 		cost = it.cost
+		if it.cost > r.Limit.Capacity || r.Limit.Capacity == 0 {
+			// Decided without the store: a cost that can never fit (which
+			// denies the whole request), or a requests_per_unit: 0 rule,
+			// which the engine cannot check.
+			neverFit = neverFit || it.cost > r.Limit.Capacity
+			s.decideWithoutStore(it)
+			continue
+		}
 		name := jointLimitName(r.Path, it.subject)
 		if j, ok := byName[name]; ok {
 			// The same counter twice in one request is counted once.
@@ -494,10 +512,6 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, items []item)
 		return s.checkFailed(ctx, d, joint, d.FailureMode, err)
 	}
 	for j, it := range joint {
-		if it.cost > it.rule.Limit.Capacity {
-			s.decideWithoutStore(it)
-			continue
-		}
 		var ld sluice.LimitDecision
 		allowed := dec.Allowed && !neverFit
 		if j < len(dec.Limits) {

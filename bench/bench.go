@@ -1,0 +1,293 @@
+// Package bench is Sluice's load generator: it drives a target (the service's
+// check API over HTTP, or a store in process) and measures what a user of a
+// rate limiter cares about: how many checks per second, and how long each one
+// takes, allowed and denied alike.
+//
+// Two load models:
+//
+//   - Open (Rate > 0): requests arrive at a fixed rate whatever the target
+//     does, like independent clients. Latency is measured from the moment a
+//     request was due, not from when a worker got round to sending it, so a
+//     stalled target shows up as the queueing delay its clients would see
+//     (no coordinated omission).
+//   - Closed (Rate = 0): Concurrency workers send back to back, each waiting
+//     for its answer: the most throughput the target gives that many callers.
+//
+// A deny (429) is an answer, not a failure: it is counted as denied, and its
+// latency counts like any other. Subjects are drawn from Subjects distinct
+// ones, with HotFraction of the requests going to one hot subject, so a run
+// exercises both many keys and contention on one.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what a target answered.
+type Outcome int
+
+const (
+	Allowed Outcome = iota
+	Denied
+)
+
+// Target is what a run sends requests to. Do must be safe for concurrent use;
+// an error is a failed request (not a deny).
+type Target interface {
+	Do(ctx context.Context, subject string) (Outcome, error)
+}
+
+// TargetFunc adapts a function to Target.
+type TargetFunc func(ctx context.Context, subject string) (Outcome, error)
+
+// Do calls f.
+func (f TargetFunc) Do(ctx context.Context, subject string) (Outcome, error) { return f(ctx, subject) }
+
+// Options configure a run.
+type Options struct {
+	// Rate is the open model's arrival rate per second; 0 selects the
+	// closed model.
+	Rate float64
+	// Concurrency is the number of workers: the closed model's callers, or
+	// the open model's senders (default 64).
+	Concurrency int
+	// Duration of the measured run (default 10s).
+	Duration time.Duration
+	// Subjects is the number of distinct subjects (default 10,000).
+	Subjects int
+	// HotFraction of the requests go to one hot subject (0 to 1).
+	HotFraction float64
+	// Timeout bounds each request (default 5s).
+	Timeout time.Duration
+	// MaxSamples bounds the latencies kept for percentiles (default
+	// 5,000,000); past it, samples are kept by reservoir sampling.
+	MaxSamples int
+}
+
+func (o *Options) validate() error {
+	if o.Concurrency == 0 {
+		o.Concurrency = 64
+	}
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Subjects == 0 {
+		o.Subjects = 10_000
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.MaxSamples == 0 {
+		o.MaxSamples = 5_000_000
+	}
+	switch {
+	case o.Rate < 0:
+		return fmt.Errorf("rate must be positive (open model) or 0 (closed model), got %v", o.Rate)
+	case o.Concurrency < 1:
+		return fmt.Errorf("concurrency must be at least 1, got %d", o.Concurrency)
+	case o.Duration < 0:
+		return fmt.Errorf("duration must be positive, got %v", o.Duration)
+	case o.Subjects < 1:
+		return fmt.Errorf("subjects must be at least 1, got %d", o.Subjects)
+	case o.HotFraction < 0 || o.HotFraction > 1:
+		return fmt.Errorf("hot fraction must be between 0 and 1, got %v", o.HotFraction)
+	case o.Timeout < 0:
+		return fmt.Errorf("timeout must be positive, got %v", o.Timeout)
+	}
+	return nil
+}
+
+// Result is what a run measured.
+type Result struct {
+	Model   string // "open" or "closed"
+	Elapsed time.Duration
+	Sent    int64
+	Allowed int64
+	Denied  int64
+	Errors  int64
+	// Late counts open-model requests that waited for a free worker; their
+	// wait is part of their latency.
+	Late int64
+	// Dropped counts open-model requests that were due but still queued
+	// when the run ended: the target fell that far behind.
+	Dropped int64
+	// FirstError is the first error seen, to say why requests failed.
+	FirstError error
+	latencies  []time.Duration
+}
+
+// Throughput is answered requests (allowed or denied) per second.
+func (r Result) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Allowed+r.Denied) / r.Elapsed.Seconds()
+}
+
+// Percentile returns the q-quantile (0 to 1) of the latencies of answered
+// requests.
+func (r Result) Percentile(q float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(r.latencies)-1))
+	return r.latencies[i]
+}
+
+// Max is the largest latency seen (among the samples kept).
+func (r Result) Max() time.Duration { return r.Percentile(1) }
+
+// subjects hands out subject names.
+type subjects struct {
+	names []string
+	hot   float64
+}
+
+func newSubjects(n int, hot float64) *subjects {
+	s := &subjects{names: make([]string, n), hot: hot}
+	for i := range s.names {
+		s.names[i] = "subject-" + strconv.Itoa(i)
+	}
+	return s
+}
+
+func (s *subjects) pick(r *rand.Rand) string {
+	if s.hot > 0 && r.Float64() < s.hot {
+		return "hot"
+	}
+	return s.names[r.IntN(len(s.names))]
+}
+
+// recorder collects outcomes from many workers.
+type recorder struct {
+	allowed, denied, errors, late, dropped atomic.Int64
+	firstErr                               atomic.Pointer[error]
+
+	mu      sync.Mutex
+	samples []time.Duration
+	seen    int64
+	max     int
+	rng     *rand.Rand
+}
+
+func (rec *recorder) record(out Outcome, err error, latency time.Duration) {
+	if err != nil {
+		rec.errors.Add(1)
+		rec.firstErr.CompareAndSwap(nil, &err)
+		return
+	}
+	if out == Denied {
+		rec.denied.Add(1)
+	} else {
+		rec.allowed.Add(1)
+	}
+	rec.mu.Lock()
+	rec.seen++
+	if len(rec.samples) < rec.max {
+		rec.samples = append(rec.samples, latency)
+	} else if j := rec.rng.Int64N(rec.seen); j < int64(rec.max) {
+		rec.samples[j] = latency
+	}
+	rec.mu.Unlock()
+}
+
+// Run drives target with opts until opts.Duration has passed or ctx ends,
+// and returns what it measured.
+func Run(ctx context.Context, target Target, opts Options) (Result, error) {
+	if target == nil {
+		return Result{}, errors.New("bench: no target")
+	}
+	if err := opts.validate(); err != nil {
+		return Result{}, err
+	}
+	rec := &recorder{max: opts.MaxSamples, rng: rand.New(rand.NewPCG(1, 2))}
+	subj := newSubjects(opts.Subjects, opts.HotFraction)
+	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
+	defer cancel()
+
+	send := func(r *rand.Rand, due time.Time) {
+		reqCtx, cancelReq := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
+		out, err := target.Do(reqCtx, subj.pick(r))
+		cancelReq()
+		rec.record(out, err, time.Since(due))
+	}
+
+	res := Result{Model: "closed"}
+	start := time.Now()
+	var wg sync.WaitGroup
+	if opts.Rate == 0 {
+		for w := 0; w < opts.Concurrency; w++ {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, 7))
+				for ctx.Err() == nil {
+					send(r, time.Now())
+				}
+			}(uint64(w))
+		}
+	} else {
+		res.Model = "open"
+		// Due times go to the workers through a queue; a request that finds
+		// every worker busy waits there, and the wait is in its latency.
+		queue := make(chan time.Time, 1<<16)
+		for w := 0; w < opts.Concurrency; w++ {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, 7))
+				for due := range queue {
+					if ctx.Err() != nil {
+						rec.dropped.Add(1)
+						continue
+					}
+					if time.Since(due) > time.Millisecond {
+						rec.late.Add(1)
+					}
+					send(r, due)
+				}
+			}(uint64(w))
+		}
+		interval := time.Duration(float64(time.Second) / opts.Rate)
+		next := start
+	schedule:
+		for {
+			for !next.After(time.Now()) {
+				select {
+				case queue <- next:
+				default:
+					// The queue itself is full: the target is hopelessly
+					// behind; count the request as failed rather than
+					// silently sending less load.
+					rec.record(0, errors.New("bench: request queue full, the target cannot keep up with the rate"), 0)
+				}
+				next = next.Add(interval)
+			}
+			select {
+			case <-ctx.Done():
+				break schedule
+			case <-time.After(time.Until(next)):
+			}
+		}
+		close(queue)
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.Allowed, res.Denied, res.Errors = rec.allowed.Load(), rec.denied.Load(), rec.errors.Load()
+	res.Late, res.Dropped = rec.late.Load(), rec.dropped.Load()
+	res.Sent = res.Allowed + res.Denied + res.Errors
+	if e := rec.firstErr.Load(); e != nil {
+		res.FirstError = *e
+	}
+	res.latencies = rec.samples
+	slices.Sort(res.latencies)
+	return res, nil
+}

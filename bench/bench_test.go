@@ -1,0 +1,135 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/memory"
+)
+
+func TestClosedModelCountsDeniesAsAnswers(t *testing.T) {
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	target := bench.StoreCheck{Store: store, Rule: "bench", Limits: []sluice.Limit{sluice.FixedWindow(100, 24*time.Hour).Named("day")}, Cost: 1}
+	res, err := bench.Run(context.Background(), target, bench.Options{Concurrency: 8, Duration: 200 * time.Millisecond, HotFraction: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Allowed != 100 || res.Errors != 0 || res.Denied == 0 || res.Sent != res.Allowed+res.Denied {
+		t.Fatalf("one hot subject with a limit of 100: %+v", res)
+	}
+	if res.Throughput() <= 0 || res.Percentile(0.5) <= 0 || res.Max() < res.Percentile(0.99) {
+		t.Fatalf("no latency figures: %+v", res)
+	}
+}
+
+func TestOpenModelNeverSendsMoreThanDue(t *testing.T) {
+	var calls atomic.Int64
+	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+		calls.Add(1)
+		return bench.Allowed, nil
+	})
+	const rate, duration = 1000.0, 300 * time.Millisecond
+	res, err := bench.Run(context.Background(), target, bench.Options{Rate: rate, Concurrency: 4, Duration: duration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Model != "open" || res.Sent == 0 || res.Sent != calls.Load() {
+		t.Fatalf("%+v (calls %d)", res, calls.Load())
+	}
+	// Due times are start + i/rate for i = 0, 1, ...: at most rate×duration+1.
+	if max := int64(rate*duration.Seconds()) + 1; res.Sent+res.Dropped > max {
+		t.Fatalf("sent %d (+%d dropped), more than the %d due in %v", res.Sent, res.Dropped, max, duration)
+	}
+}
+
+func TestOpenModelChargesQueueingToLatency(t *testing.T) {
+	// One worker, a target that takes 20ms, 200 requests/s: requests queue,
+	// and their latency must include the wait, not just the 20ms.
+	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+		time.Sleep(20 * time.Millisecond)
+		return bench.Allowed, nil
+	})
+	res, err := bench.Run(context.Background(), target, bench.Options{Rate: 200, Concurrency: 1, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Late == 0 || res.Max() < 40*time.Millisecond {
+		t.Fatalf("queueing not charged: late %d, max latency %v", res.Late, res.Max())
+	}
+}
+
+func TestErrorsAreCountedWithTheirCause(t *testing.T) {
+	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+		return 0, errors.New("store down")
+	})
+	res, err := bench.Run(context.Background(), target, bench.Options{Concurrency: 2, Duration: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors == 0 || res.Allowed+res.Denied != 0 || res.FirstError == nil || res.FirstError.Error() != "store down" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestHTTPCheckTarget(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Route, Subject string
+			Cost           int64
+		}
+		if r.URL.Path != "/v1/check" || r.Header.Get("X-API-Key") != "sk_test" || json.NewDecoder(r.Body).Decode(&body) != nil || body.Route != "/api/x" || body.Cost != 2 {
+			http.Error(w, `{"error":{"code":"bad","message":"unexpected request"}}`, http.StatusBadRequest)
+			return
+		}
+		switch body.Subject {
+		case "hot":
+			w.WriteHeader(http.StatusTooManyRequests)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	defer srv.Close()
+	target := bench.NewHTTPCheck(srv.URL, "sk_test", "/api/x", 2, 4)
+	ctx := context.Background()
+	if out, err := target.Do(ctx, "a"); err != nil || out != bench.Allowed {
+		t.Fatalf("200: %v %v", out, err)
+	}
+	if out, err := target.Do(ctx, "hot"); err != nil || out != bench.Denied {
+		t.Fatalf("429: %v %v", out, err)
+	}
+	bad := bench.NewHTTPCheck(srv.URL, "wrong", "/api/x", 2, 4)
+	if _, err := bad.Do(ctx, "a"); err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "unexpected request") {
+		t.Fatalf("400 must be an error with the service's message: %v", err)
+	}
+	ref := bench.NewHTTPGet(srv.URL+"/healthz", 4)
+	if _, err := ref.Do(ctx, ""); err == nil {
+		t.Fatal("the fake server answers 400 to GET; want an error")
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	target := bench.TargetFunc(func(context.Context, string) (bench.Outcome, error) { return bench.Allowed, nil })
+	for name, opts := range map[string]bench.Options{
+		"negative_rate":  {Rate: -1},
+		"hot_above_one":  {HotFraction: 1.5},
+		"no_concurrency": {Concurrency: -1},
+		"no_subjects":    {Subjects: -3},
+	} {
+		if _, err := bench.Run(context.Background(), target, opts); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := bench.Run(context.Background(), nil, bench.Options{}); err == nil {
+		t.Error("nil target accepted")
+	}
+}

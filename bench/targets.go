@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// HTTPCheck is the service's check API as a target: POST /v1/check with the
+// tenant's API key, for a route and the subject the run picks.
+type HTTPCheck struct {
+	client *http.Client
+	url    string
+	apiKey string
+	route  string
+	cost   int64
+}
+
+// NewHTTPCheck returns a target for the check API at baseURL
+// (http://host:port).
+func NewHTTPCheck(baseURL, apiKey, route string, cost int64, concurrency int) *HTTPCheck {
+	return &HTTPCheck{client: newHTTPClient(concurrency), url: baseURL + "/v1/check", apiKey: apiKey, route: route, cost: cost}
+}
+
+type checkBody struct {
+	Route   string `json:"route"`
+	Subject string `json:"subject"`
+	Cost    int64  `json:"cost"`
+}
+
+// Do sends one check: 200 is allowed, 429 denied, anything else an error
+// carrying the service's message.
+func (h *HTTPCheck) Do(ctx context.Context, subject string) (Outcome, error) {
+	body, _ := json.Marshal(checkBody{Route: h.route, Subject: subject, Cost: h.cost})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", h.apiKey)
+	return doHTTP(h.client, req)
+}
+
+// HTTPGet is a reference target: a GET of an endpoint that does no work (such
+// as /healthz), measuring what the HTTP round trip alone costs on the same
+// machine and client.
+type HTTPGet struct {
+	client *http.Client
+	url    string
+}
+
+// NewHTTPGet returns a target that GETs url.
+func NewHTTPGet(url string, concurrency int) *HTTPGet {
+	return &HTTPGet{client: newHTTPClient(concurrency), url: url}
+}
+
+// Do sends one GET.
+func (h *HTTPGet) Do(ctx context.Context, _ string) (Outcome, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
+	if err != nil {
+		return 0, err
+	}
+	return doHTTP(h.client, req)
+}
+
+func doHTTP(client *http.Client, req *http.Request) (Outcome, error) {
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		// Drain so the connection is reused.
+		_, err = io.Copy(io.Discard, resp.Body)
+		return Allowed, err
+	case http.StatusTooManyRequests:
+		_, err = io.Copy(io.Discard, resp.Body)
+		return Denied, err
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return 0, fmt.Errorf("%s: HTTP %d: %s", req.URL, resp.StatusCode, bytes.TrimSpace(msg))
+}
+
+func newHTTPClient(concurrency int) *http.Client {
+	transport := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        concurrency * 2,
+		MaxIdleConnsPerHost: concurrency * 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &http.Client{Transport: transport}
+}
+
+// StoreCheck is a store checked in process, without HTTP: what the engine
+// alone costs.
+type StoreCheck struct {
+	Store  sluice.Store
+	Rule   string
+	Limits []sluice.Limit
+	Cost   int64
+}
+
+// Do checks one request against the store.
+func (s StoreCheck) Do(ctx context.Context, subject string) (Outcome, error) {
+	d, err := s.Store.Check(ctx, sluice.Request{Rule: s.Rule, Subject: subject, Limits: s.Limits, Cost: s.Cost})
+	if err != nil {
+		return 0, err
+	}
+	if !d.Allowed {
+		return Denied, nil
+	}
+	return Allowed, nil
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -358,12 +359,44 @@ func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr s
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(token)); err != nil {
+	hash := sluice.HashAPIKey(token)
+	if err := catalog.SetAdminTokenHash(ctx, hash); err != nil {
 		return fmt.Errorf("store the admin token hash: %w", err)
+	}
+	// Instances started together on an empty catalog may each have found no
+	// token and stored their own; the last write wins. The catalog has no
+	// store-if-absent, so wait until every such write has landed (each
+	// follows its read by one round trip) and print the token only if it is
+	// still the stored one: the operator never sees a token that fails.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(adminTokenSettle):
+	}
+	stored, err := catalog.AdminTokenHash(ctx)
+	if err != nil {
+		return fmt.Errorf("read back the admin token hash: %w", err)
+	}
+	if !bytes.Equal(stored, hash) {
+		fmt.Fprint(stderr, adminTokenTakenNotice)
+		return nil
 	}
 	fmt.Fprint(stderr, adminTokenNotice(token, addr))
 	return nil
 }
+
+// adminTokenSettle is how long a generated admin token is left in the
+// catalog before it is read back; far longer than one catalog round trip.
+var adminTokenSettle = time.Second
+
+// adminTokenTakenNotice is printed by an instance whose generated token lost
+// the race to another instance's.
+const adminTokenTakenNotice = `
+Another Sluice instance starting at the same time generated the admin token;
+that instance printed it. Use that one (this instance's was discarded), or
+restart with --admin-token (or SLUICE_ADMIN_TOKEN) set to replace it.
+
+`
 
 // adminTokenNotice tells the operator the generated token and how to use it.
 func adminTokenNotice(token, addr string) string {

@@ -114,8 +114,8 @@ func (s *Server) SetConfig(cfg *Config) {
 func (s *Server) Config() *Config { return s.config.Load() }
 
 // Register registers the rate limit service and gRPC health checking on gs.
-// Health reports SERVING (overall and for the rate limit service) once a
-// configuration is loaded.
+// Health reports SERVING (overall, for the rate limit service, and as
+// "ratelimit") once a configuration is loaded.
 func (s *Server) Register(gs *grpc.Server) {
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	healthpb.RegisterHealthServer(gs, s.health)
@@ -130,9 +130,15 @@ func (s *Server) setServing(ok bool) {
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, st)
+	for _, name := range healthServices {
+		s.health.SetServingStatus(name, st)
+	}
 }
+
+// healthServices are the service names gRPC health checking answers for: the
+// server as a whole (""), the rate limit service, and "ratelimit", the name
+// envoyproxy/ratelimit reports, so probes written for it keep working.
+var healthServices = []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName, "ratelimit"}
 
 // item is one request descriptor on its way to a status.
 type item struct {

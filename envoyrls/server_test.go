@@ -304,16 +304,19 @@ func TestHealthServingOnceConfigured(t *testing.T) {
 	conn := serveConn(t, srv)
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
-	check := func() healthpb.HealthCheckResponse_ServingStatus {
-		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
-		if err != nil {
-			t.Fatal(err)
+	// The overall status, the service's full name, and "ratelimit", the
+	// name envoyproxy/ratelimit reports (probes written for it must work).
+	services := []string{"", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"}
+	expect := func(when string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, name := range services {
+			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+			if err != nil || r.Status != want {
+				t.Fatalf("%s: health of %q: %v, %v; want %v", when, name, r, err, want)
+			}
 		}
-		return r.Status
 	}
-	if s := check(); s != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("before config: %v", s)
-	}
+	expect("before config", healthpb.HealthCheckResponse_NOT_SERVING)
 	// Without a configuration, checks fail rather than pretend.
 	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}); err == nil {
 		t.Fatal("a server without configuration answered")
@@ -323,7 +326,7 @@ func TestHealthServingOnceConfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.SetConfig(cfg)
-	if s := check(); s != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("after config: %v", s)
-	}
+	expect("after config", healthpb.HealthCheckResponse_SERVING)
+	srv.Shutdown()
+	expect("after shutdown", healthpb.HealthCheckResponse_NOT_SERVING)
 }

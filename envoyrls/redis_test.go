@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -182,5 +183,69 @@ descriptors:
 	}
 	if local[0] != ok || local[1] != ok || local[2] != over {
 		t.Errorf("local policy with a limit of 2: %v", local)
+	}
+}
+
+// countingStore counts the checks that reach a real store.
+type countingStore struct {
+	sluice.Store
+	checks atomic.Int64
+}
+
+func (c *countingStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	c.checks.Add(1)
+	return c.Store.Check(ctx, req)
+}
+
+// TestHungStoreOpensBreaker freezes Redis (it accepts connections but answers
+// nothing, the case where envoyproxy/ratelimit makes every request wait out
+// its timeout): once the breaker opens, checks no longer reach the store and
+// every answer comes from the failure policy, for descriptors checked one by
+// one and for an all-or-nothing domain.
+func TestHungStoreOpensBreaker(t *testing.T) {
+	redis := testenv.Redis(t)
+	dir := configDir(t, `
+domain: open
+failure_mode: open
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`, `
+domain: aon
+all_or_nothing: true
+failure_mode: closed
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	store := &countingStore{Store: openRedis(t, redis.URL())}
+	const threshold = 3
+	// The breaker stays open for the whole test: no probe reaches the store.
+	g := guard.New(store, guard.Options{Timeout: 100 * time.Millisecond, FailureThreshold: threshold, OpenTimeout: time.Hour})
+	t.Cleanup(func() { g.Close() })
+	c := serve(t, loadedServer(t, dir, envoyrls.Options{Checker: g}))
+	if r := call(t, c, "open", desc("user", "u")); r.OverallCode != ok {
+		t.Fatalf("with Redis up: %v", r.OverallCode)
+	}
+	redis.Pause()
+	t.Cleanup(redis.Resume)
+	before := store.checks.Load()
+	for i := range 20 {
+		if r := call(t, c, "open", desc("user", "u"), desc("user", "v")); r.OverallCode != ok {
+			t.Fatalf("fail-open call %d: %v", i+1, r.OverallCode)
+		}
+		if r := call(t, c, "aon", desc("user", "u"), desc("ip", "i")); r.OverallCode != over {
+			t.Fatalf("fail-closed all-or-nothing call %d: %v", i+1, r.OverallCode)
+		}
+	}
+	if g.State() != "open" {
+		t.Fatalf("breaker %s after 60 checks against a frozen store", g.State())
+	}
+	// The two descriptors of the first call run concurrently, so up to one
+	// more than the threshold may be in flight when the breaker opens.
+	if n := store.checks.Load() - before; n > threshold+1 {
+		t.Fatalf("%d checks reached the frozen store, want at most %d: the breaker did not spare the rest the timeout", n, threshold+1)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -70,6 +71,22 @@ func (s *Server) JSONHandler() http.Handler {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 		_, _ = w.Write(out)
+	})
+}
+
+// HealthHandler serves GET /healthcheck as envoyproxy/ratelimit does, so
+// probes written for it keep working: 200 "OK" while the gRPC health status
+// is SERVING (a configuration is loaded and the server is not shutting
+// down), else 500.
+func (s *Server) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || st.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "NOT SERVING", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("OK"))
 	})
 }
 

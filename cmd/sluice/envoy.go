@@ -38,7 +38,7 @@ type envoyConfig struct {
 const envoyReloadInterval = time.Second
 
 // startEnvoy loads the Envoy rate limit configuration, starts watching it for
-// changes, registers POST /json on cfg.Mux and, when cfg.GRPCAddr is set,
+// changes, registers POST /json and GET /healthcheck on cfg.Mux and, when cfg.GRPCAddr is set,
 // serves the gRPC RateLimitService (with health checking) on it. With
 // neither ConfigDir nor GRPCAddr it does nothing. stop shuts the gRPC server
 // down gracefully (forcibly once ctx ends) and stops the watcher.
@@ -82,6 +82,8 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 
 	if cfg.Mux != nil {
 		cfg.Mux.Handle("POST /json", srv.JSONHandler())
+		// envoyproxy/ratelimit's HTTP health path, for existing probes.
+		cfg.Mux.Handle("GET /healthcheck", srv.HealthHandler())
 	}
 
 	var gs *grpc.Server

@@ -134,11 +134,29 @@ func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 		}
 	}
 
+	// envoyproxy/ratelimit's HTTP health path answers too.
+	hr, err := http.Get(ts.URL + "/healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, _ := io.ReadAll(hr.Body)
+	hr.Body.Close()
+	if hr.StatusCode != 200 || string(hb) != "OK" {
+		t.Fatalf("GET /healthcheck: %d %q, want 200 OK", hr.StatusCode, hb)
+	}
+
 	stopped = true
 	if err := stop(context.Background()); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err == nil {
 		t.Fatal("answered after stop")
+	}
+	// The HTTP listener outlives the gRPC one during shutdown; its health
+	// path must not say OK any more.
+	if hr, err := http.Get(ts.URL + "/healthcheck"); err != nil || hr.StatusCode != 500 {
+		t.Fatalf("GET /healthcheck after stop: %v, %v; want 500", hr, err)
+	} else {
+		hr.Body.Close()
 	}
 }

@@ -252,6 +252,12 @@ type Catalog interface {
 	// SetAdminTokenHash stores the SHA-256 of the operator token (see
 	// HashAPIKey), replacing any previous one.
 	SetAdminTokenHash(ctx context.Context, hash []byte) error
+	// SetAdminTokenHashIfAbsent stores hash as the operator token hash only
+	// if none is stored yet, and reports whether it did. Instances starting
+	// at once on a fresh database each generate a token: with this exactly
+	// one is kept, and the others must not print theirs. Not storing is no
+	// change and does not bump Version.
+	SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (stored bool, err error)
 	// AdminTokenHash returns it, or ErrNotFound when none is set.
 	AdminTokenHash(ctx context.Context) ([]byte, error)
 

@@ -233,7 +233,9 @@ type querier interface {
 }
 
 func queryTenants(ctx context.Context, q querier) ([]sluice.Tenant, error) {
-	rows, err := q.Query(ctx, "SELECT name, status, created_at_ms FROM tenants ORDER BY name")
+	// COLLATE "C": byte order, as on SQLite, whatever the database's
+	// collation (glibc's en_US skips '-', putting "ab" before "a-c").
+	rows, err := q.Query(ctx, `SELECT name, status, created_at_ms FROM tenants ORDER BY name COLLATE "C"`)
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +410,7 @@ type ruleKey struct{ tenant, name string }
 // them, a tenant's (name empty) or one (both set).
 func queryRules(ctx context.Context, q querier, tenant, name string) ([]sluice.Rule, error) {
 	rows, err := q.Query(ctx, `SELECT tenant, name, route, failure_mode, shadow, updated_at_ms FROM rules
-		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR name = $2) ORDER BY tenant, name`, tenant, name)
+		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR name = $2) ORDER BY tenant COLLATE "C", name COLLATE "C"`, tenant, name)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +507,32 @@ func (c *Catalog) SetAdminTokenHash(ctx context.Context, hash []byte) error {
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, adminTokenSetting, hex.EncodeToString(hash))
 		return err
 	})
+}
+
+// errNotStored rolls back the version bump of a SetAdminTokenHashIfAbsent
+// that found a hash already stored.
+var errNotStored = errors.New("admin token hash already set")
+
+// SetAdminTokenHashIfAbsent stores hash unless a hash is already stored.
+func (c *Catalog) SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (bool, error) {
+	if err := sluice.ValidateKeyHash(hash); err != nil {
+		return false, err
+	}
+	err := c.change(ctx, func(tx pgx.Tx, _ int64) error {
+		tag, err := tx.Exec(ctx, "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+			adminTokenSetting, hex.EncodeToString(hash))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotStored
+		}
+		return nil
+	})
+	if errors.Is(err, errNotStored) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // AdminTokenHash returns the stored operator token hash, or ErrNotFound.

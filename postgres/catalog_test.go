@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -95,5 +97,68 @@ func TestWatchSurvivesLostListenConnection(t *testing.T) {
 				t.Fatalf("round %d: change not seen within 1s after the listening connection was killed", i+1)
 			}
 		}
+	}
+}
+
+// Lists come out in the byte order of names even on a database whose
+// collation skips punctuation, as glibc's en_US.UTF-8 (a common production
+// default) does: there "ab" sorts before "a-c", unlike on SQLite.
+func TestListsInByteOrderUnderAPunctuationBlindCollation(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.Postgres(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := os.Getenv(testenv.PostgresEnv)
+	if admin == "" {
+		admin = testenv.DefaultPostgresDSN
+	}
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Recreate testenv's database (which it drops at the end) with an ICU
+	// collation that ignores '-' at the first level.
+	db := pgx.Identifier{cfg.Database}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db+" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US-u-ka-shifted' LOCALE 'C.UTF-8'"); err != nil {
+		t.Skipf("this server cannot create an ICU database: %v", err)
+	}
+	c, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"ab", "a-c", "a0", "a-b"}
+	for _, n := range names {
+		if _, err := c.CreateTenant(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PutRule(ctx, sluice.Rule{Tenant: "ab", Name: n, Route: "/" + n, Limits: []sluice.Limit{sluice.PerSecond(1)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := slices.Sorted(slices.Values(names))
+	tenants, err := c.Tenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := c.Rules(ctx, "ab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotTenants, gotRules []string
+	for i := range tenants {
+		gotTenants, gotRules = append(gotTenants, tenants[i].Name), append(gotRules, rules[i].Name)
+	}
+	if !slices.Equal(gotTenants, want) || !slices.Equal(gotRules, want) {
+		t.Fatalf("Tenants %v, Rules %v; want both %v", gotTenants, gotRules, want)
 	}
 }

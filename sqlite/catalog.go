@@ -514,6 +514,33 @@ func (c *Catalog) SetAdminTokenHash(ctx context.Context, hash []byte) error {
 	})
 }
 
+// errNotStored rolls back the version bump of a SetAdminTokenHashIfAbsent
+// that found a hash already stored.
+var errNotStored = errors.New("admin token hash already set")
+
+// SetAdminTokenHashIfAbsent stores hash unless a hash is already stored.
+func (c *Catalog) SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (bool, error) {
+	if err := sluice.ValidateKeyHash(hash); err != nil {
+		return false, err
+	}
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
+		res, err := tx.ExecContext(ctx, "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+			adminTokenSetting, hex.EncodeToString(hash))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err == nil && n == 0 {
+			err = errNotStored
+		}
+		return err
+	})
+	if errors.Is(err, errNotStored) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // AdminTokenHash returns the stored operator token hash, or ErrNotFound.
 func (c *Catalog) AdminTokenHash(ctx context.Context) ([]byte, error) {
 	var hash []byte

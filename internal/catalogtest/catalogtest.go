@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -57,11 +59,15 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"rule_route_taken_by_another_rule_conflicts", testRouteConflict},
 		{"tenant_delete_cascades", testTenantDeleteCascades},
 		{"admin_token_hash", testAdminToken},
+		{"admin_token_hash_if_absent_stores_exactly_one", testAdminTokenIfAbsent},
+		{"concurrent_writers_on_two_instances", testConcurrentWriters},
+		{"lists_are_in_byte_order_of_names", testListOrder},
 		{"snapshot_holds_what_checks_need", testSnapshot},
 		{"version_increments_on_every_change", testVersion},
 		{"watch_sees_change_from_another_instance", testWatchOtherInstance},
 		{"reset_reaches_another_instance", testResetOtherInstance},
 		{"watch_returns_when_context_ends", testWatchReturns},
+		{"watch_returns_when_catalog_closes", testWatchReturnsOnClose},
 		{"migrate_is_idempotent", testMigrate},
 	}
 	for _, tt := range tests {
@@ -596,6 +602,7 @@ func testResetOtherInstance(t *testing.T, c Catalog, open Open) {
 }
 
 func testWatchReturns(t *testing.T, c Catalog, _ Open) {
+	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	started := make(chan struct{})
@@ -612,6 +619,255 @@ func testWatchReturns(t *testing.T, c Catalog, _ Open) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Watch did not return after its context ended")
+	}
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines fails t unless the goroutine count drops back to at most
+// want within a few seconds: what a Watch started must end with it.
+func waitGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines remain, %d before Watch; leaked:\n%s", n, want, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testWatchReturnsOnClose checks that closing an instance ends its running
+// Watch calls (a service shutting down must not hang on them) and whatever
+// they started.
+func testWatchReturnsOnClose(t *testing.T, _ Catalog, open Open) {
+	inst := open(t)
+	before := runtime.NumGoroutine()
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		var once sync.Once
+		done <- inst.Watch(context.Background(), func(sluice.Event) { once.Do(func() { close(started) }) })
+	}()
+	<-started
+	if err := inst.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Watch returned %v after Close; want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not return after Close")
+	}
+	waitGoroutines(t, before)
+}
+
+// race runs call from n goroutines on each instance at once and returns
+// their errors, indexed by call.
+func race(insts []sluice.Catalog, n int, call func(c sluice.Catalog, i int) error) []error {
+	errs := make([]error, len(insts)*n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range errs {
+		c := insts[i%len(insts)]
+		wg.Go(func() {
+			<-start
+			errs[i] = call(c, i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// exactlyOne checks that one call succeeded and every other failed with
+// ErrConflict (never a raw driver error such as SQLITE_BUSY or a unique
+// violation), and returns the winner.
+func exactlyOne(t *testing.T, what string, errs []error) int {
+	t.Helper()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if won >= 0 {
+				t.Fatalf("%s: calls %d and %d both succeeded", what, won, i)
+			}
+			won = i
+		case errors.Is(err, sluice.ErrConflict):
+		default:
+			t.Fatalf("%s: call %d failed with %v; want success or ErrConflict", what, i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("%s: no call succeeded", what)
+	}
+	return won
+}
+
+// testConcurrentWriters races writers on two instances sharing the database,
+// as two service instances do: of calls taking the same name or route
+// exactly one wins and the others get ErrConflict; failed calls change
+// nothing, so the version moves once per success.
+func testConcurrentWriters(t *testing.T, c Catalog, open Open) {
+	ctx := t.Context()
+	insts := []sluice.Catalog{c, open(t)}
+	const each = 4
+	v0 := version(t, c)
+	exactlyOne(t, "CreateTenant of one name", race(insts, each, func(c sluice.Catalog, _ int) error {
+		_, err := c.CreateTenant(ctx, "acme")
+		return err
+	}))
+	exactlyOne(t, "CreateKey of one name", race(insts, each, func(c sluice.Catalog, _ int) error {
+		_, hash := sluice.NewAPIKeySecret()
+		_, err := c.CreateKey(ctx, "acme", "ci", sluice.RoleCheck, hash)
+		return err
+	}))
+	exactlyOne(t, "PutRule of one route under different names", race(insts, each, func(c sluice.Catalog, i int) error {
+		_, err := c.PutRule(ctx, rule("acme", fmt.Sprintf("r%d", i), "/same"))
+		return err
+	}))
+	if got, want := version(t, c), v0+3; got != want {
+		t.Fatalf("version %d after three winning changes from %d; failed calls must not move it", got, v0)
+	}
+	if keys := must(c.Keys(ctx, "acme"))(t); len(keys) != 1 {
+		t.Fatalf("Keys = %+v; want the one that won", keys)
+	}
+	if rules := must(c.Rules(ctx, "acme"))(t); len(rules) != 1 || rules[0].Route != "/same" {
+		t.Fatalf("Rules = %+v; want the one that won", rules)
+	}
+
+	// Replacing one rule from everywhere at once: every call succeeds and the
+	// rule ends up whole, one writer's limits and not a mix.
+	errs := race(insts, each, func(c sluice.Catalog, i int) error {
+		_, err := c.PutRule(ctx, rule("acme", "shared", "/shared",
+			sluice.TokenBucket(int64(i+1), 1).Named("a"), sluice.TokenBucket(int64(i+1), 1).Named("b")))
+		return err
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent replace %d: %v", i, err)
+		}
+	}
+	got := must(c.Rule(ctx, "acme", "shared"))(t)
+	if len(got.Limits) != 2 || got.Limits[0].Capacity != got.Limits[1].Capacity {
+		t.Fatalf("concurrent replaces left a mixed rule: %+v", got.Limits)
+	}
+
+	// Writes that do not collide all succeed.
+	errs = race(insts, each, func(c sluice.Catalog, i int) error {
+		_, err := c.CreateTenant(ctx, fmt.Sprintf("t%d", i))
+		return err
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("CreateTenant t%d: %v", i, err)
+		}
+	}
+	if n := len(must(c.Tenants(ctx))(t)); n != 1+len(errs) {
+		t.Fatalf("%d tenants; want %d", n, 1+len(errs))
+	}
+}
+
+// testAdminTokenIfAbsent: instances starting at once on a fresh database
+// each generate an operator token; exactly one may be stored, or the token
+// printed by the others would not work.
+func testAdminTokenIfAbsent(t *testing.T, c Catalog, open Open) {
+	ctx := t.Context()
+	_, err := c.SetAdminTokenHashIfAbsent(ctx, []byte("short"))
+	wantErr(t, "SetAdminTokenHashIfAbsent with a malformed hash", err, sluice.ErrInvalid)
+	_, err = c.AdminTokenHash(ctx)
+	wantErr(t, "AdminTokenHash after a malformed one was refused", err, sluice.ErrNotFound)
+
+	insts := []sluice.Catalog{c, open(t)}
+	const each = 4
+	hashes := make([][]byte, len(insts)*each)
+	stored := make([]bool, len(hashes))
+	for i := range hashes {
+		hashes[i] = sluice.HashAPIKey(fmt.Sprintf("token-%d", i))
+	}
+	errs := race(insts, each, func(c sluice.Catalog, i int) error {
+		var err error
+		stored[i], err = c.SetAdminTokenHashIfAbsent(ctx, hashes[i])
+		return err
+	})
+	won := -1
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("SetAdminTokenHashIfAbsent %d: %v", i, err)
+		}
+		if stored[i] {
+			if won >= 0 {
+				t.Fatalf("calls %d and %d both report they stored their hash", won, i)
+			}
+			won = i
+		}
+	}
+	if won < 0 {
+		t.Fatal("no call stored its hash")
+	}
+	if got := must(c.AdminTokenHash(ctx))(t); !bytes.Equal(got, hashes[won]) {
+		t.Fatalf("AdminTokenHash = %x; want the winner's %x", got, hashes[won])
+	}
+
+	v := version(t, c)
+	if ok := must(c.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey("later")))(t); ok {
+		t.Fatal("SetAdminTokenHashIfAbsent stored over an existing hash")
+	}
+	if got := version(t, c); got != v {
+		t.Fatalf("a hash not stored moved the version from %d to %d", v, got)
+	}
+	if got := must(c.Snapshot(ctx))(t).AdminTokenHash; !bytes.Equal(got, hashes[won]) {
+		t.Fatalf("snapshot AdminTokenHash = %x; want %x", got, hashes[won])
+	}
+	// An explicit token (--admin-token) still replaces it.
+	if err := c.SetAdminTokenHash(ctx, sluice.HashAPIKey("explicit")); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(c.AdminTokenHash(ctx))(t); !bytes.Equal(got, sluice.HashAPIKey("explicit")) {
+		t.Fatalf("SetAdminTokenHash after IfAbsent did not replace: %x", got)
+	}
+}
+
+// testListOrder: lists are sorted by the bytes of their names, the same on
+// every database whatever its collation (a collation that skips '-', like
+// glibc's en_US, would put "ab" before "a-c").
+func testListOrder(t *testing.T, c Catalog, _ Open) {
+	ctx := t.Context()
+	names := []string{"ab", "a-c", "b", "a0", "a-b", "ac", "a"}
+	want := slices.Sorted(slices.Values(names))
+	for _, n := range names {
+		must(c.CreateTenant(ctx, n))(t)
+	}
+	for _, n := range names {
+		must(c.PutRule(ctx, rule("a", n, "/"+n)))(t)
+	}
+	if got := tenantNames(must(c.Tenants(ctx))(t)); !slices.Equal(got, want) {
+		t.Fatalf("Tenants = %v; want %v", got, want)
+	}
+	var got []string
+	for _, r := range must(c.Rules(ctx, "a"))(t) {
+		got = append(got, r.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Rules = %v; want %v", got, want)
+	}
+	var ids []string
+	for _, n := range names {
+		_, hash := sluice.NewAPIKeySecret()
+		ids = append(ids, must(c.CreateKey(ctx, "a", n, sluice.RoleCheck, hash))(t).ID)
+	}
+	var gotIDs []string
+	for _, k := range must(c.Keys(ctx, "a"))(t) {
+		gotIDs = append(gotIDs, k.ID)
+	}
+	if !slices.Equal(gotIDs, ids) {
+		t.Fatalf("Keys = %v; want creation order %v", gotIDs, ids)
 	}
 }
 

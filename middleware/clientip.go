@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +40,12 @@ func ParseCIDRs(values []string) ([]netip.Prefix, error) {
 	for _, v := range values {
 		v = strings.TrimSpace(v)
 		if p, err := netip.ParsePrefix(v); err == nil {
+			// Addresses are unmapped before they are compared, so an
+			// IPv4-mapped network (::ffff:10.0.0.0/104) must be written as
+			// the IPv4 network it means, or it would never match.
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}
@@ -81,12 +88,38 @@ func ClientIP(trusted TrustedProxies) KeyFunc {
 // ClientAddr returns the client address of r as t defines it, false if even
 // RemoteAddr is not an IP address.
 func (t TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, bool) {
-	peer, ok := parseHostAddr(r.RemoteAddr)
+	path, ok := t.walk(r)
 	if !ok {
 		return netip.Addr{}, false
 	}
+	return path[len(path)-1], true
+}
+
+// Chain returns the part of r's path that t can vouch for, client first: the
+// client as ClientAddr finds it, then each trusted hop that reported the one
+// before it, ending with the peer (RemoteAddr). Entries left of the client
+// were written by the client itself and are left out. A proxy that forwards r
+// sends this as its X-Forwarded-For, so the next application finds the same
+// client by trusting the proxy and the hops in front of it.
+func (t TrustedProxies) Chain(r *http.Request) ([]netip.Addr, bool) {
+	path, ok := t.walk(r)
+	if !ok {
+		return nil, false
+	}
+	slices.Reverse(path)
+	return path, true
+}
+
+// walk follows r's hops from the peer leftwards while they are trusted and
+// returns them in that order (peer first, client last).
+func (t TrustedProxies) walk(r *http.Request) ([]netip.Addr, bool) {
+	peer, ok := parseHostAddr(r.RemoteAddr)
+	if !ok {
+		return nil, false
+	}
+	path := []netip.Addr{peer}
 	if !t.trusts(peer, 1) {
-		return peer, true
+		return path, true
 	}
 	var chain []string
 	if http.CanonicalHeaderKey(t.Header) == "Forwarded" {
@@ -94,23 +127,20 @@ func (t TrustedProxies) ClientAddr(r *http.Request) (netip.Addr, bool) {
 	} else {
 		chain = forwardedList(r.Header.Values("X-Forwarded-For"))
 	}
-	client := peer
-	hop := 1
 	for i := len(chain) - 1; i >= 0; i-- {
 		a, ok := parseHostAddr(chain[i])
 		if !ok {
 			// A trusted hop reported something that is not an address
 			// ("unknown", an obfuscated name): the last address we can
 			// vouch for is that hop itself.
-			return client, true
+			return path, true
 		}
-		client = a
-		hop++
-		if !t.trusts(a, hop) {
-			return a, true
+		path = append(path, a)
+		if !t.trusts(a, len(path)) {
+			return path, true
 		}
 	}
-	return client, true
+	return path, true
 }
 
 func (t TrustedProxies) trusts(a netip.Addr, hop int) bool {

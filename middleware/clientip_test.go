@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/sluicelabs/sluice/middleware"
@@ -59,6 +60,20 @@ func TestClientIP(t *testing.T) {
 		{"trusted_ipv6_proxy", middleware.TrustedProxies{CIDRs: lb}, "[fd00::1]:443",
 			map[string][]string{"X-Forwarded-For": {"2001:db8:9:9::5"}}, "2001:db8:9:9::/64"},
 		{"unparsable_remote_addr_has_no_key", middleware.TrustedProxies{}, "pipe", nil, ""},
+		{"ipv4_mapped_cidr_trusts_the_ipv4_peer", middleware.TrustedProxies{CIDRs: mustCIDRs(t, "::ffff:10.0.0.0/104")}, "10.0.0.2:80",
+			map[string][]string{"X-Forwarded-For": {"203.0.113.7"}}, "203.0.113.7"},
+		{"ipv4_mapped_peer_matches_ipv4_cidr", middleware.TrustedProxies{CIDRs: lb}, "[::ffff:10.0.0.2]:80",
+			map[string][]string{"X-Forwarded-For": {"::ffff:203.0.113.7"}}, "203.0.113.7"},
+		{"forwarded_obfuscated_identifier_stops_at_trusted_hop", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
+			map[string][]string{"Forwarded": {"for=6.6.6.6, for=_hidden"}}, "10.0.0.2"},
+		{"forwarded_element_without_for_stops_the_walk", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
+			map[string][]string{"Forwarded": {"for=6.6.6.6, proto=https"}}, "10.0.0.2"},
+		{"forwarded_unbracketed_quoted_ipv6", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
+			map[string][]string{"Forwarded": {`for="2001:db8:cafe::17"`}}, "2001:db8:cafe::/64"},
+		{"empty_xff_from_trusted_peer_is_the_peer", middleware.TrustedProxies{CIDRs: lb}, "10.0.0.2:80",
+			map[string][]string{"X-Forwarded-For": {""}}, "10.0.0.2"},
+		{"spoofed_trusted_looking_entry_left_of_client_is_not_reached", middleware.TrustedProxies{CIDRs: lb}, "10.0.0.2:80",
+			map[string][]string{"X-Forwarded-For": {"10.6.6.6, 203.0.113.7"}}, "203.0.113.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +86,45 @@ func TestClientIP(t *testing.T) {
 			}
 			if got := middleware.ClientIP(tt.trusted)(r); got != tt.want {
 				t.Fatalf("ClientIP = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTrustedChain(t *testing.T) {
+	lb := mustCIDRs(t, "10.0.0.0/8")
+	tests := []struct {
+		name    string
+		trusted middleware.TrustedProxies
+		remote  string
+		xff     string
+		want    string
+	}{
+		{"untrusted_peer_is_the_whole_chain", middleware.TrustedProxies{CIDRs: lb}, "198.51.100.9:1", "6.6.6.6", "198.51.100.9"},
+		{"trusted_hops_follow_the_client_and_spoofed_entries_are_dropped", middleware.TrustedProxies{CIDRs: lb}, "10.0.0.2:80",
+			"6.6.6.6, 203.0.113.7, 10.1.1.1", "203.0.113.7, 10.1.1.1, 10.0.0.2"},
+		{"hop_count", middleware.TrustedProxies{Hops: 2}, "192.0.2.1:80", "6.6.6.6, 203.0.113.7, 192.0.2.2", "203.0.113.7, 192.0.2.2, 192.0.2.1"},
+		{"every_hop_trusted", middleware.TrustedProxies{CIDRs: lb}, "10.0.0.2:80", "10.9.9.9, 10.1.1.1", "10.9.9.9, 10.1.1.1, 10.0.0.2"},
+		{"garbage_stops_at_the_last_trusted_hop", middleware.TrustedProxies{CIDRs: lb}, "10.0.0.2:80", "6.6.6.6, unknown, 10.1.1.1", "10.1.1.1, 10.0.0.2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tt.remote
+			r.Header.Set("X-Forwarded-For", tt.xff)
+			chain, ok := tt.trusted.Chain(r)
+			if !ok {
+				t.Fatal("no chain")
+			}
+			got := make([]string, len(chain))
+			for i, a := range chain {
+				got[i] = a.String()
+			}
+			if strings.Join(got, ", ") != tt.want {
+				t.Fatalf("Chain = %v, want %s", got, tt.want)
+			}
+			if client, _ := tt.trusted.ClientAddr(r); client != chain[0] {
+				t.Fatalf("ClientAddr %v is not the chain's first entry %v", client, chain[0])
 			}
 		})
 	}

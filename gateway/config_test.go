@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicelabs/sluice/gateway"
+	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -83,6 +84,32 @@ func TestReload(t *testing.T) {
 	}
 	if r := do(t, "GET", srv.URL+"/api", nil); r.echo.Upstream != "two" {
 		t.Fatalf("after reload: %+v", r)
+	}
+}
+
+// TestReloadRefusesANewRedisPrefix: the store is opened once, so a reload
+// that changed the prefix would report success while the counters stayed
+// under the old one.
+func TestReloadRefusesANewRedisPrefix(t *testing.T) {
+	redis := testenv.Redis(t)
+	up := newUpstream(t, "app")
+	config := func(prefix string) string {
+		return fmt.Sprintf("redis: %s\nredis_prefix: %q\nroutes: [{name: api, path_prefix: /api, upstream: %q}]", redis.URL(), prefix, up.URL)
+	}
+	gw, _ := startGateway(t, config("one:"))
+	cfg, err := gateway.ParseConfig([]byte(config("two:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Reload(cfg); err == nil || !strings.Contains(err.Error(), "redis_prefix") {
+		t.Fatalf("changing redis_prefix on reload: err = %v, want a refusal naming redis_prefix", err)
+	}
+	same, err := gateway.ParseConfig([]byte(config("one:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Reload(same); err != nil {
+		t.Fatalf("reload with the same prefix: %v", err)
 	}
 }
 

@@ -56,7 +56,9 @@ type Gateway struct {
 	opts  Options
 	store sluice.Store
 	close func() error
-	redis string
+	// redis and redisPrefix name the store opened at start; a reload
+	// cannot change them.
+	redis, redisPrefix string
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
@@ -75,7 +77,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix}
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
 		if err != nil {
@@ -103,6 +105,11 @@ func (g *Gateway) Reload(cfg *Config) error {
 	defer g.mu.Unlock()
 	if cfg.Redis != g.redis {
 		return errors.New("redis: the store cannot change on reload; restart the gateway to use another")
+	}
+	// Accepting a new prefix without reopening the store would report a
+	// reload that did not happen: counters would stay under the old one.
+	if cfg.Redis != "" && cfg.RedisPrefix != g.redisPrefix {
+		return fmt.Errorf("redis_prefix: the key prefix cannot change on reload (%q → %q); restart the gateway to use another", g.redisPrefix, cfg.RedisPrefix)
 	}
 	rt, err := g.build(cfg)
 	if err != nil {
@@ -203,7 +210,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			}
 			rt.limiters = append(rt.limiters, rte.limiter)
 		}
-		rte.proxy = newProxy(upstream, rc, trusted, transport, g.opts.Logger)
+		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, transport, g.opts.Logger)
 		rt.routes = append(rt.routes, rte)
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool {
@@ -346,7 +353,9 @@ func bearerToken(r *http.Request) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxies, transport http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
+// newProxy forwards to upstream. ownsCORS says the gateway answers CORS
+// itself, so the upstream's CORS headers are dropped.
+func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxies, ownsCORS bool, transport http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -356,11 +365,32 @@ func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxi
 			}
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
-			// Tell the upstream the client address the gateway believes,
-			// not one an untrusted client wrote itself.
-			if client, ok := trusted.ClientAddr(pr.In); ok {
-				pr.Out.Header.Set("X-Forwarded-For", client.String())
+			// Tell the upstream the path the gateway can vouch for: the
+			// client it believes, the trusted proxies that reported it, and
+			// its own peer; never entries an untrusted client wrote itself.
+			// An upstream that trusts the gateway and the proxies in front
+			// of it then finds the same client.
+			if chain, ok := trusted.Chain(pr.In); ok {
+				hops := make([]string, len(chain))
+				for i, a := range chain {
+					hops[i] = a.String()
+				}
+				pr.Out.Header.Set("X-Forwarded-For", strings.Join(hops, ", "))
 			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if ownsCORS {
+				// The gateway has already answered CORS for this request;
+				// the upstream's own Access-Control-* headers would be
+				// added to the gateway's, and a browser refuses a response
+				// with two Access-Control-Allow-Origin values.
+				for name := range resp.Header {
+					if strings.HasPrefix(name, "Access-Control-") {
+						delete(resp.Header, name)
+					}
+				}
+			}
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.DeadlineExceeded) {

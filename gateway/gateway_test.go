@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"encoding/base64"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice/gateway"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/middleware"
 )
 
 func TestGatewayJWT(t *testing.T) {
@@ -200,6 +203,40 @@ routes:
 	}
 }
 
+// TestGatewayJWKSDownAtStart: an identity provider that is unreachable when
+// the gateway starts must not lock out tokens without a key id until the
+// next background refresh (minutes away).
+func TestGatewayJWKSDownAtStart(t *testing.T) {
+	keys(t)
+	jwks := newJWKSServer(t) // no keys yet: every fetch fails
+	up := newUpstream(t, "app")
+	_, gw := startGateway(t, fmt.Sprintf(`
+jwt:
+  idp: {jwks_url: %q, jwks_refresh: 1h}
+routes:
+  - {name: api, path_prefix: /api, upstream: %q, auth: idp}
+`, jwks.URL, up.URL))
+	token := bearer(sign(t, jwt.SigningMethodRS256, rotatedA, claims("alice"), ""))
+	if r := do(t, "GET", gw.URL+"/api", token); r.status != 401 {
+		t.Fatalf("before the keys exist: %d, want 401", r.status)
+	}
+	jwks.set(rsaJWK("", &rotatedA.PublicKey))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := do(t, "GET", gw.URL+"/api", token)
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("token without kid still refused after the JWKS came up: %d %s", r.status, r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := jwks.fetches.Load(); n > 12 {
+		t.Fatalf("%d JWKS fetches: refetches are not bounded", n)
+	}
+}
+
 func TestGatewayCORS(t *testing.T) {
 	up := newUpstream(t, "app")
 	_, gw := startGateway(t, fmt.Sprintf(`
@@ -258,6 +295,25 @@ routes:
 			t.Fatalf("429 not readable by the browser: %d %v", r.status, r.header)
 		}
 	})
+	t.Run("upstream_cors_headers_do_not_duplicate_the_gateways", func(t *testing.T) {
+		own := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			w.Header().Set("Access-Control-Expose-Headers", "X-Upstream")
+			w.Header().Set("X-Upstream", "yes")
+		}))
+		defer own.Close()
+		_, gw := startGateway(t, fmt.Sprintf(`
+cors: {allowed_origins: [https://app.example.com], allow_credentials: true}
+routes: [{name: api, path_prefix: /api, upstream: %q}]
+`, own.URL))
+		r := do(t, "GET", gw.URL+"/api", map[string]string{"Origin": allowed})
+		if got := r.header.Values("Access-Control-Allow-Origin"); len(got) != 1 || got[0] != allowed {
+			t.Fatalf("Access-Control-Allow-Origin %q, want exactly [%s]", got, allowed)
+		}
+		if r.header.Get("X-Upstream") != "yes" || len(r.header.Values("Access-Control-Expose-Headers")) != 1 {
+			t.Fatalf("headers %v", r.header)
+		}
+	})
 	t.Run("simple_disallowed_origin", func(t *testing.T) {
 		r := do(t, "GET", gw.URL+"/api/orders", map[string]string{"Origin": other})
 		if r.header.Get("Access-Control-Allow-Origin") != "" {
@@ -308,8 +364,26 @@ routes:
 		if a.status != 200 || b.status != 200 || c.status != 429 {
 			t.Fatalf("statuses %d %d %d, want 200 200 429 (keyed by the right-most untrusted hop)", a.status, b.status, c.status)
 		}
-		if a.echo.XForwardedFor != "198.51.100.1" {
-			t.Fatalf("upstream saw X-Forwarded-For %q, want 198.51.100.1", a.echo.XForwardedFor)
+		// The upstream gets the chain the gateway vouches for: the client
+		// and the trusted peer, not the spoofed 6.6.6.6.
+		if a.echo.XForwardedFor != "198.51.100.1, 127.0.0.1" {
+			t.Fatalf("upstream saw X-Forwarded-For %q, want \"198.51.100.1, 127.0.0.1\"", a.echo.XForwardedFor)
+		}
+	})
+	t.Run("chain_of_trusted_proxies_is_forwarded", func(t *testing.T) {
+		_, gw := startGateway(t, config("{cidrs: [127.0.0.1/32, 10.0.0.0/8]}"))
+		r := do(t, "GET", gw.URL+"/api", xff("6.6.6.6, 10.9.9.9, 198.51.100.1, 10.0.0.5"))
+		if r.status != 200 || r.echo.XForwardedFor != "198.51.100.1, 10.0.0.5, 127.0.0.1" {
+			t.Fatalf("%d, upstream saw X-Forwarded-For %q, want the client then the trusted hops: \"198.51.100.1, 10.0.0.5, 127.0.0.1\"", r.status, r.echo.XForwardedFor)
+		}
+		// The upstream, trusting the same proxies and the gateway, finds
+		// the client the gateway limited.
+		in := httptest.NewRequest("GET", "/", nil)
+		in.RemoteAddr = "127.0.0.1:1"
+		in.Header.Set("X-Forwarded-For", r.echo.XForwardedFor)
+		cidrs, _ := middleware.ParseCIDRs([]string{"127.0.0.1/32", "10.0.0.0/8"})
+		if got := middleware.ClientIP(middleware.TrustedProxies{CIDRs: cidrs})(in); got != "198.51.100.1" {
+			t.Fatalf("upstream finds client %q, want 198.51.100.1", got)
 		}
 	})
 	t.Run("subjects_are_limited_independently_of_ip", func(t *testing.T) {

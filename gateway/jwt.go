@@ -231,34 +231,39 @@ func (j *jwks) stop() {
 	<-j.done
 }
 
-// keys returns the key with id kid, refetching once if it is unknown, or
-// every key when the token names none.
+// keys returns the key with id kid, or every key when the token names none.
+// When there is no such key (an unknown id: a rotation; or no keys at all:
+// the identity provider was down at start) it refetches once first, at most
+// once per minRefetch, rather than refusing every token until the next
+// background refresh.
 func (j *jwks) keys(ctx context.Context, kid string) []crypto.PublicKey {
 	j.mu.Lock()
-	if kid == "" {
-		defer j.mu.Unlock()
-		return j.all
-	}
-	k, ok := j.byKid[kid]
+	found := j.lookup(kid)
 	// Claim the refetch under the lock, so a burst of tokens with unknown
 	// key ids costs one fetch, not one each.
-	refetch := !ok && time.Since(j.lastFetch) >= minRefetch
+	refetch := len(found) == 0 && time.Since(j.lastFetch) >= minRefetch
 	if refetch {
 		j.lastFetch = time.Now()
 	}
 	j.mu.Unlock()
-	if ok {
-		return []crypto.PublicKey{k}
-	}
 	if !refetch {
-		return nil
+		return found
 	}
 	if err := j.download(ctx); err != nil {
-		j.log.Warn("refetching JWKS for an unknown key id failed", "url", j.url, "error", err)
+		j.log.Warn("refetching JWKS for a key not seen yet failed", "url", j.url, "kid", kid, "error", err)
 		return nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	return j.lookup(kid)
+}
+
+// lookup returns the keys a token naming kid may be checked with; j.mu is
+// held.
+func (j *jwks) lookup(kid string) []crypto.PublicKey {
+	if kid == "" {
+		return j.all
+	}
 	if k, ok := j.byKid[kid]; ok {
 		return []crypto.PublicKey{k}
 	}

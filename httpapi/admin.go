@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -425,11 +426,20 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
+		// RFC 9110 (PUT): 201 when the rule is created, 200 when one is
+		// replaced. Two PUTs racing to create one rule may both answer 201;
+		// the rule stored is the same either way.
+		status := http.StatusOK
+		if _, err := a.catalog.Rule(r.Context(), rule.Tenant, rule.Name); errors.Is(err, sluice.ErrNotFound) {
+			status = http.StatusCreated
+		} else if err != nil {
+			return 0, nil, err
+		}
 		stored, err := a.catalog.PutRule(r.Context(), rule)
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, NewRuleBody(stored), nil
+		return status, NewRuleBody(stored), nil
 	})
 }
 

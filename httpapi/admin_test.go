@@ -14,14 +14,14 @@ func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
 	h.createTenant("globex")
 	acmeAdmin, _ := h.createKey("acme", "admin")
 	acmeCheck, _ := h.createKey("acme", "check")
-	_, globexKeyID := h.createKey("globex", "check")
+	globexKey, globexKeyID := h.createKey("globex", "check")
 	h.putRule("globex", "all", tokenBucketRule("*", 5, 1))
 	rule := tokenBucketRule("/api*", 5, 1)
 
 	t.Run("own_tenant", func(t *testing.T) {
 		h := h.with(t)
 		h.must(http.StatusOK, "GET", "/v1/tenants/acme", acmeAdmin, nil)
-		h.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/api", acmeAdmin, rule)
+		h.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/api", acmeAdmin, rule)
 		h.must(http.StatusOK, "GET", "/v1/tenants/acme/rules", acmeAdmin, nil)
 		h.must(http.StatusOK, "GET", "/v1/tenants/acme/rules/api", acmeAdmin, nil)
 		r := h.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", acmeAdmin, map[string]any{"name": "ci", "role": "check"})
@@ -52,6 +52,8 @@ func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
 		{"list_other_keys", "GET", "/v1/tenants/globex/keys", acmeAdmin, nil, 403, "forbidden"},
 		{"create_other_key", "POST", "/v1/tenants/globex/keys", acmeAdmin, map[string]any{"role": "admin"}, 403, "forbidden"},
 		{"revoke_other_key", "DELETE", "/v1/tenants/globex/keys/" + globexKeyID, acmeAdmin, nil, 403, "forbidden"},
+		// Through its own tenant's path, another tenant's key is not found.
+		{"revoke_other_key_through_own_path", "DELETE", "/v1/tenants/acme/keys/" + globexKeyID, acmeAdmin, nil, 404, "not_found"},
 		{"create_tenant", "POST", "/v1/tenants", acmeAdmin, map[string]any{"name": "initech"}, 403, "forbidden"},
 		{"suspend_own_tenant", "PATCH", "/v1/tenants/acme", acmeAdmin, map[string]any{"status": "suspended"}, 403, "forbidden"},
 		{"delete_own_tenant", "DELETE", "/v1/tenants/acme", acmeAdmin, nil, 403, "forbidden"},
@@ -74,6 +76,11 @@ func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
 		})
 	}
 
+	t.Run("other_tenants_key_still_works", func(t *testing.T) {
+		h := h.with(t)
+		h.must(http.StatusOK, "POST", "/v1/check", globexKey, map[string]any{"route": "/x"})
+	})
+
 	t.Run("suspended_tenant_admin_key_is_refused", func(t *testing.T) {
 		h := h.with(t)
 		h.must(http.StatusOK, "PATCH", "/v1/tenants/acme", testAdminToken, map[string]any{"status": "suspended"})
@@ -87,7 +94,7 @@ func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
 func TestAdminLifecycle(t *testing.T) {
 	h := newHarness(t, harnessOptions{defaultMode: "open"})
 	h.createTenant("acme")
-	r := h.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/mixed", testAdminToken, map[string]any{
+	r := h.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/mixed", testAdminToken, map[string]any{
 		"route": "/api*",
 		"limits": []any{
 			map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 20, "refill_per_second": 2.5},
@@ -110,6 +117,22 @@ func TestAdminLifecycle(t *testing.T) {
 	h.must(http.StatusNotFound, "GET", "/v1/tenants/acme", testAdminToken, nil)
 	h.must(http.StatusOK, "GET", "/healthz", "", nil)
 	h.must(http.StatusOK, "GET", "/readyz", "", nil)
+}
+
+func TestPutRuleAnswers201WhenItCreatesAnd200WhenItReplaces(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	path := "/v1/tenants/acme/rules/payments"
+	r := h.must(http.StatusCreated, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 10, 1))
+	if r.body["route"] != "/api/payments*" {
+		t.Errorf("created: %s", r.raw)
+	}
+	r = h.must(http.StatusOK, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 20, 1))
+	if limits := r.body["limits"].([]any); limits[0].(map[string]any)["capacity"] != 20.0 {
+		t.Errorf("replaced: %s", r.raw)
+	}
+	h.must(http.StatusNoContent, "DELETE", path, testAdminToken, nil)
+	h.must(http.StatusCreated, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 10, 1))
 }
 
 func TestFormatWindow(t *testing.T) {

@@ -18,6 +18,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	h := newHarness(t, harnessOptions{store: store})
 	h.createTenant("acme")
 	key, _ := h.createKey("acme", "check")
+	h.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", testAdminToken, map[string]any{"name": "web", "role": "check"})
 	h.putRule("acme", "payments", tokenBucketRule("/api/payments*", 10, 1))
 	h.putRule("acme", "orders", tokenBucketRule("/api/orders*", 10, 1))
 
@@ -54,6 +55,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"check_string_cost", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": "1"}`, 400, "invalid_request"},
 		{"check_huge_cost", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": 1e30}`, 400, "invalid_request"},
 		{"check_cost_that_can_never_fit", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": 11}`, 400, "invalid_request"},
+		{"check_oversized_subject", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "` + strings.Repeat("s", 1100) + `"}`, 400, "invalid_request"},
 		{"check_route_wrong_type", "POST", "/v1/check", "key", `{"route": 17}`, 400, "invalid_request"},
 
 		// tenants
@@ -74,6 +76,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"key_unknown_role", "POST", "/v1/tenants/acme/keys", "", `{"role": "root"}`, 400, "invalid_request"},
 		{"key_missing_role", "POST", "/v1/tenants/acme/keys", "", `{"name": "web"}`, 400, "invalid_request"},
 		{"key_invalid_name", "POST", "/v1/tenants/acme/keys", "", `{"name": "My Key", "role": "check"}`, 400, "invalid_request"},
+		{"key_duplicate_name", "POST", "/v1/tenants/acme/keys", "", `{"name": "web", "role": "admin"}`, 409, "conflict"},
+		{"key_unknown_tenant_list", "GET", "/v1/tenants/nobody/keys", "", ``, 404, "not_found"},
+		{"rule_unknown_tenant_list", "GET", "/v1/tenants/nobody/rules", "", ``, 404, "not_found"},
 		{"key_unknown_revoke", "DELETE", "/v1/tenants/acme/keys/key_nope", "", ``, 404, "not_found"},
 
 		// rules

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -327,4 +329,49 @@ func TestStoreOutageAppliesEachRulesFailureMode(t *testing.T) {
 	eventually(t, 5*time.Second, "checks recover after Redis restarts", func() bool {
 		return h.do("POST", "/v1/check", key, map[string]any{"route": "/closed"}).status == http.StatusOK
 	})
+}
+
+func TestDecisionTopLevelIsTheMostRestrictiveLimit(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "api", map[string]any{
+		"route": "/api*",
+		"limits": []any{
+			map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 5, "refill_per_second": slowRefill},
+			map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": 2, "window": "1h"},
+		},
+	})
+	body := map[string]any{"route": "/api/x", "subject": "s"}
+	figures := func(r response) (limit, remaining, retry float64) {
+		return r.body["limit"].(float64), r.body["remaining"].(float64), r.body["retry_after_ms"].(float64)
+	}
+
+	// Allowed: the limit with the least remaining (hourly: 1 of 2 left, burst 4 of 5).
+	r := h.must(http.StatusOK, "POST", "/v1/check", key, body)
+	if limit, remaining, retry := figures(r); limit != 2 || remaining != 1 || retry != 0 {
+		t.Errorf("allowed: top level limit=%v remaining=%v retry=%v, want hourly's 2/1/0: %s", limit, remaining, retry, r.raw)
+	}
+	h.must(http.StatusOK, "POST", "/v1/check", key, body)
+
+	// Denied by hourly only: its figures and its wait, with burst's own figures beside.
+	r = h.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body)
+	limit, remaining, retry := figures(r)
+	if limit != 2 || remaining != 0 || retry <= 0 || retry > float64(time.Hour.Milliseconds()) {
+		t.Errorf("denied: top level limit=%v remaining=%v retry=%v, want hourly's: %s", limit, remaining, retry, r.raw)
+	}
+	limits := r.body["limits"].([]any)
+	burst, hourly := limits[0].(map[string]any), limits[1].(map[string]any)
+	if burst["name"] != "burst" || burst["remaining"] != 3.0 || burst["retry_after_ms"] != 0.0 {
+		t.Errorf("burst figures %v", burst)
+	}
+	if hourly["name"] != "hourly" || hourly["retry_after_ms"] != retry {
+		t.Errorf("hourly figures %v, top-level retry %v", hourly, retry)
+	}
+	if ra := r.header.Get("Retry-After"); ra != fmt.Sprint(int64(math.Ceil(retry/1000))) {
+		t.Errorf("Retry-After %q for retry_after_ms %v: want the seconds rounded up", ra, retry)
+	}
+	if got := r.header.Get("X-RateLimit-Limit"); got != "2" {
+		t.Errorf("X-RateLimit-Limit %q, want the most restrictive limit's 2", got)
+	}
 }

@@ -180,9 +180,13 @@ func (h *harness) createKey(tenant, role string) (secret, id string) {
 	return r.body["secret"].(string), r.body["id"].(string)
 }
 
+// putRule creates (201) or replaces (200) a rule.
 func (h *harness) putRule(tenant, name string, rule map[string]any) {
 	h.t.Helper()
-	h.must(http.StatusOK, "PUT", "/v1/tenants/"+tenant+"/rules/"+name, testAdminToken, rule)
+	r := h.do("PUT", "/v1/tenants/"+tenant+"/rules/"+name, testAdminToken, rule)
+	if r.status != http.StatusCreated && r.status != http.StatusOK {
+		h.t.Fatalf("PUT rule %s/%s: status %d; body %s", tenant, name, r.status, r.raw)
+	}
 }
 
 func (h *harness) check(key string, body any) response {

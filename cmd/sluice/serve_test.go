@@ -144,7 +144,7 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 	_, keyBody := call("POST", "/v1/tenants/acme/keys", token, `{"role": "check"}`)
 	var key struct{ Secret string }
 	_ = json.Unmarshal([]byte(keyBody), &key)
-	if status, body := call("PUT", "/v1/tenants/acme/rules/all", token, `{"route": "*", "limits": [{"algorithm": "token_bucket", "capacity": 5, "refill_per_second": 1}]}`); status != 200 {
+	if status, body := call("PUT", "/v1/tenants/acme/rules/all", token, `{"route": "*", "limits": [{"algorithm": "token_bucket", "capacity": 5, "refill_per_second": 1}]}`); status != http.StatusCreated {
 		t.Fatalf("put rule: %d %s", status, body)
 	}
 

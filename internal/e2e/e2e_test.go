@@ -219,7 +219,7 @@ func TestTwoInstancesAdmitExactlyTheLimit(t *testing.T) {
 	a, b := inst[0], inst[1]
 	key := setupTenant(a, adminToken, "acme")
 	// Capacity 100 with a refill too slow to add a token during the test.
-	a.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/payments", adminToken, map[string]any{
+	a.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/payments", adminToken, map[string]any{
 		"route":  "/api/payments*",
 		"limits": []any{map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 100, "refill_per_second": 0.0001}},
 	})
@@ -284,7 +284,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	r := in.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "self", "role": "admin"})
 	acmeAdmin := r.body["secret"].(string)
 	globexRule := map[string]any{"route": "*", "limits": []any{map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h"}}}
-	in.must(http.StatusOK, "PUT", "/v1/tenants/globex/rules/all", adminToken, globexRule)
+	in.must(http.StatusCreated, "PUT", "/v1/tenants/globex/rules/all", adminToken, globexRule)
 
 	// acme's check key is never limited by globex's rule, and reads nothing.
 	for range 3 {
@@ -312,7 +312,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 		}
 	}
 	// The tenant admin key manages its own tenant.
-	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/api", acmeAdmin, map[string]any{
+	in.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/api", acmeAdmin, map[string]any{
 		"route": "/api*", "limits": []any{map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h"}}})
 	in.must(http.StatusOK, "GET", "/v1/tenants/acme/rules", acmeAdmin, nil)
 	in.must(http.StatusOK, "POST", "/v1/check", acmeKey, map[string]any{"route": "/api/x", "subject": "s"})
@@ -328,7 +328,7 @@ func TestFailClosedWhenRedisIsDown(t *testing.T) {
 	inst, redis := startProduction(t, 1)
 	in := inst[0]
 	key := setupTenant(in, adminToken, "acme")
-	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/all", adminToken, map[string]any{
+	in.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/all", adminToken, map[string]any{
 		"route": "*", "limits": []any{map[string]any{"algorithm": "token_bucket", "capacity": 10, "refill_per_second": 1}}})
 	in.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/api"})
 
@@ -382,7 +382,7 @@ func TestEmbeddedDefaultStartsWithNoFlags(t *testing.T) {
 	}
 	in.must(http.StatusOK, "GET", "/readyz", "", nil)
 	key := setupTenant(in, m[1], "acme")
-	in.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/all", m[1], map[string]any{
+	in.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/all", m[1], map[string]any{
 		"route": "*", "limits": []any{map[string]any{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 0.01}}})
 	in.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/"})
 	in.must(http.StatusTooManyRequests, "POST", "/v1/check", key, map[string]any{"route": "/"})

@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/sqlite"
+)
+
+// countingChecker passes every call to a real guarded store and counts the
+// checks that reach it.
+type countingChecker struct {
+	Checker
+	checks atomic.Int64
+}
+
+func (c *countingChecker) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
+	c.checks.Add(1)
+	return c.Checker.Check(ctx, req, mode)
+}
+
+// TestCheckPathNeverTouchesTheDatabase closes the catalog once the API has
+// its snapshot: every check must still be answered, from memory. It also
+// counts store calls: none for a route no rule matches, none for a deny the
+// deny cache answers.
+func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer catalog.Close()
+	if err := catalog.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	secret, hash := sluice.NewAPIKeySecret()
+	if _, err := catalog.CreateKey(ctx, "acme", "web", sluice.RoleCheck, hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.PutRule(ctx, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
+		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	g := guard.New(store, guard.Options{})
+	defer g.Close()
+	checker := &countingChecker{Checker: g}
+	api, err := New(ctx, Options{Catalog: catalog, Checker: checker, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From here on any database call fails.
+	if err := catalog.Close(); err != nil {
+		t.Fatal(err)
+	}
+	handler := api.Handler()
+	check := func(route string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"route": "`+route+`", "subject": "user-42"}`))
+		req.Header.Set("X-API-Key", secret)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		return rec
+	}
+
+	for _, c := range []struct {
+		name       string
+		route      string
+		status     int
+		body       string
+		storeCalls int64
+	}{
+		{"no_rule_no_store_call", "/api/orders/1", http.StatusOK, `"rule":null`, 0},
+		{"allowed", "/api/payments/1", http.StatusOK, `"allowed":true`, 1},
+		{"denied_by_the_store", "/api/payments/2", http.StatusTooManyRequests, `"allowed":false`, 2},
+		{"denied_by_the_deny_cache", "/api/payments/3", http.StatusTooManyRequests, `"allowed":false`, 2},
+		{"still_no_store_call_without_a_rule", "/other", http.StatusOK, `"rule":null`, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := check(c.route)
+			if rec.Code != c.status || !strings.Contains(rec.Body.String(), c.body) {
+				t.Errorf("got %d %s, want %d with %s", rec.Code, rec.Body, c.status, c.body)
+			}
+			if n := checker.checks.Load(); n != c.storeCalls {
+				t.Errorf("store checks so far = %d, want %d", n, c.storeCalls)
+			}
+		})
+	}
+	if n := store.Len(); n != 1 {
+		t.Errorf("store holds %d counters, want 1 (the rule's, for one subject)", n)
+	}
+}

@@ -104,10 +104,12 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	return func(ctx context.Context) error {
 		stopWatch()
 		<-watchDone
+		// NOT_SERVING first, on gRPC and on GET /healthcheck alike, so
+		// probes move traffic away before the listeners close.
+		srv.Shutdown()
 		if gs == nil {
 			return nil
 		}
-		srv.Shutdown()
 		stopped := make(chan struct{})
 		go func() {
 			gs.GracefulStop()

@@ -160,3 +160,40 @@ func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 		hr.Body.Close()
 	}
 }
+
+// TestStartEnvoyHTTPOnlyHealth: without --grpc-addr, POST /json still serves,
+// and stopping turns GET /healthcheck to 500 so probes drain the instance.
+func TestStartEnvoyHTTPOnlyHealth(t *testing.T) {
+	store := memory.New(memory.Options{})
+	t.Cleanup(func() { store.Close() })
+	mux := http.NewServeMux()
+	stop, err := startEnvoy(context.Background(), envoyConfig{
+		ConfigDir: envoyTestDir(t, envoyTestConfig),
+		Store:     store,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Mux:       mux,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	health := func() int {
+		t.Helper()
+		r, err := http.Get(ts.URL + "/healthcheck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	if got := health(); got != 200 {
+		t.Fatalf("GET /healthcheck while serving: %d, want 200", got)
+	}
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := health(); got != 500 {
+		t.Fatalf("GET /healthcheck after stop: %d, want 500", got)
+	}
+}

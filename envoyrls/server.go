@@ -288,6 +288,9 @@ func overrideRule(d *Domain, desc *ratelimitv3.RateLimitDescriptor) (*Rule, stri
 // tenant namespaces a domain's counters apart from the HTTP service's tenants.
 func tenant(d *Domain) string { return "envoy:" + d.Name }
 
+// maxConcurrentChecks bounds the store calls one request makes at once.
+const maxConcurrentChecks = 16
+
 // checkEach decides every descriptor on its own, as envoyproxy/ratelimit
 // does. The store calls run concurrently, so a request with several limited
 // descriptors waits about one round trip, not one per descriptor.
@@ -303,11 +306,21 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, items []item) error {
 	}
 	errs := make([]error, len(pending))
 	var wg sync.WaitGroup
-	for i, it := range pending {
+	// A bounded number of workers: a request's descriptor count is the
+	// caller's to choose (POST /json takes thousands in 64 KiB), and must
+	// not become as many goroutines and simultaneous store calls.
+	var next atomic.Int64
+	for range min(len(pending), maxConcurrentChecks) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.checkOne(ctx, d, it)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(pending) {
+					return
+				}
+				errs[i] = s.checkOne(ctx, d, pending[i])
+			}
 		}()
 	}
 	wg.Wait()

@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/memory"
 )
@@ -329,4 +330,54 @@ func TestHealthServingOnceConfigured(t *testing.T) {
 	expect("after config", healthpb.HealthCheckResponse_SERVING)
 	srv.Shutdown()
 	expect("after shutdown", healthpb.HealthCheckResponse_NOT_SERVING)
+}
+
+// inFlight records the most checks that ran at once through a real checker.
+type inFlight struct {
+	envoyrls.Checker
+	now, peak atomic.Int64
+}
+
+func (f *inFlight) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
+	n := f.now.Add(1)
+	defer f.now.Add(-1)
+	for {
+		p := f.peak.Load()
+		if n <= p || f.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	// Stay in flight a little, so unbounded fan-out would show.
+	time.Sleep(time.Millisecond)
+	return f.Checker.Check(ctx, req, mode)
+}
+
+// TestManyDescriptorsBoundedFanOut sends one request with hundreds of
+// descriptors: each gets its status, and the store calls run a bounded
+// number at a time rather than one goroutine per descriptor.
+func TestManyDescriptorsBoundedFanOut(t *testing.T) {
+	// A fixed clock: the per-second window cannot roll over mid-request.
+	store := memory.New(memory.Options{Clock: newTestClock().Now})
+	t.Cleanup(func() { store.Close() })
+	f := &inFlight{Checker: envoyrls.StoreChecker(store)}
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{Checker: f})
+	c := serve(t, srv)
+	const n = 300
+	descs := make([]*ratelimitv3.RateLimitDescriptor, n)
+	for i := range descs {
+		descs[i] = desc("remote_address", "10.0.0.1") // 10 per second
+	}
+	resp := call(t, c, "edge_proxy_per_ip", descs...)
+	var admitted int
+	for _, st := range resp.Statuses {
+		if st.Code == ok {
+			admitted++
+		}
+	}
+	if len(resp.Statuses) != n || admitted != 10 || resp.OverallCode != over {
+		t.Fatalf("%d statuses, %d OK, overall %v; want %d, 10, OVER_LIMIT", len(resp.Statuses), admitted, resp.OverallCode, n)
+	}
+	if p := f.peak.Load(); p > 16 {
+		t.Fatalf("%d store calls in flight at once for one request, want at most 16", p)
+	}
 }

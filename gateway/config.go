@@ -176,6 +176,13 @@ func (c *Config) fillDefaults() {
 	if c.FailureMode == "" {
 		c.FailureMode = sluice.FailOpen
 	}
+	if c.CORS != nil {
+		// Browsers send Origin without a trailing slash; rs/cors compares
+		// strings, so "https://app.example.com/" would never match.
+		for i, o := range c.CORS.AllowedOrigins {
+			c.CORS.AllowedOrigins[i] = strings.TrimSuffix(o, "/")
+		}
+	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		if r.Timeout == 0 {
@@ -280,8 +287,18 @@ func (c *CORSConfig) validate() error {
 			continue
 		}
 		u, err := url.Parse(o)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
 			return fmt.Errorf("cors.allowed_origins[%d]: %q is not an origin like https://app.example.com", i, o)
+		}
+		// rs/cors matches a "*" anywhere as "any text": "https://*" would
+		// grant every https site, credentials included. Only a leading
+		// subdomain wildcard of a named domain is allowed.
+		if strings.Contains(u.Host, "*") {
+			rest, ok := strings.CutPrefix(u.Host, "*.")
+			if !ok || strings.Contains(rest, "*") || !strings.Contains(strings.Trim(rest, "."), ".") {
+				return fmt.Errorf("cors.allowed_origins[%d]: %q: a wildcard may only stand for subdomains of a named domain, like https://*.example.com", i, o)
+			}
 		}
 	}
 	if c.MaxAge < 0 {

@@ -314,6 +314,20 @@ routes: [{name: api, path_prefix: /api, upstream: %q}]
 			t.Fatalf("headers %v", r.header)
 		}
 	})
+	t.Run("origin_written_with_a_trailing_slash_and_subdomain_wildcard", func(t *testing.T) {
+		_, gw := startGateway(t, fmt.Sprintf(`
+cors: {allowed_origins: ["https://app.example.com/", "https://*.example.org"], allow_credentials: true}
+routes: [{name: api, path_prefix: /api, upstream: %q}]
+`, up.URL))
+		for origin, want := range map[string]string{
+			allowed: allowed, "https://a.example.org": "https://a.example.org",
+			"https://example.org.evil.com": "", "https://evilexample.org": "",
+		} {
+			if got := do(t, "GET", gw.URL+"/api", map[string]string{"Origin": origin}).header.Get("Access-Control-Allow-Origin"); got != want {
+				t.Errorf("Origin %s: Access-Control-Allow-Origin %q, want %q", origin, got, want)
+			}
+		}
+	})
 	t.Run("simple_disallowed_origin", func(t *testing.T) {
 		r := do(t, "GET", gw.URL+"/api/orders", map[string]string{"Origin": other})
 		if r.header.Get("Access-Control-Allow-Origin") != "" {

@@ -72,6 +72,13 @@ func bindEnv(cmd *cobra.Command) error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal starts a graceful shutdown; stopping the relay
+		// restores the default action, so a second one ends the process at
+		// once instead of waiting out --shutdown-timeout.
+		<-ctx.Done()
+		stop()
+	}()
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -238,5 +241,33 @@ func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
 	}
 	if !bytes.Equal(sluice.HashAPIKey(printed[0]), stored) {
 		t.Errorf("the printed token is not the stored one: it would be refused")
+	}
+}
+
+// TestEveryServeFlagHasItsVariableDocumented keeps docs/service.md's flag
+// table complete: each flag of sluice serve with its SLUICE_* variable.
+func TestEveryServeFlagHasItsVariableDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/service.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newServeCmd().Flags().VisitAll(func(f *pflag.Flag) {
+		row := "| `--" + f.Name + "` | `" + envName(f.Name) + "` |"
+		if !bytes.Contains(doc, []byte(row)) {
+			t.Errorf("docs/service.md has no row starting %s", row)
+		}
+	})
+}
+
+// TestServeReadsItsFlagsFromTheEnvironment runs sluice serve as a user does,
+// with configuration only in SLUICE_* variables. (One run only: rootCmd is
+// shared, and a flag set once counts as given afterwards.)
+func TestServeReadsItsFlagsFromTheEnvironment(t *testing.T) {
+	t.Setenv("SLUICE_DATABASE", "sqlite://"+filepath.Join(t.TempDir(), "env.db"))
+	t.Setenv("SLUICE_ADDR", "127.0.0.1:0")
+	t.Setenv("SLUICE_STORE_TIMEOUT", "0s")
+	_, _, err := runCLI(t, "serve")
+	if err == nil || !strings.Contains(err.Error(), "--store-timeout must be positive") {
+		t.Fatalf("error %v, want SLUICE_STORE_TIMEOUT=0s refused as --store-timeout", err)
 	}
 }

@@ -73,6 +73,8 @@ type instance struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	client *http.Client
+	// exited is closed when the process has ended.
+	exited chan struct{}
 }
 
 // startServe starts sluice serve in dir with args and extra environment
@@ -90,6 +92,7 @@ func startServe(t *testing.T, dir, addr string, env []string, args ...string) *i
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
+	inst.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -398,5 +401,33 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("%s: not within %v", what, timeout)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	addr := freeAddr(t)
+	in := startServe(t, t.TempDir(), addr, nil, "--addr", addr, "--admin-token", adminToken, "--shutdown-timeout", "1m")
+	// A request whose body never arrives keeps the graceful shutdown waiting.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", adminToken)
+
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
+		return strings.Contains(in.stderr.String(), "shutting down")
+	})
+	select {
+	case <-in.exited:
+		t.Fatal("the service stopped without waiting for the request in flight")
+	default:
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-in.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second SIGTERM did not stop the service at once")
 	}
 }

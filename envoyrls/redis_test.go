@@ -249,3 +249,48 @@ descriptors:
 		t.Fatalf("%d checks reached the frozen store, want at most %d: the breaker did not spare the rest the timeout", n, threshold+1)
 	}
 }
+
+// TestStoreDownKeepsDecidedDeny: a request that a descriptor denies without
+// the store (a blocked value) stays OVER_LIMIT when Redis is down and the
+// other descriptors' rules have no failure_mode, rather than becoming an
+// UNAVAILABLE error that Envoy lets through by default.
+func TestStoreDownKeepsDecidedDeny(t *testing.T) {
+	redis := testenv.Redis(t)
+	const rules = `
+descriptors:
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: ip
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	dir := configDir(t, "domain: each\n"+rules, "domain: aon\nall_or_nothing: true\n"+rules)
+	store := openRedis(t, redis.URL())
+	g := guard.New(store, guard.Options{Timeout: 50 * time.Millisecond})
+	t.Cleanup(func() { g.Close() })
+	c := serve(t, loadedServer(t, dir, envoyrls.Options{Checker: g}))
+	redis.Stop()
+	for _, domain := range []string{"each", "aon"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("user", "u"), desc("ip", "50.0.0.5"),
+		}})
+		cancel()
+		if err != nil || r.OverallCode != over || r.Statuses[1].Code != over {
+			t.Fatalf("%s: blocked IP with Redis down: %v, %v; want OVER_LIMIT", domain, r, err)
+		}
+		if r.Statuses[0].Code != rlspb.RateLimitResponse_UNKNOWN {
+			t.Errorf("%s: the undecidable descriptor answered %v, want UNKNOWN", domain, r.Statuses[0].Code)
+		}
+		// Nothing decided without the store: still UNAVAILABLE, for Envoy's
+		// failure_mode_deny to decide.
+		_, err = c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("user", "u"), desc("ip", "10.0.0.1"),
+		}})
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("%s: no decided deny, Redis down: %v, want UNAVAILABLE", domain, err)
+		}
+	}
+}

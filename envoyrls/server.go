@@ -302,7 +302,7 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, items []item) error {
 		}
 	}
 	if len(pending) == 1 {
-		return s.checkOne(ctx, d, pending[0])
+		return overLimitDespite(ctx, items, s.checkOne(ctx, d, pending[0]))
 	}
 	errs := make([]error, len(pending))
 	var wg sync.WaitGroup
@@ -326,7 +326,33 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, items []item) error {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return overLimitDespite(ctx, items, err)
+		}
+	}
+	return nil
+}
+
+// overLimitDespite keeps a request that is over the limit over the limit when
+// some other descriptor's store check failed: an error would let Envoy apply
+// its failure_mode_deny, by default admitting a request that a descriptor
+// decided without the store (such as a blocked value) denies. The descriptors
+// that could not be decided answer UNKNOWN.
+func overLimitDespite(ctx context.Context, items []item, err error) error {
+	if err == nil || ctx.Err() != nil || status.Code(err) != codes.Unavailable {
+		return err
+	}
+	over := false
+	for i := range items {
+		if st := items[i].status; st != nil && st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			over = true
+		}
+	}
+	if !over {
+		return err
+	}
+	for i := range items {
+		if items[i].status == nil {
+			items[i].status = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_UNKNOWN, CurrentLimit: currentLimit(items[i].rule)}
 		}
 	}
 	return nil
@@ -528,7 +554,7 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, items []item)
 	}
 	dec, err := s.checker.Check(ctx, sluice.Request{Tenant: tenant(d), Rule: allOrNothingRule, Limits: limits, Cost: cost}, mode)
 	if err != nil {
-		return s.checkFailed(ctx, d, joint, d.FailureMode, err)
+		return overLimitDespite(ctx, items, s.checkFailed(ctx, d, joint, d.FailureMode, err))
 	}
 	for j, it := range joint {
 		var ld sluice.LimitDecision

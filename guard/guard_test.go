@@ -380,3 +380,63 @@ func waitState(t *testing.T, g *guard.Guard, want string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestGuardHalfOpenLetsOneProbeThrough: while the breaker is half-open, one
+// probe reaches the store and every concurrent check is answered by the
+// failure policy without touching it; a probe whose caller gave up frees the
+// slot instead of deciding the breaker's state.
+func TestGuardHalfOpenLetsOneProbeThrough(t *testing.T) {
+	store := newSwitchable(t)
+	store.state.Store(failing)
+	g := guard.New(store, guard.Options{FailureThreshold: 1, OpenTimeout: 20 * time.Millisecond, Timeout: 5 * time.Second})
+	defer g.Close()
+	g.Check(context.Background(), request("u"), sluice.FailOpen)
+	waitState(t, g, "half-open")
+
+	// A probe whose caller hangs up is not the store's fault: the breaker
+	// stays half-open and the next check probes.
+	store.state.Store(hanging)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := store.calls.Load()
+	if _, err := g.Check(gone, request("u"), sluice.FailOpen); !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned probe: err = %v, want context.Canceled", err)
+	}
+	if n := store.calls.Load() - before; n != 1 || g.State() != "half-open" {
+		t.Fatalf("abandoned probe: %d store calls, state %s; want 1, half-open", n, g.State())
+	}
+
+	// A probe that hangs holds the only slot.
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	before = store.calls.Load()
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		g.Check(probeCtx, request("u"), sluice.FailOpen)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for store.calls.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe never reached the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	var degraded atomic.Int64
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, err := g.Check(context.Background(), request("u"), sluice.FailOpen); err == nil && d.Allowed && d.Degraded {
+				degraded.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := store.calls.Load() - before; n != 1 || degraded.Load() != 20 {
+		t.Fatalf("while a probe is in flight: %d store calls, %d degraded answers; want 1 and 20", n, degraded.Load())
+	}
+	stopProbe()
+	<-probeDone
+}

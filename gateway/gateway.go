@@ -377,6 +377,18 @@ func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxi
 				}
 				pr.Out.Header.Set("X-Forwarded-For", strings.Join(hops, ", "))
 			}
+			// Behind a trusted load balancer that terminates TLS, the
+			// scheme and host the client used are the balancer's to tell:
+			// an upstream told "http" for an https request redirects in a
+			// loop or builds wrong links.
+			if trusted.TrustsPeer(pr.In) {
+				if proto := lastValue(pr.In.Header.Values("X-Forwarded-Proto")); proto == "http" || proto == "https" {
+					pr.Out.Header.Set("X-Forwarded-Proto", proto)
+				}
+				if host := lastValue(pr.In.Header.Values("X-Forwarded-Host")); host != "" && validHost(host) {
+					pr.Out.Header.Set("X-Forwarded-Host", host)
+				}
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			if ownsCORS {
@@ -403,6 +415,31 @@ func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxi
 			middleware.WriteProblem(w, http.StatusBadGateway, "The upstream could not be reached.", 0)
 		},
 	}
+}
+
+// lastValue is the right-most element of a comma-separated header: the one
+// the nearest proxy wrote.
+func lastValue(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	v := values[len(values)-1]
+	if i := strings.LastIndexByte(v, ','); i >= 0 {
+		v = v[i+1:]
+	}
+	return strings.ToLower(strings.TrimSpace(v))
+}
+
+// validHost accepts a host[:port] made of the characters a Host header may
+// hold, so nothing else is passed on as one.
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(".-:[]_", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func stripPrefix(path, prefix string) string {

@@ -384,6 +384,25 @@ routes:
 			t.Fatalf("upstream saw X-Forwarded-For %q, want \"198.51.100.1, 127.0.0.1\"", a.echo.XForwardedFor)
 		}
 	})
+	t.Run("scheme_and_host_believed_only_from_a_trusted_peer", func(t *testing.T) {
+		lb := map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "api.example.com"}
+		_, untrusting := startGateway(t, config("{}"))
+		r := do(t, "GET", untrusting.URL+"/api", lb)
+		if r.echo.XForwardedProto != "http" || r.echo.XForwardedHost != strings.TrimPrefix(untrusting.URL, "http://") {
+			t.Fatalf("untrusted peer: upstream told %s %s, want the gateway's own http and host", r.echo.XForwardedProto, r.echo.XForwardedHost)
+		}
+		_, trusting := startGateway(t, config("{cidrs: [127.0.0.1/32]}"))
+		r = do(t, "GET", trusting.URL+"/api", lb)
+		if r.echo.XForwardedProto != "https" || r.echo.XForwardedHost != "api.example.com" {
+			t.Fatalf("trusted balancer: upstream told %s %s, want https api.example.com", r.echo.XForwardedProto, r.echo.XForwardedHost)
+		}
+		// Another client: the route allows one request an hour each.
+		bad := map[string]string{"X-Forwarded-Proto": "javascript", "X-Forwarded-Host": "evil.com/x", "X-Forwarded-For": "198.51.100.77"}
+		r = do(t, "GET", trusting.URL+"/api", bad)
+		if r.echo.XForwardedProto != "http" || r.echo.XForwardedHost != strings.TrimPrefix(trusting.URL, "http://") {
+			t.Fatalf("malformed values from the balancer: upstream told %s %s, want the gateway's own", r.echo.XForwardedProto, r.echo.XForwardedHost)
+		}
+	})
 	t.Run("chain_of_trusted_proxies_is_forwarded", func(t *testing.T) {
 		_, gw := startGateway(t, config("{cidrs: [127.0.0.1/32, 10.0.0.0/8]}"))
 		r := do(t, "GET", gw.URL+"/api", xff("6.6.6.6, 10.9.9.9, 198.51.100.1, 10.0.0.5"))

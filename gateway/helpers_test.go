@@ -149,7 +149,11 @@ type echo struct {
 	Upstream      string `json:"upstream"`
 	Path          string `json:"path"`
 	XForwardedFor string `json:"x_forwarded_for"`
-	Authorization bool   `json:"authorization"`
+	// XForwardedProto and XForwardedHost are "scheme host" as the upstream
+	// was told them.
+	XForwardedProto string `json:"x_forwarded_proto"`
+	XForwardedHost  string `json:"x_forwarded_host"`
+	Authorization   bool   `json:"authorization"`
 }
 
 func newUpstream(t *testing.T, name string) *upstream {
@@ -164,7 +168,8 @@ func newUpstream(t *testing.T, name string) *upstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(echo{Upstream: name, Path: r.URL.Path, XForwardedFor: r.Header.Get("X-Forwarded-For"), Authorization: r.Header.Get("Authorization") != ""})
+		json.NewEncoder(w).Encode(echo{Upstream: name, Path: r.URL.Path, XForwardedFor: r.Header.Get("X-Forwarded-For"),
+			XForwardedProto: r.Header.Get("X-Forwarded-Proto"), XForwardedHost: r.Header.Get("X-Forwarded-Host"), Authorization: r.Header.Get("Authorization") != ""})
 	}))
 	t.Cleanup(u.Close)
 	return u

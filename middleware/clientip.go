@@ -110,6 +110,14 @@ func (t TrustedProxies) Chain(r *http.Request) ([]netip.Addr, bool) {
 	return path, true
 }
 
+// TrustsPeer reports whether r's peer (RemoteAddr) is a trusted proxy, whose
+// other X-Forwarded-* headers (such as the scheme it was reached by) may be
+// believed too.
+func (t TrustedProxies) TrustsPeer(r *http.Request) bool {
+	peer, ok := parseHostAddr(r.RemoteAddr)
+	return ok && t.trusts(peer, 1)
+}
+
 // walk follows r's hops from the peer leftwards while they are trusted and
 // returns them in that order (peer first, client last).
 func (t TrustedProxies) walk(r *http.Request) ([]netip.Addr, bool) {

@@ -431,3 +431,43 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		t.Fatal("a second SIGTERM did not stop the service at once")
 	}
 }
+
+// TestDenyCacheIsClearedOnEveryInstance caches a deny on instance B, then
+// raises the limit, and later resets the subject, through instance A: B must
+// allow again within a second each time, not serve its stale deny.
+func TestDenyCacheIsClearedOnEveryInstance(t *testing.T) {
+	inst, _ := startProduction(t, 2)
+	a, b := inst[0], inst[1]
+	key := setupTenant(a, adminToken, "acme")
+	rule := func(limit int) map[string]any {
+		return map[string]any{"route": "/api*", "limits": []any{
+			map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": limit, "window": "1h"}}}
+	}
+	a.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/api", adminToken, rule(1))
+	waitForRule(t, b, key, "/api/x", "api")
+	body := map[string]any{"route": "/api/x", "subject": "user-42"}
+	allowedWithinASecond := func(what string) {
+		t.Helper()
+		changed := time.Now()
+		for b.do("POST", "/v1/check", key, body).status != http.StatusOK {
+			if time.Since(changed) > time.Second {
+				t.Fatalf("instance B still denies more than 1s after %s on A", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	b.must(http.StatusOK, "POST", "/v1/check", key, body)
+	b.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body)
+	b.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body) // now in B's deny cache
+	if m := b.must(http.StatusOK, "GET", "/metrics", "", nil).raw; !strings.Contains(m, "sluice_deny_cache_hits_total 1\n") {
+		t.Fatalf("instance B did not answer the repeated deny from its deny cache")
+	}
+	a.must(http.StatusOK, "PUT", "/v1/tenants/acme/rules/api", adminToken, rule(2))
+	allowedWithinASecond("the limit was raised")
+
+	b.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body)
+	b.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body)
+	a.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/api/subjects/user-42", adminToken, nil)
+	allowedWithinASecond("the subject was reset")
+}

@@ -103,4 +103,14 @@ func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
 	if n := store.Len(); n != 1 {
 		t.Errorf("store holds %d counters, want 1 (the rule's, for one subject)", n)
 	}
+
+	t.Run("readyz_is_honest_about_the_catalog", func(t *testing.T) {
+		// Checks are still answered, but changes would go unseen: not ready.
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"catalog_unavailable"`) ||
+			rec.Header().Get("Retry-After") == "" {
+			t.Errorf("readyz with the catalog closed: %d %v %s", rec.Code, rec.Header(), rec.Body)
+		}
+	})
 }

@@ -127,7 +127,8 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	svc, err := startService(ctx, cfg, &syncBuffer{})
+	var output syncBuffer
+	svc, err := startService(ctx, cfg, &output)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,9 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	cancel() // what SIGTERM does
-	time.Sleep(200 * time.Millisecond)
+	for !strings.Contains(output.String(), "shutting down") {
+		time.Sleep(10 * time.Millisecond)
+	}
 	redis.Resume()
 	if status := <-result; status != http.StatusOK {
 		t.Errorf("the in-flight check got %d, want 200", status)

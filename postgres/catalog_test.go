@@ -2,8 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,4 +164,148 @@ func TestListsInByteOrderUnderAPunctuationBlindCollation(t *testing.T) {
 	if !slices.Equal(gotTenants, want) || !slices.Equal(gotRules, want) {
 		t.Fatalf("Tenants %v, Rules %v; want both %v", gotTenants, gotRules, want)
 	}
+}
+
+// freezer is a TCP proxy whose connections can be frozen: after Freeze they
+// stay open but carry nothing more, as after a network partition or a
+// failover to another primary (no RST, no FIN). Connections made after
+// Freeze work.
+type freezer struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	gen    int // connections of an older generation are frozen
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, target: target}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		f.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			f.mu.Lock()
+			gen := f.gen
+			f.conns = append(f.conns, client, server)
+			f.mu.Unlock()
+			wg.Go(func() { f.pipe(gen, server, client) })
+			wg.Go(func() { f.pipe(gen, client, server) })
+		}
+	})
+	return f
+}
+
+// pipe copies src to dst until src fails, dropping what it reads once its
+// generation is frozen; then it closes dst, passing the close on.
+func (f *freezer) pipe(gen int, dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		frozen := gen < f.gen
+		f.mu.Unlock()
+		if frozen {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// Close closes the proxy and its connections, so that their clients see
+// them fail at once rather than wait out their timeouts.
+func (f *freezer) Close() {
+	_ = f.ln.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
+}
+
+// Freeze freezes every connection open now.
+func (f *freezer) Freeze() {
+	f.mu.Lock()
+	f.gen++
+	f.mu.Unlock()
+}
+
+// A watcher whose connections all go silent (no error, no close: what a
+// failover or a partition looks like) still sees changes once the database
+// is reachable again, instead of waiting for TCP to give up (many minutes),
+// all the while accepting keys that were revoked.
+func TestWatchRecoversFromSilentConnections(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.Postgres(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	open := func(dsn string) *postgres.Catalog {
+		c, err := postgres.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	writer, watcher := open(dsn), open(u.String())
+	if err := writer.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close() // before the catalogs close
+	versions := make(chan int64, 100)
+	watchCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- watcher.Watch(watchCtx, func(e sluice.Event) { versions <- e.Version }) }()
+	defer func() { cancel(); <-done }()
+	<-versions // the initial event
+
+	seen := func(what string, within time.Duration) {
+		t.Helper()
+		want, err := writer.Version(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(within)
+		for got := int64(0); got < want; {
+			select {
+			case got = <-versions:
+			case <-timeout:
+				t.Fatalf("%s: version %d not seen within %v", what, want, within)
+			}
+		}
+	}
+	if _, err := writer.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	seen("before the freeze", time.Second)
+	proxy.Freeze()
+	if _, err := writer.CreateTenant(ctx, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	seen("after the freeze", 10*time.Second)
 }

@@ -42,9 +42,18 @@ func (c *Catalog) Watch(ctx context.Context, fn func(sluice.Event)) error {
 		case <-tick.C:
 		}
 		// An error here is a database hiccup; the next tick retries.
-		_ = w.poll(ctx)
+		pollCtx, cancelPoll := context.WithTimeout(ctx, pollTimeout)
+		_ = w.poll(pollCtx)
+		cancelPoll()
 	}
 }
+
+// pollTimeout bounds one look at the version. A connection that went silent
+// (a partition, a failover: no reset, no close) would otherwise hold Watch
+// until TCP gives up, many minutes in which no change arrives, not even a
+// revoked key; timing out drops that connection and the next look takes a
+// fresh one.
+const pollTimeout = 2 * time.Second
 
 // watcher remembers what one Watch call has reported.
 type watcher struct {

@@ -49,12 +49,14 @@ func Open(ctx context.Context, path string) (*Catalog, error) {
 		return nil, fmt.Errorf("sqlite catalog: %q is not a usable file path (it must name a file, without '?' or '#'): %w", path, sluice.ErrInvalid)
 	}
 	const params = "_busy_timeout=5000&_journal_mode=WAL&_foreign_keys=1&_synchronous=NORMAL"
-	write, err := sql.Open("sqlite", "file:"+path+"?"+params+"&_txlock=immediate")
+	// SQLite decodes %XX in a file: URI, so "a%20b.db" would open "a b.db".
+	uri := "file:" + strings.ReplaceAll(path, "%", "%25")
+	write, err := sql.Open("sqlite", uri+"?"+params+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite catalog: %w", err)
 	}
 	write.SetMaxOpenConns(1)
-	read, err := sql.Open("sqlite", "file:"+path+"?"+params+"&_query_only=1")
+	read, err := sql.Open("sqlite", uri+"?"+params+"&_query_only=1")
 	if err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("sqlite catalog: %w", err)

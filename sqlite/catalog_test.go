@@ -103,3 +103,23 @@ func TestTwoProcessesWriteOneFile(t *testing.T) {
 		t.Fatalf("version %d, %v; want %d", v, err, 2*writes)
 	}
 }
+
+// A path is a path: '%' and spaces in it are not URI escapes.
+func TestOpenUsesThePathAsGiven(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a%20b.db", "100%.db", "x y.db"} {
+		path := filepath.Join(dir, name)
+		c, err := sqlite.Open(t.Context(), path)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", name, err)
+		}
+		err = c.Migrate(t.Context())
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("Migrate %q: %v", name, err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("Open(%q) did not create that file: %v", name, err)
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -252,11 +253,24 @@ func (l Limit) String() string {
 	case AlgorithmTokenBucket:
 		return fmt.Sprintf("%s: token bucket of %d, refill %s/s", l.Name, l.Capacity, strconv.FormatFloat(l.RefillPerSecond, 'g', -1, 64))
 	case AlgorithmSlidingWindow:
-		return fmt.Sprintf("%s: %d per sliding %v", l.Name, l.Capacity, l.Window)
+		return fmt.Sprintf("%s: %d per sliding %s", l.Name, l.Capacity, FormatWindow(l.Window))
 	case AlgorithmFixedWindow:
-		return fmt.Sprintf("%s: %d per fixed %v", l.Name, l.Capacity, l.Window)
+		return fmt.Sprintf("%s: %d per fixed %s", l.Name, l.Capacity, FormatWindow(l.Window))
 	}
 	return fmt.Sprintf("%s: invalid limit (algorithm %q)", l.Name, l.Algorithm)
+}
+
+// FormatWindow writes a window the way people write it: "1h", "1m30s",
+// "250ms", rather than time.Duration's "1h0m0s".
+func FormatWindow(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // ValidateLimits checks a set of limits for one check: at least one, each valid,

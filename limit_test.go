@@ -95,7 +95,11 @@ func TestRefillRateIsAnExactFraction(t *testing.T) {
 func TestLimitString(t *testing.T) {
 	for want, l := range map[string]sluice.Limit{
 		"burst: token bucket of 10, refill 2/s": sluice.TokenBucket(10, 2).Named("burst"),
-		"minute: 600 per sliding 1m0s":          sluice.PerMinute(600).Named("minute"),
+		"minute: 600 per sliding 1m":            sluice.PerMinute(600).Named("minute"),
+		"hourly: 1000 per sliding 1h":           sluice.PerHour(1000).Named("hourly"),
+		"w: 5 per fixed 1h30m":                  sluice.FixedWindow(5, 90*time.Minute).Named("w"),
+		"w: 5 per fixed 1m30s":                  sluice.FixedWindow(5, 90*time.Second).Named("w"),
+		"w: 5 per fixed 250ms":                  sluice.FixedWindow(5, 250*time.Millisecond).Named("w"),
 		"fixed_window: 5 per fixed 1s":          sluice.FixedWindow(5, time.Second),
 	} {
 		if got := l.String(); got != want {

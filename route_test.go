@@ -71,25 +71,30 @@ func TestValidateRoutePattern(t *testing.T) {
 			t.Errorf("ValidateRoutePattern(%q) = %v; want nil", p, err)
 		}
 	}
-	invalid := map[string]string{
-		"empty":                "",
-		"no_leading_slash":     "api/orders",
-		"star_in_middle":       "/api/*/orders",
-		"two_stars":            "/api**",
-		"star_prefix":          "*/api",
-		"space":                "/api orders",
-		"tab":                  "/api\torders",
-		"newline":              "/api\n",
-		"del":                  "/api\x7f",
-		"too_long":             "/" + strings.Repeat("a", MaxRouteBytes),
-		"invalid_utf8":         "/api\xff",
-		"c1_control_character": "/api\u0085",
+	// Each message says what is wrong and how a valid pattern looks.
+	invalid := map[string]struct{ pattern, says string }{
+		"empty":                {"", "route is required: an exact path like /api/orders, a prefix like /api/orders*, or *"},
+		"no_leading_slash":     {"api/orders", `route "api/orders" must start with '/' (or be * to match every route)`},
+		"star_in_middle":       {"/api/*/orders", `route "/api/*/orders" may hold '*' only at its end, as a prefix match`},
+		"two_stars":            {"/api**", "may hold '*' only at its end"},
+		"star_prefix":          {"*/api", "must start with '/'"},
+		"space":                {"/api orders", `route "/api orders" must not contain spaces or control characters`},
+		"tab":                  {"/api\torders", "must not contain spaces or control characters"},
+		"newline":              {"/api\n", "must not contain spaces or control characters"},
+		"del":                  {"/api\x7f", "must not contain spaces or control characters"},
+		"too_long":             {"/" + strings.Repeat("a", MaxRouteBytes), "route is 1025 bytes long; at most 1024 are allowed"},
+		"10KB":                 {"/" + strings.Repeat("a", 10<<10), "route is 10241 bytes long; at most 1024 are allowed"},
+		"invalid_utf8":         {"/api\xff", "is not valid UTF-8"},
+		"c1_control_character": {"/api\u0085", "must not contain spaces or control characters"},
 	}
-	for name, p := range invalid {
+	for name, tt := range invalid {
 		t.Run(name, func(t *testing.T) {
-			err := ValidateRoutePattern(p)
+			err := ValidateRoutePattern(tt.pattern)
 			if err == nil || !isInvalid(err) {
-				t.Fatalf("ValidateRoutePattern(%q) = %v; want an ErrInvalid", p, err)
+				t.Fatalf("ValidateRoutePattern(%q) = %v; want an ErrInvalid", tt.pattern, err)
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("ValidateRoutePattern(%q) says %q; want it to say %q", tt.pattern, err, tt.says)
 			}
 		})
 	}

@@ -7,8 +7,8 @@
 // Steps are applied in order, each in its own transaction, and recorded in
 // the schema_migrations table by each implementation's Migrate.
 //
-// It lives under postgres/ only so that both implementations can embed the
-// same files; it imports nothing but the standard library.
+// It is a package of its own so that both implementations embed the same
+// files; it imports nothing but the standard library.
 package migrations
 
 import (

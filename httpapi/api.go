@@ -127,6 +127,9 @@ func New(ctx context.Context, opts Options) (*API, error) {
 // Run follows catalog changes until ctx ends: it reloads the snapshot when
 // the catalog version moves and drops deny-cache entries of reset subjects.
 // It returns nil when ctx ends, or an error if the catalog cannot be watched.
+// snapshotReloadTimeout bounds one catalog snapshot read.
+const snapshotReloadTimeout = 5 * time.Second
+
 func (a *API) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -146,7 +149,13 @@ func (a *API) Run(ctx context.Context) error {
 				return
 			case <-changed:
 			}
-			if err := a.reload(ctx); err != nil && ctx.Err() == nil {
+			// A reload that hangs (a connection gone silent after a
+			// failover) must not stall every later change: give up and
+			// retry.
+			reloadCtx, cancelReload := context.WithTimeout(ctx, snapshotReloadTimeout)
+			err := a.reload(reloadCtx)
+			cancelReload()
+			if err != nil && ctx.Err() == nil {
 				a.log.Warn("catalog snapshot reload failed; serving the previous one", "error", err)
 				// The change is still unseen: try again soon.
 				time.AfterFunc(200*time.Millisecond, signal)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -359,35 +358,20 @@ func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr s
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	hash := sluice.HashAPIKey(token)
-	if err := catalog.SetAdminTokenHash(ctx, hash); err != nil {
+	// Instances started together on an empty catalog may each have found no
+	// token: only the first to store its own prints it, so the operator
+	// never sees a token that fails.
+	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey(token))
+	if err != nil {
 		return fmt.Errorf("store the admin token hash: %w", err)
 	}
-	// Instances started together on an empty catalog may each have found no
-	// token and stored their own; the last write wins. The catalog has no
-	// store-if-absent, so wait until every such write has landed (each
-	// follows its read by one round trip) and print the token only if it is
-	// still the stored one: the operator never sees a token that fails.
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(adminTokenSettle):
-	}
-	stored, err := catalog.AdminTokenHash(ctx)
-	if err != nil {
-		return fmt.Errorf("read back the admin token hash: %w", err)
-	}
-	if !bytes.Equal(stored, hash) {
+	if !stored {
 		fmt.Fprint(stderr, adminTokenTakenNotice)
 		return nil
 	}
 	fmt.Fprint(stderr, adminTokenNotice(token, addr))
 	return nil
 }
-
-// adminTokenSettle is how long a generated admin token is left in the
-// catalog before it is read back; far longer than one catalog round trip.
-var adminTokenSettle = time.Second
 
 // adminTokenTakenNotice is printed by an instance whose generated token lost
 // the race to another instance's.

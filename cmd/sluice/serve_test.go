@@ -197,8 +197,6 @@ func (c *raceCatalog) AdminTokenHash(ctx context.Context) ([]byte, error) {
 }
 
 func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
-	defer func(d time.Duration) { adminTokenSettle = d }(adminTokenSettle)
-	adminTokenSettle = 300 * time.Millisecond
 	dsn := testenv.Postgres(t)
 	ctx := context.Background()
 	const instances = 3

@@ -192,10 +192,16 @@ func (g *Guard) localStore() sluice.Store {
 	return g.local
 }
 
-// Reset forgets the subject's counters on the primary store, within the
-// deadline and through the breaker: while the breaker is open it fails at once
-// with an error wrapping sluice.ErrStoreUnavailable.
+// Reset forgets the subject's counters on the fallback store and on the
+// primary store, the latter within the deadline and through the breaker:
+// while the breaker is open it fails at once with an error wrapping
+// sluice.ErrStoreUnavailable.
 func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	// The fallback store holds what the subject used during an outage:
+	// forget that too, or a reset would not reset a fail-local rule.
+	if err := g.localStore().Reset(ctx, tenant, rule, subject, limits); err != nil && errors.Is(err, sluice.ErrInvalid) {
+		return err
+	}
 	_, err := g.breaker.Execute(func() (sluice.Decision, error) {
 		callCtx, cancel := context.WithTimeout(ctx, g.timeout)
 		defer cancel()

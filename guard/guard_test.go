@@ -339,6 +339,28 @@ func TestGuardReset(t *testing.T) {
 	}
 }
 
+func TestGuardResetAlsoForgetsTheLocalFallback(t *testing.T) {
+	store := newSwitchable(t)
+	g := guard.New(store, guard.Options{FailureThreshold: 100})
+	defer g.Close()
+	req := request("u")
+	store.state.Store(failing)
+	for range 2 {
+		g.Check(context.Background(), req, sluice.FailLocal)
+	}
+	if d, _ := g.Check(context.Background(), req, sluice.FailLocal); d.Allowed {
+		t.Fatalf("the local fallback did not count: %v", d)
+	}
+	store.state.Store(healthy)
+	if err := g.Reset(context.Background(), req.Tenant, req.Rule, req.Subject, req.Limits); err != nil {
+		t.Fatal(err)
+	}
+	store.state.Store(failing)
+	if d, err := g.Check(context.Background(), req, sluice.FailLocal); err != nil || !d.Allowed || !d.Degraded {
+		t.Fatalf("after a reset the fallback still holds the old count: %v err=%v", d, err)
+	}
+}
+
 func TestGuardStoreViewAppliesItsMode(t *testing.T) {
 	store := newSwitchable(t)
 	store.state.Store(failing)

@@ -127,3 +127,14 @@ func TestRequestValidate(t *testing.T) {
 		t.Errorf("cost equal to capacity: %v", err)
 	}
 }
+
+func TestFormatWindow(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Minute: "1m", time.Hour: "1h", 90 * time.Minute: "1h30m", time.Second: "1s",
+		500 * time.Millisecond: "500ms", 61 * time.Second: "1m1s", 10 * time.Second: "10s",
+	} {
+		if got := sluice.FormatWindow(d); got != want {
+			t.Errorf("FormatWindow(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

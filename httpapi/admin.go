@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -307,22 +306,9 @@ func NewLimitJSON(l sluice.Limit) LimitJSON {
 		refill := l.RefillPerSecond
 		out.Capacity, out.RefillPerSecond = &capacity, &refill
 	} else {
-		out.Limit, out.Window = &capacity, formatWindow(l.Window)
+		out.Limit, out.Window = &capacity, sluice.FormatWindow(l.Window)
 	}
 	return out
-}
-
-// formatWindow writes a window as people do: "1m", "1h30m", "500ms", not
-// "1m0s".
-func formatWindow(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // ToLimit reads the limit. A missing name defaults to the algorithm's name.

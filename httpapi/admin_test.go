@@ -135,13 +135,3 @@ func TestPutRuleAnswers201WhenItCreatesAnd200WhenItReplaces(t *testing.T) {
 	h.must(http.StatusCreated, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 10, 1))
 }
 
-func TestFormatWindow(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Minute: "1m", time.Hour: "1h", 90 * time.Minute: "1h30m", time.Second: "1s",
-		500 * time.Millisecond: "500ms", 61 * time.Second: "1m1s", 10 * time.Second: "10s",
-	} {
-		if got := formatWindow(d); got != want {
-			t.Errorf("formatWindow(%v) = %q, want %q", d, got, want)
-		}
-	}
-}

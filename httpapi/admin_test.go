@@ -133,4 +133,3 @@ func TestPutRuleAnswers201WhenItCreatesAnd200WhenItReplaces(t *testing.T) {
 	h.must(http.StatusNoContent, "DELETE", path, testAdminToken, nil)
 	h.must(http.StatusCreated, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 10, 1))
 }
-

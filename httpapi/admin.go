@@ -467,11 +467,15 @@ func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
 func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(principal) (int, any, error) {
 		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
+		t, err := a.catalog.Tenant(r.Context(), tenant)
+		if err != nil {
+			return 0, nil, err
+		}
 		rule, err := a.catalog.Rule(r.Context(), tenant, name)
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := a.checker.Reset(r.Context(), tenant, name, subject, rule.Limits); err != nil {
+		if err := a.checker.Reset(r.Context(), counterNamespace(t), name, subject, rule.Limits); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}
 		a.forgetSubject(tenant, name, subject)

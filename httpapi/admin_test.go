@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {
@@ -132,4 +133,39 @@ func TestPutRuleAnswers201WhenItCreatesAnd200WhenItReplaces(t *testing.T) {
 	}
 	h.must(http.StatusNoContent, "DELETE", path, testAdminToken, nil)
 	h.must(http.StatusCreated, "PUT", path, testAdminToken, tokenBucketRule("/api/payments*", 10, 1))
+}
+
+// TestRecreatedTenantStartsWithFreshCounters: the store cannot enumerate a
+// deleted tenant's counters, so a tenant created again under the same name
+// must not inherit them (they are namespaced by the tenant's creation).
+func TestRecreatedTenantStartsWithFreshCounters(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	setup := func() string {
+		h.createTenant("acme")
+		h.putRule("acme", "orders", fixedWindowRule("/api/orders*", 1))
+		key, _ := h.createKey("acme", "check")
+		return key
+	}
+	key := setup()
+	body := map[string]any{"route": "/api/orders", "subject": "alice"}
+	h.check(key, body)
+	if r := h.check(key, body); r.status != http.StatusTooManyRequests {
+		t.Fatalf("second check: %d, want 429", r.status)
+	}
+	h.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme", testAdminToken, nil)
+	// Creation times are in milliseconds: make sure the new tenant's differs,
+	// as it always does between two operator actions.
+	time.Sleep(2 * time.Millisecond)
+	key = setup()
+	if r := h.check(key, body); r.status != http.StatusOK {
+		t.Fatalf("the recreated tenant inherited the deleted one's counter: %d %s", r.status, r.raw)
+	}
+	// A subject reset still reaches the recreated tenant's counters.
+	if r := h.check(key, body); r.status != http.StatusTooManyRequests {
+		t.Fatalf("second check after recreation: %d, want 429", r.status)
+	}
+	h.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/orders/subjects/alice", testAdminToken, nil)
+	if r := h.check(key, body); r.status != http.StatusOK {
+		t.Fatalf("after a subject reset: %d %s", r.status, r.raw)
+	}
 }

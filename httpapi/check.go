@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,6 +78,14 @@ func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError
 	return grant, nil
 }
 
+// counterNamespace is the tenant part of a tenant's counter keys: its name
+// and when it was created. A tenant deleted and created again under the same
+// name starts with fresh counters instead of inheriting the old ones, which
+// the store cannot enumerate to delete.
+func counterNamespace(t sluice.Tenant) string {
+	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
+}
+
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := a.state.Load()
@@ -122,7 +131,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if rule == nil { // cannot happen: rules is built from the same snapshot
 		rule = &compiledRule{Rule: matched, mode: a.defaultMode}
 	}
-	check := sluice.Request{Tenant: grant.Tenant, Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
+	check := sluice.Request{Tenant: counterNamespace(st.snap.Tenants[grant.Tenant]), Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
 	if err := check.Validate(); err != nil {
 		a.fail(w, errorFor(err))
 		return

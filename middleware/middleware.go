@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -88,6 +89,9 @@ type Options struct {
 	// Source is the metrics source label (default "middleware"; the gateway
 	// passes "gateway").
 	Source string
+	// Logger reports misconfiguration found while serving, such as a remote
+	// service refusing Client's API key (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Limiter is the middleware's engine; most users want New. The gateway and
@@ -156,7 +160,11 @@ func NewLimiter(opts Options) (*Limiter, error) {
 	}
 	var store sluice.Store = opts.Store
 	if opts.Client != nil {
-		store = remoteStore{c: opts.Client}
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		store = &remoteStore{c: opts.Client, log: logger}
 		if gopts.Timeout == 0 {
 			gopts.Timeout = remoteTimeout
 		}

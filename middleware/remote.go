@@ -3,7 +3,9 @@ package middleware
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -26,9 +28,18 @@ type remoteCall struct {
 
 // remoteStore adapts a client to sluice.Store so the guard's deadline,
 // breaker and failure policy protect remote checks too.
-type remoteStore struct{ c *client.Client }
+type remoteStore struct {
+	c   *client.Client
+	log *slog.Logger
+	// lastRefusal is when a refused key was last logged (unix ns).
+	lastRefusal atomic.Int64
+}
 
-func (s remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+// refusalLogInterval spaces the log lines about a refused API key: loud
+// enough to be found, not one line per request.
+const refusalLogInterval = 10 * time.Second
+
+func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
 	call, _ := ctx.Value(remoteCallKey{}).(*remoteCall)
 	if call == nil {
 		return sluice.Decision{}, errors.New("remote check without a route")
@@ -38,6 +49,15 @@ func (s remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Deci
 		var e *client.Error
 		if errors.As(err, &e) && e.StatusCode == http.StatusBadRequest {
 			return sluice.Decision{}, &remoteInvalid{e}
+		}
+		if errors.As(err, &e) && (e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden) {
+			// Every check will fail the same way until the key is fixed,
+			// and the failure mode hides it from end users: say so.
+			now, last := time.Now().UnixNano(), s.lastRefusal.Load()
+			if now-last >= int64(refusalLogInterval) && s.lastRefusal.CompareAndSwap(last, now) {
+				s.log.Error("the remote Sluice service refuses the rate-limit middleware's API key; every check fails and the failure mode applies",
+					"status", e.StatusCode, "code", e.Code, "message", e.Message)
+			}
 		}
 		return sluice.Decision{}, err
 	}
@@ -55,7 +75,7 @@ func (s remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Deci
 	return d, nil
 }
 
-func (remoteStore) Reset(context.Context, string, string, string, []sluice.Limit) error {
+func (*remoteStore) Reset(context.Context, string, string, string, []sluice.Limit) error {
 	return errors.New("counters of a remote Sluice service are reset through its admin API")
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +98,46 @@ func TestMiddlewareWithRemoteService(t *testing.T) {
 			t.Fatalf("%d, want 503", w.Code)
 		}
 	})
+}
+
+// TestRefusedKeyIsLogged: a remote service that refuses the middleware's key
+// fails every check, and fail-open hides that from end users, so the
+// middleware must say it in the log (once per interval, not per request).
+func TestRefusedKeyIsLogged(t *testing.T) {
+	srv, _ := serviceWithRule(t)
+	c, err := client.New(srv.URL, "sk_not_a_key_of_this_service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	h := mustMiddleware(t, middleware.Options{Client: c, Logger: slog.New(slog.NewTextHandler(&logs, nil))})(&served{})
+	for range 3 {
+		if w := get(h, nil); w.Code != 200 {
+			t.Fatalf("%d, want the default fail-open", w.Code)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "refuses the rate-limit middleware's API key"); n != 1 {
+		t.Fatalf("want the refused key logged once, got %d times:\n%s", n, out)
+	}
+	if !strings.Contains(out, "status=401") || strings.Contains(out, "sk_not_a_key") {
+		t.Fatalf("the log must give the status and never the key:\n%s", out)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -166,8 +167,28 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 	rootCmd.SetErr(&stderr)
 	rootCmd.SetArgs(args)
 	t.Cleanup(func() { rootCmd.SetArgs(nil); rootCmd.SetOut(nil); rootCmd.SetErr(nil) })
+	// The command tree is a package variable: flags keep the values of the
+	// previous run (and repeatable ones append to them) unless reset.
+	resetFlags(rootCmd)
 	err := rootCmd.ExecuteContext(context.Background())
 	return stdout.String(), stderr.String(), err
+}
+
+// resetFlags puts every flag of cmd and its subcommands back to its default.
+func resetFlags(cmd *cobra.Command) {
+	reset := func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			_ = sv.Replace(nil)
+		} else {
+			_ = f.Value.Set(f.DefValue)
+		}
+		f.Changed = false
+	}
+	cmd.Flags().VisitAll(reset)
+	cmd.PersistentFlags().VisitAll(reset)
+	for _, sub := range cmd.Commands() {
+		resetFlags(sub)
+	}
 }
 
 func TestAdminCommands(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -470,4 +471,64 @@ func TestDenyCacheIsClearedOnEveryInstance(t *testing.T) {
 	b.must(http.StatusTooManyRequests, "POST", "/v1/check", key, body)
 	a.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/api/subjects/user-42", adminToken, nil)
 	allowedWithinASecond("the subject was reset")
+}
+
+// TestTwoInstancesOnARedisClusterAdmitExactlyTheLimit runs the production
+// shape on Redis Cluster: subjects spread over the cluster's nodes, and one
+// hot subject's checks from both instances admit exactly its limit.
+func TestTwoInstancesOnARedisClusterAdmitExactlyTheLimit(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	dsn := testenv.Postgres(t)
+	dir := t.TempDir()
+	var inst []*instance
+	for range 2 {
+		addr := freeAddr(t)
+		inst = append(inst, startServe(t, dir, addr, nil,
+			"--addr", addr, "--redis", cluster.URL(), "--database", dsn, "--admin-token", adminToken))
+	}
+	a, b := inst[0], inst[1]
+	key := setupTenant(a, adminToken, "acme")
+	a.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/api", adminToken, map[string]any{
+		"route": "/api*",
+		"limits": []any{
+			map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 30, "refill_per_second": 0.0001},
+			map[string]any{"name": "minute", "algorithm": "sliding_window", "limit": 1000, "window": "1m"},
+		},
+	})
+	waitForRule(t, b, key, "/api/x", "api")
+
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 200 {
+		in := inst[i%2]
+		wg.Go(func() {
+			<-start
+			if r := in.do("POST", "/v1/check", key, map[string]any{"route": "/api/x", "subject": "hot"}); r.status == http.StatusOK {
+				allowed.Add(1)
+			} else if r.status != http.StatusTooManyRequests {
+				t.Errorf("check: %d %s", r.status, r.raw)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if allowed.Load() != 30 {
+		t.Fatalf("admitted %d of 200 on Redis Cluster, want exactly 30", allowed.Load())
+	}
+	// Other subjects land on other nodes and are counted there.
+	for i := range 60 {
+		if r := inst[i%2].do("POST", "/v1/check", key, map[string]any{"route": "/api/x", "subject": fmt.Sprintf("user-%d", i)}); r.status != http.StatusOK {
+			t.Fatalf("subject %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	used := 0
+	for _, node := range cluster.Nodes {
+		if n, err := node.Do("DBSIZE"); err == nil && n != "0" {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("counters live on %d of 3 nodes: subjects are not spread over the cluster", used)
+	}
 }

@@ -86,6 +86,9 @@ type compiledRule struct {
 	sluice.Rule
 	// mode is the rule's failure mode with the server default applied.
 	mode sluice.FailureMode
+	// namespace is the tenant part of the rule's counter keys (see
+	// counterNamespace), computed once instead of on every check.
+	namespace string
 }
 
 // New returns an API serving the catalog's current snapshot.
@@ -206,13 +209,16 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 			if mode == "" {
 				mode = a.defaultMode
 			}
+			ns := counterNamespace(snap.Tenants[tenant])
 			if old != nil {
-				if prev, ok := old.rules[id]; ok && sameRule(prev.Rule, r) && prev.mode == mode {
+				// A tenant deleted and created again gets a new namespace,
+				// so even an identical rule is a new one (fresh deny cache).
+				if prev, ok := old.rules[id]; ok && sameRule(prev.Rule, r) && prev.mode == mode && prev.namespace == ns {
 					st.rules[id] = prev
 					continue
 				}
 			}
-			st.rules[id] = &compiledRule{Rule: r, mode: mode}
+			st.rules[id] = &compiledRule{Rule: r, mode: mode, namespace: ns}
 		}
 	}
 	return st

@@ -129,9 +129,9 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
 	if rule == nil { // cannot happen: rules is built from the same snapshot
-		rule = &compiledRule{Rule: matched, mode: a.defaultMode}
+		rule = &compiledRule{Rule: matched, mode: a.defaultMode, namespace: counterNamespace(st.snap.Tenants[grant.Tenant])}
 	}
-	check := sluice.Request{Tenant: counterNamespace(st.snap.Tenants[grant.Tenant]), Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
+	check := sluice.Request{Tenant: rule.namespace, Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
 	if err := check.Validate(); err != nil {
 		a.fail(w, errorFor(err))
 		return

@@ -75,8 +75,10 @@ func tokenBucket(l sluice.Limit, st *state, now, cost int64) outcome {
 	if st != nil {
 		tokens, last = st.a, st.b
 		if st.c != p {
-			// The rate changed: carry over whole tokens only.
-			tokens = (tokens / st.c) * p
+			// The rate changed: carry over whole tokens only, at most a
+			// full bucket, so the product stays below 2^53 (a bucket of a
+			// much larger capacity would otherwise overflow).
+			tokens = min(tokens/st.c, l.Capacity) * p
 		}
 		if now > last {
 			if now-last >= ceilDiv(full-min(tokens, full), n) {

@@ -55,7 +55,7 @@ local function token_bucket(capacity, n, p, st, now, cost)
   if st then
     tokens, last = st.a, st.b
     if st.c ~= p then
-      tokens = math.floor(tokens / st.c) * p
+      tokens = math.min(math.floor(tokens / st.c), capacity) * p
     end
     if now > last then
       if now - last >= ceildiv(full - math.min(tokens, full), n) then

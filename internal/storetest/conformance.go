@@ -324,6 +324,30 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store) {
 		retryExact(t, big, 1500, 2)
 	})
 
+	t.Run("BucketRateAndCapacityChange", func(t *testing.T) {
+		// The new rate applies from the bucket's last update; a change of
+		// the rate's unit keeps whole tokens only (never adds any).
+		sequence(t, []sluice.Limit{sluice.TokenBucket(5, 1).Named("b")}, []step{{0, 5, true, 0, 0, 5000}})
+		sequence(t, []sluice.Limit{sluice.TokenBucket(5, 2).Named("b")}, []step{
+			{1500, 1, true, 2, 0, 1500},
+			{1500, 3, false, 2, 500, 1500},
+		})
+		// 2.5 tokens at 1750 under 2/s, but only 2 whole ones carry over
+		// to 1/s, which refills 0.25 since 1500: 2.25.
+		sequence(t, []sluice.Limit{sluice.TokenBucket(5, 1).Named("b")}, []step{
+			{1750, 3, false, 2, 750, 2750},
+		})
+		// A bucket of 10^12 with 9*10^11 tokens, then a bucket of 1 at a
+		// tiny rate (10^9 units per token): the carried tokens are capped
+		// at the new capacity before scaling, so nothing overflows.
+		huge := []sluice.Limit{sluice.TokenBucket(1e12, 1000).Named("h")}
+		sequence(t, huge, []step{{0, 1e11, true, 9e11, 0, 1e11}})
+		sequence(t, []sluice.Limit{sluice.TokenBucket(1, 1e-6).Named("h")}, []step{
+			{0, 1, true, 0, 0, 1e9},
+			{0, 1, false, 0, 1e9, 1e9},
+		})
+	})
+
 	t.Run("ClockSteppingBackwards", func(t *testing.T) {
 		// A spent window must not reopen because the clock stepped back
 		// into the previous one; waits count from the real (earlier) now.

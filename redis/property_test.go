@@ -16,7 +16,9 @@ import (
 
 // TestMatchesModel drives random sequences of time steps, costs and limit
 // sets through the plain reference model, the memory store, Redis and Redis
-// Cluster, and requires identical decisions from all four.
+// Cluster, and requires identical decisions from all four. Limits change
+// mid-sequence too (capacities and refill rates, as an operator editing a
+// rule would), with the semantics the model defines.
 func TestMatchesModel(t *testing.T) {
 	single := open(t, testenv.Redis(t).URL())
 	cluster := open(t, testenv.RedisCluster(t).URL())
@@ -29,10 +31,6 @@ func TestMatchesModel(t *testing.T) {
 
 	rapid.Check(t, func(rt *rapid.T) {
 		limits := drawLimits(rt)
-		minCapacity := limits[0].Capacity
-		for _, l := range limits {
-			minCapacity = min(minCapacity, l.Capacity)
-		}
 		model := storetest.NewModel()
 		// A fresh tenant per run: every run starts from empty counters.
 		tenant := fmt.Sprintf("prop-%d", time.Now().UnixNano())
@@ -41,6 +39,13 @@ func TestMatchesModel(t *testing.T) {
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			now = now.Add(drawStep(rt))
+			if rapid.IntRange(0, 7).Draw(rt, "change limits") == 0 {
+				limits = changeLimits(rt, limits)
+			}
+			minCapacity := limits[0].Capacity
+			for _, l := range limits {
+				minCapacity = min(minCapacity, l.Capacity)
+			}
 			req := sluice.Request{
 				Tenant:  tenant,
 				Rule:    "r",
@@ -64,10 +69,25 @@ func TestMatchesModel(t *testing.T) {
 	})
 }
 
+var rates = []float64{0.1, 0.5, 1, 2, 3, 7, 10, 1000}
+
+// changeLimits returns limits with new capacities and refill rates: the same
+// names, algorithms and windows, so the same counters.
+func changeLimits(rt *rapid.T, limits []sluice.Limit) []sluice.Limit {
+	changed := make([]sluice.Limit, len(limits))
+	for i, l := range limits {
+		l.Capacity = rapid.Int64Range(1, 20).Draw(rt, "new capacity")
+		if l.Algorithm == sluice.AlgorithmTokenBucket {
+			l.RefillPerSecond = rapid.SampledFrom(rates).Draw(rt, "new rate")
+		}
+		changed[i] = l
+	}
+	return changed
+}
+
 func drawLimits(rt *rapid.T) []sluice.Limit {
 	n := rapid.IntRange(1, 3).Draw(rt, "limits")
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second, 3 * time.Second}
-	rates := []float64{0.1, 0.5, 1, 2, 3, 7, 10, 1000}
 	limits := make([]sluice.Limit, n)
 	for i := range limits {
 		capacity := rapid.Int64Range(1, 20).Draw(rt, "capacity")

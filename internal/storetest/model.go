@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"math"
 	"math/big"
 	"time"
 
@@ -15,6 +16,22 @@ import (
 // rational arithmetic, full per-window history, and retry/reset found by
 // searching the future instead of by closed-form expressions. It is slow and
 // only meant for tests.
+//
+// Limits may change between checks (same names, algorithms and windows, so the
+// same counters; other capacities or refill rates), and the model defines what
+// that means:
+//   - A window's counts are kept; the new limit applies to them (a lowered
+//     limit can leave a window over it: remaining 0, and even a peek denied
+//     until enough has slid out).
+//   - A token bucket keeps its level and refills from its last update at the
+//     new rate, up to the new capacity. When the rate's unit changes (the
+//     denominator of Limit.RefillRate) only whole tokens carry over: never
+//     more than were there.
+//   - A bucket is forgotten once full under the limits of its last update
+//     (fullAt); a later check, whatever its capacity, finds it full. Every
+//     check that leaves the bucket unconsumed but would be full later than
+//     fullAt updates it (the stores' "extension"), so a retry_after reported
+//     under the new limits is never cut short by the old expiry.
 type Model struct {
 	buckets map[string]*modelBucket
 	windows map[string]map[int64]int64 // key -> window index -> count
@@ -23,6 +40,8 @@ type Model struct {
 type modelBucket struct {
 	tokens *big.Rat
 	last   int64
+	unit   int64 // the RefillRate interval tokens were last counted in
+	fullAt int64 // ms; the bucket is forgotten from then on
 }
 
 // NewModel returns an empty model.
@@ -47,6 +66,9 @@ func (m *Model) tokensAt(key string, l sluice.Limit, now int64) *big.Rat {
 		return c
 	}
 	t := new(big.Rat).Set(b.tokens)
+	if _, p := l.RefillRate(); p != b.unit {
+		t.SetInt(new(big.Int).Quo(t.Num(), t.Denom()))
+	}
 	if now > b.last {
 		t.Add(t, new(big.Rat).Mul(big.NewRat(now-b.last, 1), rate(l)))
 	}
@@ -126,6 +148,11 @@ func horizon(l sluice.Limit) int64 {
 // Check decides r at its Now (which must be set) and applies it.
 func (m *Model) Check(r sluice.Request) sluice.Decision {
 	now := r.Now.UnixMilli()
+	for _, l := range r.Limits {
+		if b := m.buckets[modelKey(r, l)]; l.Algorithm == sluice.AlgorithmTokenBucket && b != nil && now >= b.fullAt {
+			delete(m.buckets, modelKey(r, l))
+		}
+	}
 	fits := make([]bool, len(r.Limits))
 	allowed := true
 	for i, l := range r.Limits {
@@ -154,6 +181,9 @@ func (m *Model) Check(r sluice.Request) sluice.Decision {
 			return m.empty(r, l, now+d)
 		})) * time.Millisecond
 		d.Limits = append(d.Limits, ld)
+		if l.Algorithm == sluice.AlgorithmTokenBucket {
+			m.setFullAt(r, l, now, ld.ResetAfter.Milliseconds(), allowed && r.Cost > 0)
+		}
 	}
 	d.Combine()
 	return d
@@ -164,11 +194,36 @@ func (m *Model) apply(r sluice.Request, l sluice.Limit, now int64) {
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		t := m.tokensAt(key, l, now)
 		t.Sub(t, new(big.Rat).SetInt64(r.Cost))
-		m.buckets[key] = &modelBucket{tokens: t, last: now}
+		_, p := l.RefillRate()
+		// fullAt is set by setFullAt once the reset is known.
+		m.buckets[key] = &modelBucket{tokens: t, last: max(now, m.last(key)), unit: p, fullAt: math.MaxInt64}
 		return
 	}
 	if m.windows[key] == nil {
 		m.windows[key] = map[int64]int64{}
 	}
 	m.windows[key][now/l.Window.Milliseconds()] += r.Cost
+}
+
+func (m *Model) last(key string) int64 {
+	if b := m.buckets[key]; b != nil {
+		return b.last
+	}
+	return math.MinInt64
+}
+
+// setFullAt records when the bucket of l, reported full reset ms after now,
+// is forgotten: a consuming check sets it afresh; any other check only ever
+// extends it, carrying the bucket over to l's figures.
+func (m *Model) setFullAt(r sluice.Request, l sluice.Limit, now, reset int64, consumed bool) {
+	key := modelKey(r, l)
+	b := m.buckets[key]
+	switch {
+	case b == nil:
+	case consumed:
+		b.fullAt = now + reset
+	case now+reset > b.fullAt:
+		_, p := l.RefillRate()
+		m.buckets[key] = &modelBucket{tokens: m.tokensAt(key, l, now), last: max(now, b.last), unit: p, fullAt: now + reset}
+	}
 }

@@ -22,9 +22,11 @@ type Options struct {
 	// Clock returns the current time; time.Now when nil. A request's own Now
 	// takes precedence.
 	Clock func() time.Time
-	// MaxKeys caps the number of counters held (default 1,000,000). When full,
-	// expired counters are dropped first, then the ones closest to expiring,
-	// which lose the least.
+	// MaxKeys caps the number of counters held (default 1,000,000). The cap
+	// is kept per shard, MaxKeys/64 each (at least one), so the store holds at
+	// most max(MaxKeys, 64) counters. When a shard is full, expired counters
+	// are dropped first, then the ones closest to expiring, which lose the
+	// least.
 	MaxKeys int
 	// SweepInterval is how often expired counters are dropped (default 10s).
 	SweepInterval time.Duration

@@ -35,7 +35,8 @@ var checkScript = rueidis.NewLuaScript(checkSource)
 // Options configure a Store.
 type Options struct {
 	// Prefix is put before every key, so several deployments can share one
-	// Redis. Default "sluice:".
+	// Redis. Default "sluice:". It must not contain '{' or '}': Redis Cluster
+	// would take a hash tag from it and put every counter on one node.
 	Prefix string
 }
 
@@ -57,6 +58,9 @@ var _ sluice.Store = (*Store)(nil)
 //
 // The returned Store owns the connection; Close it when done.
 func Open(rawURL string, opts Options) (*Store, error) {
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redis key prefix %q must not contain '{' or '}': Redis Cluster would read a hash tag from it and keep every counter on one node", opts.Prefix)
+	}
 	clientOpts, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err

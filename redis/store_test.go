@@ -167,6 +167,21 @@ func TestPrefixSeparatesDeployments(t *testing.T) {
 	}
 }
 
+// TestPrefixWithBracesIsRefused: a '{...}' in the prefix would be the hash
+// tag of every key, putting all counters on one Cluster node.
+func TestPrefixWithBracesIsRefused(t *testing.T) {
+	for _, prefix := range []string{"{app}:", "a{", "b}"} {
+		s, err := sluiceredis.Open("redis://127.0.0.1:1", sluiceredis.Options{Prefix: prefix})
+		if err == nil {
+			s.Close()
+			t.Fatalf("prefix %q accepted", prefix)
+		}
+		if !contains(err.Error(), "hash tag") {
+			t.Fatalf("prefix %q: unclear error %q", prefix, err)
+		}
+	}
+}
+
 func TestParseURL(t *testing.T) {
 	valid := map[string]func(t *testing.T, addrs []string, master string, db int){
 		"redis://127.0.0.1:6380/2": func(t *testing.T, addrs []string, master string, db int) {

@@ -11,6 +11,7 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -48,6 +49,10 @@ type Store struct {
 type shard struct {
 	mu      sync.Mutex
 	entries map[string]*state
+	// soonest is at most the earliest expiry of any entry, so a full shard
+	// with nothing expired is not scanned again on every insert (a flood of
+	// new subjects would otherwise cost a scan of the whole shard per check).
+	soonest int64
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -192,6 +197,7 @@ func (sh *shard) live(key string, now int64) *state {
 // store writes st under key, making room if the shard is full. Called with the
 // shard locked.
 func (s *Store) store(sh *shard, key string, st state, now int64) {
+	defer func() { sh.soonest = min(sh.soonest, st.expireAt) }()
 	if cur, ok := sh.entries[key]; ok {
 		*cur = st
 		return
@@ -207,14 +213,19 @@ func (s *Store) store(sh *shard, key string, st state, now int64) {
 // expiring among a few sampled (map iteration order is random), which loses
 // the least state.
 func evict(sh *shard, now int64) {
-	before := len(sh.entries)
-	for k, st := range sh.entries {
-		if st.expireAt <= now {
-			delete(sh.entries, k)
+	if sh.soonest <= now {
+		before := len(sh.entries)
+		sh.soonest = math.MaxInt64
+		for k, st := range sh.entries {
+			if st.expireAt <= now {
+				delete(sh.entries, k)
+			} else {
+				sh.soonest = min(sh.soonest, st.expireAt)
+			}
 		}
-	}
-	if len(sh.entries) < before {
-		return
+		if len(sh.entries) < before {
+			return
+		}
 	}
 	victim, soonest, sampled := "", int64(0), 0
 	for k, st := range sh.entries {

@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -21,31 +20,66 @@ func SetHeaders(h http.Header, policy string, d Decision) {
 	if len(d.Limits) == 0 {
 		return
 	}
-	items := make([]string, 0, len(d.Limits))
-	for _, ld := range d.Limits {
-		items = append(items, sfString(policyItemName(policy, ld.Name))+
-			";q="+strconv.FormatInt(ld.Limit, 10)+
-			";w="+strconv.FormatInt(policyWindowSeconds(ld), 10))
+	// One buffer for every value, and canonical keys assigned directly:
+	// this runs on every request, and Header.Set would allocate to
+	// canonicalise "RateLimit-Policy" each time.
+	buf := make([]byte, 0, 64*len(d.Limits)+96)
+	for i, ld := range d.Limits {
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = appendSFString(buf, policy, ld.Name)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, ld.Limit, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, policyWindowSeconds(ld), 10)
 	}
-	h.Set("RateLimit-Policy", strings.Join(items, ", "))
+	policyEnd := len(buf)
 
-	name := policy
+	name := ""
 	for _, ld := range d.Limits {
 		if ld.Limit == d.Limit && ld.Remaining == d.Remaining && ld.ResetAfter == d.ResetAfter {
-			name = policyItemName(policy, ld.Name)
+			name = ld.Name
 			break
 		}
 	}
-	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+
-		";t="+strconv.FormatInt(CeilSeconds(d.ResetAfter), 10))
-
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(CeilSeconds(d.ResetAfter), 10))
+	reset := CeilSeconds(d.ResetAfter)
+	buf = appendSFString(buf, policy, name)
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, d.Remaining, 10)
+	buf = append(buf, ";t="...)
+	buf = strconv.AppendInt(buf, reset, 10)
+	rateLimitEnd := len(buf)
+	buf = strconv.AppendInt(buf, d.Limit, 10)
+	limitEnd := len(buf)
+	buf = strconv.AppendInt(buf, d.Remaining, 10)
+	remainingEnd := len(buf)
+	buf = strconv.AppendInt(buf, reset, 10)
+	resetEnd := len(buf)
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
+		buf = strconv.AppendInt(buf, RetryAfterSeconds(d.RetryAfter), 10)
+	}
+	all := string(buf)
+
+	h[headerPolicy] = []string{all[:policyEnd]}
+	h[headerRateLimit] = []string{all[policyEnd:rateLimitEnd]}
+	h[headerXLimit] = []string{all[rateLimitEnd:limitEnd]}
+	h[headerXRemaining] = []string{all[limitEnd:remainingEnd]}
+	h[headerXReset] = []string{all[remainingEnd:resetEnd]}
+	if !d.Allowed {
+		h[headerRetryAfter] = []string{all[resetEnd:]}
 	}
 }
+
+// The headers SetHeaders writes, in canonical form.
+var (
+	headerPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	headerRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	headerXLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	headerXRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	headerXReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+	headerRetryAfter = http.CanonicalHeaderKey("Retry-After")
+)
 
 // RetryAfterSeconds is the Retry-After value for a wait of d: rounded up, and
 // at least 1, because "retry after 0 seconds" on a deny invites a busy loop.
@@ -79,30 +113,30 @@ func PolicyWindow(l Limit) time.Duration {
 	return l.Window
 }
 
-func policyItemName(policy, limit string) string {
-	if policy == "" {
-		return limit
+// appendSFString appends the policy item name "policy.limit" (or whichever
+// part is not empty) as a structured-field string: printable ASCII only, with
+// backslash escapes for '"' and '\'; other bytes are replaced by '?'.
+func appendSFString(buf []byte, policy, limit string) []byte {
+	buf = append(buf, '"')
+	buf = appendSFChars(buf, policy)
+	if policy != "" && limit != "" {
+		buf = append(buf, '.')
 	}
-	return policy + "." + limit
+	buf = appendSFChars(buf, limit)
+	return append(buf, '"')
 }
 
-// sfString quotes s as a structured-field string: printable ASCII only, with
-// backslash escapes for '"' and '\'; other bytes are replaced by '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
+func appendSFChars(buf []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			buf = append(buf, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			buf = append(buf, '?')
 		default:
-			b.WriteByte(c)
+			buf = append(buf, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return buf
 }

@@ -213,16 +213,28 @@ func forwardedList(values []string) []string {
 // forwardedFor returns the for= parameter of each element of RFC 7239
 // Forwarded values, in order; an element without for= gives "" (not an
 // address), so it stops the walk rather than being skipped over.
+//
+// A value that ends inside a quoted string is split at every ',' and ';',
+// quotes or not. The client writes the start of the value and proxies append
+// to it: an open quote the client leaves would otherwise swallow what the
+// proxies append ("for=1.2.3.4;x=\"" + ", for=<real address>"), and the
+// client would choose its own address. Proxies write no '\' and an even
+// number of quotes, so the value ends quoted exactly when the client's part
+// does.
 func forwardedFor(values []string) []string {
 	var out []string
 	for _, v := range values {
-		for _, element := range splitQuoted(v, ',') {
+		split := splitQuoted
+		if endsQuoted(v) {
+			split = func(s string, sep byte) []string { return strings.Split(s, string(sep)) }
+		}
+		for _, element := range split(v, ',') {
 			element = strings.TrimSpace(element)
 			if element == "" {
 				continue
 			}
 			forValue := ""
-			for _, pair := range splitQuoted(element, ';') {
+			for _, pair := range split(element, ';') {
 				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 				if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
 					forValue = unquote(strings.TrimSpace(value))
@@ -237,7 +249,24 @@ func forwardedFor(values []string) []string {
 // splitQuoted splits s at sep outside double-quoted strings.
 func splitQuoted(s string, sep byte) []string {
 	var parts []string
-	quoted, escaped, start := false, false, 0
+	start := 0
+	scanQuoted(s, func(i int) {
+		if s[i] == sep {
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	})
+	return append(parts, s[start:])
+}
+
+// endsQuoted reports whether s ends inside a double-quoted string.
+func endsQuoted(s string) bool { return scanQuoted(s, func(int) {}) }
+
+// scanQuoted calls outside with the index of each byte of s that is not in a
+// double-quoted string (nor one of its quotes), and reports whether s ends
+// inside one.
+func scanQuoted(s string, outside func(i int)) (quoted bool) {
+	escaped := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -247,12 +276,11 @@ func splitQuoted(s string, sep byte) []string {
 			escaped = true
 		case c == '"':
 			quoted = !quoted
-		case c == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
+		case !quoted:
+			outside(i)
 		}
 	}
-	return append(parts, s[start:])
+	return quoted
 }
 
 func unquote(s string) string {

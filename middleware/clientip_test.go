@@ -50,6 +50,11 @@ func TestClientIP(t *testing.T) {
 			map[string][]string{"Forwarded": {`for=6.6.6.6, for="203.0.113.7";proto=https`, "for=10.1.1.1"}}, "203.0.113.7"},
 		{"forwarded_unknown_stops_at_trusted_hop", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
 			map[string][]string{"Forwarded": {"for=6.6.6.6, for=unknown"}}, "10.0.0.2"},
+		// The client sent `for=1.2.3.4;x="`; the proxy appended its peer.
+		{"forwarded_open_quote_cannot_swallow_what_proxies_append", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
+			map[string][]string{"Forwarded": {`for=1.2.3.4;x=", for=203.0.113.7`}}, "203.0.113.7"},
+		{"forwarded_open_quote_cannot_hide_a_proxied_ipv6_client", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",
+			map[string][]string{"Forwarded": {`for=1.2.3.4;x="\, for="[2001:db8::7]:4711", for=10.1.1.1`}}, "2001:db8::/64"},
 		{"forwarded_quoted_comma_does_not_split", middleware.TrustedProxies{CIDRs: lb, Header: "forwarded"}, "10.0.0.2:80",
 			map[string][]string{"Forwarded": {`for=203.0.113.7;ext="a,b"`}}, "203.0.113.7"},
 		{"xff_ignored_when_proxies_write_forwarded", middleware.TrustedProxies{CIDRs: lb, Header: "Forwarded"}, "10.0.0.2:80",

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -83,10 +84,14 @@ type node struct {
 	shadow         bool
 	rule           *Rule
 
-	exact    map[string]*node // key + "\x00" + value
+	exact    map[entry]*node
 	wildcard []*node          // in file order; the first match wins
 	keyOnly  map[string]*node // key
 }
+
+// entry is a key and value. A struct, not a joined string: keys and values
+// may hold any byte, so no separator keeps two different entries apart.
+type entry struct{ key, value string }
 
 type matchKind int
 
@@ -265,9 +270,9 @@ func (p *node) add(n *node) error {
 	switch n.kind {
 	case matchExact:
 		if p.exact == nil {
-			p.exact = map[string]*node{}
+			p.exact = map[entry]*node{}
 		}
-		k := n.key + "\x00" + n.value
+		k := entry{n.key, n.value}
 		dup = p.exact[k] != nil
 		p.exact[k] = n
 	case matchWildcard:
@@ -331,6 +336,11 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 			return nil, errors.New("rate_limit unit_multiplier must be at least 1")
 		}
 		r.UnitMultiplier = *y.UnitMultiplier
+	}
+	// A Duration holds about 292 years; a longer window would wrap around
+	// to a wrong, possibly negative, one.
+	if secs*int64(r.UnitMultiplier) > math.MaxInt64/int64(time.Second) {
+		return nil, fmt.Errorf("rate_limit unit_multiplier %d makes the window too long: %d %ss is more than 292 years", r.UnitMultiplier, r.UnitMultiplier, strings.ToLower(y.Unit))
 	}
 	window := time.Duration(secs) * time.Duration(r.UnitMultiplier) * time.Second
 	limitName := "per_" + strings.ToLower(y.Unit)

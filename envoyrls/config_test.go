@@ -147,6 +147,9 @@ func TestConfigErrors(t *testing.T) {
 		{"replaces_itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}", "replaces itself"},
 		{"empty_replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}", "no name"},
 		{"not_yaml", "domain: [", "d.yaml"},
+		// 200000000 minutes overflowed time.Duration into a negative window.
+		{"window_beyond_a_duration", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 200000000, requests_per_unit: 0}", "unit_multiplier 200000000 makes the window too long"},
+		{"year_window_beyond_a_duration", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 293, requests_per_unit: 5}", "more than 292 years"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +161,21 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// Keys and values may hold any byte: key "a\x00b" with value "c" is not
+// key "a" with value "b\x00c", as it was when both were joined with a NUL.
+func TestMatchKeysWithNUL(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    value: \"b\\0c\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: \"a\\0b\"\n    value: c\n    rate_limit: {unit: second, requests_per_unit: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := d.Match(desc("a\x00b", "c").Entries); !ok || m.Rule.RequestsPerUnit != 2 {
+		t.Fatalf("key a\\0b = c matched %+v, %v; want the rule of 2", m.Rule, ok)
+	}
+	if m, ok := d.Match(desc("a\x00b", "x").Entries); ok {
+		t.Fatalf("key a\\0b = x matched %+v", m.Rule)
 	}
 }
 

@@ -51,7 +51,7 @@ func (d *Domain) Match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (m Matc
 }
 
 func (n *node) child(key, value string) *node {
-	if c := n.exact[key+"\x00"+value]; c != nil {
+	if c := n.exact[entry{key, value}]; c != nil {
 		return c
 	}
 	for _, w := range n.wildcard {

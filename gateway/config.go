@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -152,6 +153,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	dec.KnownFields(true)
 	var cfg Config
 	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			// Decode's error would be a bare "EOF".
+			return nil, errors.New("routes: at least one route is required; the file is empty")
+		}
 		return nil, fmt.Errorf("invalid YAML: %w", err)
 	}
 	cfg.fillDefaults()

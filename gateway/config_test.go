@@ -19,6 +19,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}{
 		{"unknown_field", "listen: ':1'\nlisten_addr: x\n" + route, "field listen_addr not found"},
 		{"no_routes", "listen: ':1'\n", "routes: at least one route"},
+		{"empty_file", "", "routes: at least one route is required; the file is empty"},
+		{"only_comments", "# nothing yet\n", "routes: at least one route is required; the file is empty"},
 		{"bad_upstream", "routes: [{name: api, path_prefix: /api, upstream: 'localhost:9'}]", "routes[0] (api).upstream"},
 		{"relative_prefix", "routes: [{name: api, path_prefix: api, upstream: 'http://h'}]", "routes[0] (api).path_prefix"},
 		{"duplicate_names", "routes: [{name: a, path_prefix: /a, upstream: 'http://h'}, {name: a, path_prefix: /b, upstream: 'http://h'}]", "routes[1] (a).name"},

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
-	"github.com/sluicelabs/sluice/sqlite"
 )
 
 // BenchmarkCheckHandler measures POST /v1/check through the API's handler,
@@ -28,31 +26,11 @@ import (
 // GET /healthz through the same handler.
 func BenchmarkCheckHandler(b *testing.B) {
 	ctx := context.Background()
-	catalog, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer catalog.Close()
-	if err := catalog.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := catalog.CreateTenant(ctx, "acme"); err != nil {
-		b.Fatal(err)
-	}
-	secret, hash := sluice.NewAPIKeySecret()
-	if _, err := catalog.CreateKey(ctx, "acme", "bench", sluice.RoleCheck, hash); err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range []sluice.Rule{
-		{Tenant: "acme", Name: "open", Route: "/open*", FailureMode: sluice.FailClosed,
+	catalog, secret := sqliteTenant(b,
+		sluice.Rule{Tenant: "acme", Name: "open", Route: "/open*", FailureMode: sluice.FailClosed,
 			Limits: []sluice.Limit{sluice.TokenBucket(1e9, 1e9).Named("burst"), sluice.SlidingWindow(1e9, time.Minute).Named("minute")}},
-		{Tenant: "acme", Name: "spent", Route: "/spent*", FailureMode: sluice.FailClosed,
-			Limits: []sluice.Limit{sluice.FixedWindow(1, 24*time.Hour).Named("day")}},
-	} {
-		if _, err := catalog.PutRule(ctx, r); err != nil {
-			b.Fatal(err)
-		}
-	}
+		sluice.Rule{Tenant: "acme", Name: "spent", Route: "/spent*", FailureMode: sluice.FailClosed,
+			Limits: []sluice.Limit{sluice.FixedWindow(1, 24*time.Hour).Named("day")}})
 	store := memory.New(memory.Options{})
 	defer store.Close()
 	m := metrics.New(prometheus.NewRegistry())

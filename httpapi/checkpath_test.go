@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/memory"
-	"github.com/sluicelabs/sluice/sqlite"
 )
 
 // countingChecker passes every call to a real guarded store and counts the
@@ -36,25 +34,8 @@ func (c *countingChecker) Check(ctx context.Context, req sluice.Request, mode sl
 // deny cache answers.
 func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
 	ctx := context.Background()
-	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer catalog.Close()
-	if err := catalog.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.CreateTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	secret, hash := sluice.NewAPIKeySecret()
-	if _, err := catalog.CreateKey(ctx, "acme", "web", sluice.RoleCheck, hash); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.PutRule(ctx, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
-		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}}); err != nil {
-		t.Fatal(err)
-	}
+	catalog, secret := sqliteTenant(t, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
+		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}})
 	store := memory.New(memory.Options{})
 	defer store.Close()
 	g := guard.New(store, guard.Options{})

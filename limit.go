@@ -22,6 +22,15 @@
 //
 // A check is all-or-nothing: it is allowed only if every limit allows it, and a
 // denied check consumes nothing in any limit. Times are integer milliseconds.
+//
+// Changing a limit keeps its counters when its name, algorithm and window stay
+// the same (raising a capacity does not hand everyone a fresh quota); a new
+// algorithm or window starts fresh counters. A window's counts are then judged
+// against the new limit, so a lowered limit can leave a subject over it until
+// enough has slid out. A token bucket keeps its level and refills from then on
+// at the new rate up to the new capacity (when the rate's unit changes, only
+// whole tokens carry over). A retry_after reported under the new figures always
+// holds.
 package sluice
 
 import (

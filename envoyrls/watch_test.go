@@ -1,7 +1,6 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,24 +16,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the watcher's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func liveConfig(perUnit int) string {
 	return fmt.Sprintf("domain: live\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", perUnit)
@@ -78,7 +61,7 @@ func watch(t *testing.T, srv *envoyrls.Server, dir string) {
 func TestReloadWhileTrafficRuns(t *testing.T) {
 	dir := configDir(t)
 	write(t, dir, "live.yaml", liveConfig(1000))
-	srv, _ := memoryServer(t, dir, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+	srv, _ := memoryServer(t, dir, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&testenv.Buffer{}, nil))})
 	c := serve(t, srv)
 	watch(t, srv, dir)
 
@@ -128,7 +111,7 @@ func TestReloadWhileTrafficRuns(t *testing.T) {
 func TestBrokenConfigKeepsLastGood(t *testing.T) {
 	dir := configDir(t)
 	write(t, dir, "live.yaml", liveConfig(2))
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	srv, _ := memoryServer(t, dir, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	c := serve(t, srv)
 	watch(t, srv, dir)

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/middleware"
 	"github.com/sluicelabs/sluice/sqlite"
 )
@@ -109,7 +109,7 @@ func TestRefusedKeyIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	h := mustMiddleware(t, middleware.Options{Client: c, Logger: slog.New(slog.NewTextHandler(&logs, nil))})(&served{})
 	for range 3 {
 		if w := get(h, nil); w.Code != 200 {
@@ -123,21 +123,4 @@ func TestRefusedKeyIsLogged(t *testing.T) {
 	if !strings.Contains(out, "status=401") || strings.Contains(out, "sk_not_a_key") {
 		t.Fatalf("the log must give the status and never the key:\n%s", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -28,7 +28,7 @@ func TestSecretsNeverReachLogsOrMetrics(t *testing.T) {
 		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "debug"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var output syncBuffer
+	var output testenv.Buffer
 	svc, err := startService(ctx, cfg, &output)
 	if err != nil {
 		t.Fatal(err)

@@ -20,24 +20,6 @@ import (
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe to write from the service's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var adminTokenPattern = regexp.MustCompile(`SLUICE_ADMIN_TOKEN=(sat_[A-Za-z0-9_-]+)`)
 
 func TestServeGeneratesTheAdminTokenOnce(t *testing.T) {
@@ -45,9 +27,9 @@ func TestServeGeneratesTheAdminTokenOnce(t *testing.T) {
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: db, StoreTimeout: 50 * time.Millisecond,
 		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
 
-	start := func() (*service, *syncBuffer, context.CancelFunc) {
+	start := func() (*service, *testenv.Buffer, context.CancelFunc) {
 		t.Helper()
-		var stderr syncBuffer
+		var stderr testenv.Buffer
 		ctx, cancel := context.WithCancel(context.Background())
 		svc, err := startService(ctx, cfg, &stderr)
 		if err != nil {
@@ -108,7 +90,7 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base
 			c.change(&cfg)
-			_, err := startService(context.Background(), cfg, &syncBuffer{})
+			_, err := startService(context.Background(), cfg, &testenv.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Fatalf("error %v, want one containing %q", err, c.wantErr)
 			}
@@ -127,7 +109,7 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var output syncBuffer
+	var output testenv.Buffer
 	svc, err := startService(ctx, cfg, &output)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +184,7 @@ func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
 	const instances = 3
 	var firstReads sync.WaitGroup
 	firstReads.Add(instances)
-	outputs := make([]syncBuffer, instances)
+	outputs := make([]testenv.Buffer, instances)
 	var wg sync.WaitGroup
 	for i := range instances {
 		c, err := openMigratedCatalog(ctx, dsn)

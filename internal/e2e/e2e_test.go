@@ -49,30 +49,12 @@ func TestMain(m *testing.M) {
 
 const adminToken = "e2e-admin-token-0123456789abcdef"
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // instance is one running sluice serve.
 type instance struct {
 	t      *testing.T
 	url    string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 	client *http.Client
 	// exited is closed when the process has ended.
 	exited chan struct{}
@@ -86,7 +68,7 @@ func startServe(t *testing.T, dir, addr string, env []string, args ...string) *i
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	inst := &instance{t: t, url: "http://" + addr, cmd: cmd, stderr: &syncBuffer{},
+	inst := &instance{t: t, url: "http://" + addr, cmd: cmd, stderr: &testenv.Buffer{},
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	cmd.Stdout, cmd.Stderr = inst.stderr, inst.stderr
 	if err := cmd.Start(); err != nil {

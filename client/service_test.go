@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,33 +13,16 @@ import (
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
-	"github.com/sluicelabs/sluice/sqlite"
 )
 
 // TestCheckAgainstTheService runs the client against the real check API
 // (httpapi over a SQLite catalog and a memory store).
 func TestCheckAgainstTheService(t *testing.T) {
 	ctx := context.Background()
-	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer catalog.Close()
-	if err := catalog.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.CreateTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	secret, hash := sluice.NewAPIKeySecret()
-	if _, err := catalog.CreateKey(ctx, "acme", "app", sluice.RoleCheck, hash); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.PutRule(ctx, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
-		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed}); err != nil {
-		t.Fatal(err)
-	}
+	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
+		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
 	store := memory.New(memory.Options{})
 	defer store.Close()
 	g := guard.New(store, guard.Options{})

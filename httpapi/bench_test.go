@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -26,7 +27,7 @@ import (
 // GET /healthz through the same handler.
 func BenchmarkCheckHandler(b *testing.B) {
 	ctx := context.Background()
-	catalog, secret := sqliteTenant(b,
+	catalog, secret := catalogtest.SQLiteTenant(b,
 		sluice.Rule{Tenant: "acme", Name: "open", Route: "/open*", FailureMode: sluice.FailClosed,
 			Limits: []sluice.Limit{sluice.TokenBucket(1e9, 1e9).Named("burst"), sluice.SlidingWindow(1e9, time.Minute).Named("minute")}},
 		sluice.Rule{Tenant: "acme", Name: "spent", Route: "/spent*", FailureMode: sluice.FailClosed,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
 )
 
@@ -34,7 +35,7 @@ func (c *countingChecker) Check(ctx context.Context, req sluice.Request, mode sl
 // deny cache answers.
 func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
 	ctx := context.Background()
-	catalog, secret := sqliteTenant(t, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
+	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
 		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}})
 	store := memory.New(memory.Options{})
 	defer store.Close()

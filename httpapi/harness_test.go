@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/postgres"
-	"github.com/sluicelabs/sluice/sqlite"
 )
 
 const testAdminToken = "test-admin-token-0123456789"
@@ -237,32 +235,4 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// sqliteTenant opens a fresh SQLite catalog in tb's temp dir with tenant
-// "acme", one check key (its secret is returned) and the given rules.
-func sqliteTenant(tb testing.TB, rules ...sluice.Rule) (*sqlite.Catalog, string) {
-	tb.Helper()
-	ctx := context.Background()
-	catalog, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "catalog.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { catalog.Close() })
-	if err := catalog.Migrate(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := catalog.CreateTenant(ctx, "acme"); err != nil {
-		tb.Fatal(err)
-	}
-	secret, hash := sluice.NewAPIKeySecret()
-	if _, err := catalog.CreateKey(ctx, "acme", "web", sluice.RoleCheck, hash); err != nil {
-		tb.Fatal(err)
-	}
-	for _, r := range rules {
-		if _, err := catalog.PutRule(ctx, r); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return catalog, secret
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +14,9 @@ import (
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/middleware"
-	"github.com/sluicelabs/sluice/sqlite"
 )
 
 // serviceWithRule runs the real check API with one tenant, one check key and
@@ -25,23 +24,8 @@ import (
 func serviceWithRule(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
 	ctx := context.Background()
-	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { catalog.Close() })
-	if err := catalog.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	catalog.CreateTenant(ctx, "acme")
-	secret, hash := sluice.NewAPIKeySecret()
-	if _, err := catalog.CreateKey(ctx, "acme", "app", sluice.RoleCheck, hash); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.PutRule(ctx, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
-		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed}); err != nil {
-		t.Fatal(err)
-	}
+	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
+		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
 	g := guard.New(newMemory(t), guard.Options{})
 	t.Cleanup(func() { g.Close() })
 	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Checker: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -2,9 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -579,16 +576,9 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, items []item)
 }
 
 // jointLimitName is a valid limit name (letters, digits, '_', '-') unique to
-// a descriptor path and subject.
+// a descriptor path and subject: the engine's own unambiguous subject hash.
 func jointLimitName(path, subject string) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, part := range []string{path, subject} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write([]byte(part))
-	}
-	return "d" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	return "d" + sluice.SubjectTag("", path, subject)
 }
 
 func currentLimit(r *Rule) *rlspb.RateLimitResponse_RateLimit {

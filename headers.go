@@ -87,6 +87,15 @@ func RetryAfterSeconds(d time.Duration) int64 {
 	return max(1, CeilSeconds(d))
 }
 
+// CeilMilliseconds rounds d up to whole milliseconds, so a client waiting
+// that long is never early.
+func CeilMilliseconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // CeilSeconds rounds d up to whole seconds.
 func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {

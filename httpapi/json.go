@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -192,22 +191,13 @@ type limitBody struct {
 	RetryAfterMs int64  `json:"retry_after_ms"`
 }
 
-// ceilMs rounds d up to whole milliseconds, so a client waiting that long is
-// never early.
-func ceilMs(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
 func newDecisionBody(rule string, d sluice.Decision, shadow bool) decisionBody {
 	b := decisionBody{
 		Allowed:      d.Allowed,
 		Limit:        d.Limit,
 		Remaining:    d.Remaining,
-		ResetAfterMs: ceilMs(d.ResetAfter),
-		RetryAfterMs: ceilMs(d.RetryAfter),
+		ResetAfterMs: sluice.CeilMilliseconds(d.ResetAfter),
+		RetryAfterMs: sluice.CeilMilliseconds(d.RetryAfter),
 		Degraded:     d.Degraded,
 		Shadow:       shadow,
 		Limits:       make([]limitBody, 0, len(d.Limits)),
@@ -224,8 +214,8 @@ func newDecisionBody(rule string, d sluice.Decision, shadow bool) decisionBody {
 			Algorithm:    string(ld.Algorithm),
 			Limit:        ld.Limit,
 			Remaining:    ld.Remaining,
-			ResetAfterMs: ceilMs(ld.ResetAfter),
-			RetryAfterMs: ceilMs(ld.RetryAfter),
+			ResetAfterMs: sluice.CeilMilliseconds(ld.ResetAfter),
+			RetryAfterMs: sluice.CeilMilliseconds(ld.RetryAfter),
 		})
 	}
 	return b

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/sluicelabs/sluice"
 )
 
 // Problem is an RFC 9457 problem details body, as the middleware and gateway
@@ -28,7 +30,7 @@ func WriteProblem(w http.ResponseWriter, status int, detail string, retryAfter t
 		Title:        http.StatusText(status),
 		Status:       status,
 		Detail:       detail,
-		RetryAfterMs: ceilMs(retryAfter),
+		RetryAfterMs: sluice.CeilMilliseconds(retryAfter),
 	})
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
@@ -36,11 +38,4 @@ func WriteProblem(w http.ResponseWriter, status int, detail string, retryAfter t
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
-}
-
-func ceilMs(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/client"
-	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
@@ -25,9 +25,9 @@ func TestCheckAgainstTheService(t *testing.T) {
 		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	g := guard.New(store, guard.Options{})
+	g := check.New(store, check.Options{})
 	defer g.Close()
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Checker: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -490,3 +490,30 @@ func readFile(path string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// Rules returns every rule of the domain, each once.
+func (d *Domain) Rules() []*Rule {
+	var out []*Rule
+	seen := map[*Rule]bool{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n == nil {
+			return
+		}
+		if n.rule != nil && !seen[n.rule] {
+			seen[n.rule] = true
+			out = append(out, n.rule)
+		}
+		for _, c := range n.exact {
+			walk(c)
+		}
+		for _, c := range n.wildcard {
+			walk(c)
+		}
+		for _, c := range n.keyOnly {
+			walk(c)
+		}
+	}
+	walk(d.root)
+	return out
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -67,7 +68,10 @@ descriptors:
 	var clients []rlspb.RateLimitServiceClient
 	for range 2 {
 		store := openRedis(t, redis.URL())
-		clients = append(clients, serve(t, loadedServer(t, dir, envoyrls.Options{Checker: envoyrls.StoreChecker(store)})))
+		clients = append(clients, serve(t, loadedServer(t, dir, envoyrls.Options{Engine: (*observed)(nil).engine(t, store,
+			// Exactness, not deadlines, is under test: the race detector
+			// on two shared cores can hold a call past the usual 50ms.
+			check.Options{Guard: guard.Options{Timeout: 10 * time.Second}})})))
 	}
 	tests := []struct {
 		name   string
@@ -140,10 +144,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, failure_mode: local}
 `)
 	store := openRedis(t, redis.URL())
-	g := guard.New(store, guard.Options{Timeout: 50 * time.Millisecond})
-	t.Cleanup(func() { g.Close() })
-	obs := &observed{}
-	c := serve(t, loadedServer(t, dir, envoyrls.Options{Checker: g, Observer: obs}))
+	obs := newObserved()
+	g := obs.engine(t, store, check.Options{Guard: guard.Options{Timeout: 50 * time.Millisecond}})
+	c := serve(t, loadedServer(t, dir, envoyrls.Options{Engine: g}))
 	if r := call(t, c, "open", desc("user", "u")); r.OverallCode != ok {
 		t.Fatalf("with Redis up: %v", r.OverallCode)
 	}
@@ -223,9 +226,8 @@ descriptors:
 	store := &countingStore{Store: openRedis(t, redis.URL())}
 	const threshold = 3
 	// The breaker stays open for the whole test: no probe reaches the store.
-	g := guard.New(store, guard.Options{Timeout: 100 * time.Millisecond, FailureThreshold: threshold, OpenTimeout: time.Hour})
-	t.Cleanup(func() { g.Close() })
-	c := serve(t, loadedServer(t, dir, envoyrls.Options{Checker: g}))
+	g := (*observed)(nil).engine(t, store, check.Options{Guard: guard.Options{Timeout: 100 * time.Millisecond, FailureThreshold: threshold, OpenTimeout: time.Hour}})
+	c := serve(t, loadedServer(t, dir, envoyrls.Options{Engine: g}))
 	if r := call(t, c, "open", desc("user", "u")); r.OverallCode != ok {
 		t.Fatalf("with Redis up: %v", r.OverallCode)
 	}
@@ -240,8 +242,8 @@ descriptors:
 			t.Fatalf("fail-closed all-or-nothing call %d: %v", i+1, r.OverallCode)
 		}
 	}
-	if g.State() != "open" {
-		t.Fatalf("breaker %s after 60 checks against a frozen store", g.State())
+	if g.BreakerState() != "open" {
+		t.Fatalf("breaker %s after 60 checks against a frozen store", g.BreakerState())
 	}
 	// The two descriptors of the first call run concurrently, so up to one
 	// more than the threshold may be in flight when the breaker opens.
@@ -268,9 +270,8 @@ descriptors:
 `
 	dir := configDir(t, "domain: each\n"+rules, "domain: aon\nall_or_nothing: true\n"+rules)
 	store := openRedis(t, redis.URL())
-	g := guard.New(store, guard.Options{Timeout: 50 * time.Millisecond})
-	t.Cleanup(func() { g.Close() })
-	c := serve(t, loadedServer(t, dir, envoyrls.Options{Checker: g}))
+	g := (*observed)(nil).engine(t, store, check.Options{Guard: guard.Options{Timeout: 50 * time.Millisecond}})
+	c := serve(t, loadedServer(t, dir, envoyrls.Options{Engine: g}))
 	redis.Stop()
 	for _, domain := range []string{"each", "aon"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -3,21 +3,23 @@ package envoyrls_test
 import (
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
 )
 
 // testClock is a settable clock for the memory store.
@@ -34,25 +36,50 @@ func newTestClock() *testClock {
 func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// observed counts decisions by rule and result, as the metrics would.
+// observed is a metrics registry to read decisions back from.
 type observed struct {
-	mu     sync.Mutex
-	counts map[string]int
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
 }
 
-func (o *observed) ObserveDecision(source, rule, result string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = map[string]int{}
-	}
-	o.counts[source+"|"+rule+"|"+result]++
+func newObserved() *observed {
+	reg := prometheus.NewRegistry()
+	return &observed{reg: reg, metrics: metrics.New(reg)}
 }
-func (o *observed) ObserveCheck(string, time.Duration) {}
+
+// count reads sluice_decisions_total of an Envoy rule (of any domain) and
+// result.
 func (o *observed) count(rule, result string) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts["envoy|"+rule+"|"+result]
+	mfs, err := o.reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["source"] == "envoy" && labels["rule"] == rule && labels["result"] == result {
+				n += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return n
+}
+
+// engine returns a check engine over store reporting to o (o may be nil).
+func (o *observed) engine(t testing.TB, store sluice.Store, opts check.Options) *check.Engine {
+	if o != nil {
+		opts.Metrics = o.metrics
+	}
+	e := check.New(store, opts)
+	t.Cleanup(func() { e.Close() })
+	return e
 }
 
 // serve starts srv on a real loopback listener and returns a generated client.
@@ -83,12 +110,17 @@ func serveConn(t *testing.T, srv *envoyrls.Server) *grpc.ClientConn {
 // memoryServer is a server on a memory store with a settable clock, loaded
 // from dir.
 func memoryServer(t *testing.T, dir string, opts envoyrls.Options) (*envoyrls.Server, *testClock) {
+	return memoryServerObserved(t, dir, opts, nil)
+}
+
+// memoryServerObserved is memoryServer reporting decisions to obs.
+func memoryServerObserved(t *testing.T, dir string, opts envoyrls.Options, obs *observed) (*envoyrls.Server, *testClock) {
 	t.Helper()
 	clock := newTestClock()
 	store := memory.New(memory.Options{Clock: clock.Now})
 	t.Cleanup(func() { store.Close() })
-	if opts.Checker == nil {
-		opts.Checker = envoyrls.StoreChecker(store)
+	if opts.Engine == nil {
+		opts.Engine = obs.engine(t, store, check.Options{Clock: clock.Now})
 	}
 	srv := envoyrls.NewServer(opts)
 	cfg, err := envoyrls.LoadDir(dir)
@@ -257,8 +289,8 @@ func TestDescriptorStatusFigures(t *testing.T) {
 }
 
 func TestShadowModeCountsShadowDenied(t *testing.T) {
-	obs := &observed{}
-	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{Observer: obs})
+	obs := newObserved()
+	srv, _ := memoryServerObserved(t, "testdata/readme", envoyrls.Options{}, obs)
 	c := serve(t, srv)
 	for range 5 {
 		if resp := call(t, c, "example4", desc("key", "value", "subkey", "subvalue")); resp.OverallCode != ok {
@@ -301,7 +333,7 @@ func TestHitsAddend(t *testing.T) {
 }
 
 func TestHealthServingOnceConfigured(t *testing.T) {
-	srv := envoyrls.NewServer(envoyrls.Options{Checker: envoyrls.StoreChecker(memory.New(memory.Options{}))})
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: (*observed)(nil).engine(t, memory.New(memory.Options{}), check.Options{})})
 	conn := serveConn(t, srv)
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
@@ -332,13 +364,13 @@ func TestHealthServingOnceConfigured(t *testing.T) {
 	expect("after shutdown", healthpb.HealthCheckResponse_NOT_SERVING)
 }
 
-// inFlight records the most checks that ran at once through a real checker.
+// inFlight records the most checks that ran at once through a real store.
 type inFlight struct {
-	envoyrls.Checker
+	sluice.Store
 	now, peak atomic.Int64
 }
 
-func (f *inFlight) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
+func (f *inFlight) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
 	n := f.now.Add(1)
 	defer f.now.Add(-1)
 	for {
@@ -349,7 +381,7 @@ func (f *inFlight) Check(ctx context.Context, req sluice.Request, mode sluice.Fa
 	}
 	// Stay in flight a little, so unbounded fan-out would show.
 	time.Sleep(time.Millisecond)
-	return f.Checker.Check(ctx, req, mode)
+	return f.Store.Check(ctx, req)
 }
 
 // TestManyDescriptorsBoundedFanOut sends one request with hundreds of
@@ -359,8 +391,8 @@ func TestManyDescriptorsBoundedFanOut(t *testing.T) {
 	// A fixed clock: the per-second window cannot roll over mid-request.
 	store := memory.New(memory.Options{Clock: newTestClock().Now})
 	t.Cleanup(func() { store.Close() })
-	f := &inFlight{Checker: envoyrls.StoreChecker(store)}
-	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{Checker: f})
+	f := &inFlight{Store: store}
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{Engine: (*observed)(nil).engine(t, f, check.Options{})})
 	c := serve(t, srv)
 	const n = 300
 	descs := make([]*ratelimitv3.RateLimitDescriptor, n)

@@ -33,6 +33,7 @@ import (
 	"github.com/rs/cors"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
@@ -59,6 +60,10 @@ type Gateway struct {
 	// redis and redisPrefix name the store opened at start; a reload
 	// cannot change them.
 	redis, redisPrefix string
+	// engine checks every route's limits: one breaker and deny cache for
+	// the one store, kept across reloads. storeTimeout is its deadline.
+	engine       *check.Engine
+	storeTimeout Duration
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
@@ -77,16 +82,25 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout}
+	var closeStore func() error
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
 		if err != nil {
 			return nil, err
 		}
-		g.store, g.close = rs, rs.Close
+		g.store, closeStore = rs, rs.Close
 	} else {
 		ms := memory.New(memory.Options{})
-		g.store, g.close = ms, ms.Close
+		g.store, closeStore = ms, ms.Close
+	}
+	g.engine = check.New(g.store, check.Options{
+		Guard:   guard.Options{Name: "gateway", Timeout: time.Duration(cfg.StoreTimeout)},
+		Metrics: opts.Metrics,
+	})
+	g.close = func() error {
+		g.engine.Close()
+		return closeStore()
 	}
 	rt, err := g.build(cfg)
 	if err != nil {
@@ -111,11 +125,20 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if cfg.Redis != "" && cfg.RedisPrefix != g.redisPrefix {
 		return fmt.Errorf("redis_prefix: the key prefix cannot change on reload (%q → %q); restart the gateway to use another", g.redisPrefix, cfg.RedisPrefix)
 	}
+	if cfg.StoreTimeout != g.storeTimeout {
+		return fmt.Errorf("store_timeout: the store deadline cannot change on reload (%v → %v); restart the gateway to use another", time.Duration(g.storeTimeout), time.Duration(cfg.StoreTimeout))
+	}
 	rt, err := g.build(cfg)
 	if err != nil {
 		return err
 	}
 	old := g.current.Swap(rt)
+	// Series of routes the new configuration no longer has are removed.
+	for _, r := range old.routes {
+		if rt.route(r.cfg.Name) == nil {
+			g.opts.Metrics.DropRule(metrics.SourceGateway, "", "", r.cfg.Name)
+		}
+	}
 	// In-flight requests of the old runtime keep working: closing only
 	// stops JWKS refreshes and fallback stores' sweepers.
 	old.close()
@@ -201,7 +224,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Key:         key,
 				Cost:        func(*http.Request) int64 { return cost },
 				FailureMode: rc.FailureMode,
-				Guard:       guard.Options{Name: "gateway." + rc.Name, Timeout: time.Duration(cfg.StoreTimeout)},
+				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,
 			})
@@ -229,6 +252,16 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 		rt.handler = newCORS(cfg.CORS).Handler(mux)
 	}
 	return rt, nil
+}
+
+// route returns the route named name, or nil.
+func (rt *runtime) route(name string) *route {
+	for _, r := range rt.routes {
+		if r.cfg.Name == name {
+			return r
+		}
+	}
+	return nil
 }
 
 func newCORS(c *CORSConfig) *cors.Cors {

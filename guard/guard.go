@@ -15,10 +15,13 @@
 //   - FailLocal: the decision of an in-process store, marked Degraded, so each
 //     instance still enforces the limits on its own share of the traffic.
 //
-// Two kinds of error are not store failures and never count towards opening
+// Three kinds of error are not store failures and never count towards opening
 // the breaker: input errors (sluice.ErrInvalid), which are returned as they
-// are, and the caller's own context being cancelled or past its deadline,
-// which is returned to the caller without applying any failure policy.
+// are; the caller's own context being cancelled or past its deadline, which
+// is returned to the caller without applying any failure policy; and a call
+// that missed its deadline while the store went on answering calls sent after
+// it, which says this process, not the store, is too busy to read answers in
+// time: that returns ErrOverloaded (see there).
 package guard
 
 import (
@@ -26,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -39,6 +43,12 @@ import (
 // error of a fail-closed check answered without calling the store because the
 // circuit breaker is open.
 var ErrBreakerOpen = errors.New("circuit breaker open after repeated store failures; the store is not being called")
+
+// ErrOverloaded is returned for a store call that missed its deadline while
+// the store answered calls sent after it: the store is fine, and this process
+// is past its capacity (out of CPU, say). It never opens the breaker, and no
+// failure policy is applied: the caller sheds the check.
+var ErrOverloaded = errors.New("this instance is past its capacity: a store call missed its deadline while the store answered later calls")
 
 // Defaults for the zero Options.
 const (
@@ -81,6 +91,15 @@ type Guard struct {
 	timeout time.Duration
 	breaker *gobreaker.CircuitBreaker[sluice.Decision]
 	metrics *metrics.Metrics
+
+	// deadline is the deadline context shared by the calls that start
+	// within one deadlineGranularity: one timer per tick rather than one
+	// per call.
+	deadline atomic.Pointer[sharedDeadline]
+	// lastAnswered is when (monotonic nanoseconds since clockBase) the
+	// latest successful store call returned: a call that times out although
+	// the store answered others while it waited was not the store's fault.
+	lastAnswered atomic.Int64
 
 	localOnce sync.Once
 	local     sluice.Store
@@ -138,25 +157,98 @@ func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.Failu
 	if errors.As(err, &gone) {
 		return sluice.Decision{}, gone.err
 	}
+	if errors.Is(err, ErrOverloaded) {
+		return sluice.Decision{}, err
+	}
 	return g.fallback(ctx, req, mode, err)
 }
 
 func (g *Guard) checkPrimary(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	callCtx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
 	start := time.Now()
-	d, err := g.primary.Check(callCtx, req)
-	if err != nil {
-		if errors.Is(err, sluice.ErrInvalid) {
-			return d, err
+	d, err := g.primary.Check(g.callContext(ctx, start), req)
+	return d, g.judge(ctx, start, err)
+}
+
+// judge classifies the outcome of a store call started at start: nil, an
+// input error, the caller gone, this process overloaded, or a store failure
+// (the only kind the breaker counts).
+func (g *Guard) judge(ctx context.Context, start time.Time, err error) error {
+	if err == nil {
+		now := monotonic()
+		if now > g.lastAnswered.Load() {
+			g.lastAnswered.Store(now) // a lost race stores a time just as recent
 		}
-		if ctx.Err() != nil {
-			return d, &callerGone{err: ctx.Err()}
-		}
+		g.metrics.ObserveStore(time.Since(start), nil)
+		return nil
+	}
+	if errors.Is(err, sluice.ErrInvalid) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return &callerGone{err: ctx.Err()}
+	}
+	if errors.Is(err, context.DeadlineExceeded) && g.lastAnswered.Load() > int64(start.Sub(clockBase)) {
+		return &overloaded{cause: err}
 	}
 	g.metrics.ObserveStore(time.Since(start), err)
-	return d, err
+	return err
 }
+
+// clockBase anchors monotonic: durations since it use the monotonic clock.
+var clockBase = time.Now()
+
+func monotonic() int64 { return int64(time.Since(clockBase)) }
+
+// deadlineGranularity is how long one shared deadline context is handed to
+// new calls; each call gets between Timeout and Timeout+deadlineGranularity.
+const deadlineGranularity = time.Millisecond
+
+// sharedDeadline is a deadline context shared by the calls of one tick.
+type sharedDeadline struct {
+	ctx context.Context
+	// cancel is never called early: the context ends at its deadline,
+	// when its timer releases it.
+	cancel  context.CancelFunc
+	created time.Time
+}
+
+// callContext returns the context of a store call started at now: ctx's
+// values, and a deadline Timeout away shared with the other calls of the
+// same tick. The caller's own cancellation is not passed on (the call ends
+// at its deadline at the latest, and is then told apart by ctx.Err()); in
+// exchange no timer is created per call.
+func (g *Guard) callContext(ctx context.Context, now time.Time) context.Context {
+	sd := g.deadline.Load()
+	if sd == nil || now.Sub(sd.created) >= deadlineGranularity || now.Before(sd.created) {
+		c, cancel := context.WithDeadline(context.Background(), now.Add(g.timeout+deadlineGranularity))
+		sd = &sharedDeadline{ctx: c, cancel: cancel, created: now}
+		g.deadline.Store(sd)
+	}
+	if isBackground(ctx) {
+		return sd.ctx
+	}
+	return &callContext{Context: sd.ctx, values: ctx}
+}
+
+// isBackground reports whether ctx carries nothing a store could read.
+func isBackground(ctx context.Context) bool {
+	return ctx == context.Background() || ctx == context.TODO()
+}
+
+// callContext carries the caller's values with the shared deadline.
+type callContext struct {
+	context.Context
+	values context.Context
+}
+
+func (c *callContext) Value(key any) any { return c.values.Value(key) }
+
+// overloaded marks a store call that missed its deadline while the store
+// answered later ones.
+type overloaded struct{ cause error }
+
+func (e *overloaded) Error() string { return ErrOverloaded.Error() + ": " + e.cause.Error() }
+func (e *overloaded) Unwrap() error { return ErrOverloaded }
 
 // fallback answers req by mode after the store failed with cause.
 func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.FailureMode, cause error) (sluice.Decision, error) {
@@ -182,6 +274,12 @@ func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.Fa
 	return sluice.Decision{}, unavailable(cause)
 }
 
+// CheckLocal decides req on the fallback store alone, marked Degraded: what
+// FailLocal answers when the primary store cannot be asked.
+func (g *Guard) CheckLocal(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	return g.fallback(ctx, req, sluice.FailLocal, nil)
+}
+
 func (g *Guard) localStore() sluice.Store {
 	g.localOnce.Do(func() {
 		if g.local == nil {
@@ -203,22 +301,13 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 		return err
 	}
 	_, err := g.breaker.Execute(func() (sluice.Decision, error) {
+		// A reset is rare: its own timer and the caller's cancellation.
 		callCtx, cancel := context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 		start := time.Now()
-		err := g.primary.Reset(callCtx, tenant, rule, subject, limits)
-		if err != nil {
-			if errors.Is(err, sluice.ErrInvalid) {
-				return sluice.Decision{}, err
-			}
-			if ctx.Err() != nil {
-				return sluice.Decision{}, &callerGone{err: ctx.Err()}
-			}
-		}
-		g.metrics.ObserveStore(time.Since(start), err)
-		return sluice.Decision{}, err
+		return sluice.Decision{}, g.judge(ctx, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
 	})
-	if err == nil || errors.Is(err, sluice.ErrInvalid) {
+	if err == nil || errors.Is(err, sluice.ErrInvalid) || errors.Is(err, ErrOverloaded) {
 		return err
 	}
 	var gone *callerGone
@@ -231,10 +320,6 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 // State returns the breaker's state: "closed", "open" or "half-open".
 func (g *Guard) State() string { return g.breaker.State().String() }
 
-// Store returns a sluice.Store whose Check goes through g with the given
-// failure mode, for code that takes a plain sluice.Store.
-func (g *Guard) Store(mode sluice.FailureMode) sluice.Store { return modeStore{g: g, mode: mode} }
-
 // Close releases the default Local store, if one was created. It does not
 // close the primary store, which the caller owns.
 func (g *Guard) Close() error {
@@ -243,19 +328,6 @@ func (g *Guard) Close() error {
 		return g.ownLocal.Close()
 	}
 	return nil
-}
-
-type modeStore struct {
-	g    *Guard
-	mode sluice.FailureMode
-}
-
-func (s modeStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	return s.g.Check(ctx, req, s.mode)
-}
-
-func (s modeStore) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
-	return s.g.Reset(ctx, tenant, rule, subject, limits)
 }
 
 // callerGone marks a store call abandoned because the caller's own context
@@ -267,7 +339,7 @@ func (e *callerGone) Unwrap() error { return e.err }
 
 func notStoreFailure(err error) bool {
 	var gone *callerGone
-	return errors.Is(err, sluice.ErrInvalid) || errors.As(err, &gone)
+	return errors.Is(err, sluice.ErrInvalid) || errors.As(err, &gone) || errors.Is(err, ErrOverloaded)
 }
 
 func unavailable(cause error) error {

@@ -361,21 +361,6 @@ func TestGuardResetAlsoForgetsTheLocalFallback(t *testing.T) {
 	}
 }
 
-func TestGuardStoreViewAppliesItsMode(t *testing.T) {
-	store := newSwitchable(t)
-	store.state.Store(failing)
-	g := guard.New(store, guard.Options{})
-	defer g.Close()
-	var s sluice.Store = g.Store(sluice.FailOpen)
-	d, err := s.Check(context.Background(), request("u"))
-	if err != nil || !d.Allowed || !d.Degraded {
-		t.Fatalf("%v degraded=%v err=%v, want degraded allow", d, d.Degraded, err)
-	}
-	if _, err := g.Store(sluice.FailClosed).Check(context.Background(), request("u")); !errors.Is(err, sluice.ErrStoreUnavailable) {
-		t.Fatalf("err = %v, want ErrStoreUnavailable", err)
-	}
-}
-
 // breakerGauge reads the single sluice_breaker_state series of reg.
 func breakerGauge(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()

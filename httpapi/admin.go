@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 )
 
 // principal is who an admin call comes from: the operator (admin token), or
@@ -193,10 +194,13 @@ func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
 func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, true, func(principal) (int, any, error) {
 		tenant := r.PathValue("tenant")
+		t, known := a.state.Load().snap.Tenants[tenant]
 		if err := a.catalog.DeleteTenant(r.Context(), tenant); err != nil {
 			return 0, nil, err
 		}
-		a.deny.forgetRule(tenant, "")
+		if known {
+			a.engine.ForgetRule(counterNamespace(t), "")
+		}
 		return http.StatusNoContent, nil, nil
 	})
 }
@@ -475,10 +479,10 @@ func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if err := a.checker.Reset(r.Context(), counterNamespace(t), name, subject, rule.Limits); err != nil {
+		target := &check.Rule{Namespace: counterNamespace(t), Name: name, Limits: rule.Limits}
+		if err := a.engine.Reset(r.Context(), target, subject); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}
-		a.forgetSubject(tenant, name, subject)
 		if err := a.catalog.PublishReset(r.Context(), tenant, name, subject); err != nil {
 			return 0, nil, fmt.Errorf("tell other instances of the reset: %w", err)
 		}

@@ -20,32 +20,23 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/metrics"
 )
-
-// Checker decides checks with a failure policy; *guard.Guard is the one the
-// service uses (a store behind a deadline and a circuit breaker).
-type Checker interface {
-	// Check decides req; when the store cannot answer it applies mode.
-	Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error)
-	// Reset forgets the counters of subject under (tenant, rule).
-	Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error
-}
 
 // Options configure an API.
 type Options struct {
 	Catalog sluice.Catalog
-	Checker Checker
-	// Metrics may be nil.
+	// Engine decides checks: deny cache, guard, store, shadow and metrics.
+	Engine *check.Engine
+	// Metrics, if set, is where series of deleted rules are removed from;
+	// pass the Engine's.
 	Metrics *metrics.Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// DefaultFailureMode applies to rules stored without one, and is given
 	// to rules created without one (default closed).
 	DefaultFailureMode sluice.FailureMode
-	// DenyCacheSize bounds the local deny cache (default 100,000 entries;
-	// negative disables it).
-	DenyCacheSize int
 	// StorePing reports whether the rate-limit store answers, for /readyz;
 	// nil means always ready (an in-process store).
 	StorePing func(context.Context) error
@@ -55,7 +46,7 @@ type Options struct {
 // catalog changes with Run, and mount it with Register.
 type API struct {
 	catalog     sluice.Catalog
-	checker     Checker
+	engine      *check.Engine
 	metrics     *metrics.Metrics
 	log         *slog.Logger
 	defaultMode sluice.FailureMode
@@ -65,10 +56,6 @@ type API struct {
 	// reloadMu serialises snapshot reloads so an older read never replaces
 	// a newer one.
 	reloadMu sync.Mutex
-	deny     *denyCache
-	// resetEpoch counts subject resets; a check that saw another epoch when
-	// it was sent must not remember its deny (the counters it saw are gone).
-	resetEpoch atomic.Uint64
 }
 
 // state is one immutable view of the catalog for the check path.
@@ -77,6 +64,8 @@ type state struct {
 	// rules holds each rule's compiled form, with an identity that changes
 	// exactly when the rule does (for the deny cache).
 	rules map[ruleID]*compiledRule
+	// scopes count each tenant's checks that match no rule.
+	scopes map[string]*check.Scope
 }
 
 type ruleID struct{ tenant, name string }
@@ -84,21 +73,19 @@ type ruleID struct{ tenant, name string }
 // compiledRule is a rule as the check path uses it.
 type compiledRule struct {
 	sluice.Rule
-	// mode is the rule's failure mode with the server default applied.
-	mode sluice.FailureMode
-	// namespace is the tenant part of the rule's counter keys (see
-	// counterNamespace), computed once instead of on every check.
-	namespace string
+	// check is the rule as the engine checks it: failure mode with the
+	// server default applied, counter namespace (see counterNamespace).
+	check *check.Rule
 }
 
 // New returns an API serving the catalog's current snapshot.
 func New(ctx context.Context, opts Options) (*API, error) {
-	if opts.Catalog == nil || opts.Checker == nil {
-		return nil, errors.New("httpapi: a catalog and a checker are required")
+	if opts.Catalog == nil || opts.Engine == nil {
+		return nil, errors.New("httpapi: a catalog and a check engine are required")
 	}
 	a := &API{
 		catalog:     opts.Catalog,
-		checker:     opts.Checker,
+		engine:      opts.Engine,
 		metrics:     opts.Metrics,
 		log:         opts.Logger,
 		defaultMode: opts.DefaultFailureMode,
@@ -113,14 +100,6 @@ func New(ctx context.Context, opts Options) (*API, error) {
 	if !a.defaultMode.Valid() {
 		return nil, fmt.Errorf("unknown default failure mode %q (want closed, open or local)", a.defaultMode)
 	}
-	size := opts.DenyCacheSize
-	switch {
-	case size == 0:
-		size = 100_000
-	case size < 0:
-		size = 0
-	}
-	a.deny = newDenyCache(size)
 	if err := a.reload(ctx); err != nil {
 		return nil, fmt.Errorf("read the catalog: %w", err)
 	}
@@ -199,9 +178,17 @@ func (a *API) reload(ctx context.Context) error {
 }
 
 // compile builds the check path's view of snap, keeping the identity of
-// every rule that did not change since old.
+// every rule that did not change since old, and removes the metric series of
+// rules and tenants that are gone.
 func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
-	st := &state{snap: snap, rules: make(map[ruleID]*compiledRule)}
+	st := &state{snap: snap, rules: make(map[ruleID]*compiledRule), scopes: make(map[string]*check.Scope)}
+	for tenant := range snap.Tenants {
+		if old != nil && old.scopes[tenant] != nil {
+			st.scopes[tenant] = old.scopes[tenant]
+			continue
+		}
+		st.scopes[tenant] = a.engine.NewScope(metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant})
+	}
 	for tenant, table := range snap.Routes {
 		for _, r := range table.Rules() {
 			id := ruleID{tenant, r.Name}
@@ -213,12 +200,26 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 			if old != nil {
 				// A tenant deleted and created again gets a new namespace,
 				// so even an identical rule is a new one (fresh deny cache).
-				if prev, ok := old.rules[id]; ok && sameRule(prev.Rule, r) && prev.mode == mode && prev.namespace == ns {
+				if prev, ok := old.rules[id]; ok && sameRule(prev.Rule, r) && prev.check.Mode == mode && prev.check.Namespace == ns {
 					st.rules[id] = prev
 					continue
 				}
 			}
-			st.rules[id] = &compiledRule{Rule: r, mode: mode, namespace: ns}
+			st.rules[id] = &compiledRule{Rule: r, check: a.engine.NewRule(
+				metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant, Rule: r.Name},
+				check.Rule{Namespace: ns, Name: r.Name, Limits: r.Limits, Mode: mode, Shadow: r.Shadow})}
+		}
+	}
+	if old != nil {
+		for tenant := range old.scopes {
+			if _, ok := st.scopes[tenant]; !ok {
+				a.metrics.DropRule(metrics.SourceHTTP, tenant, "", "")
+			}
+		}
+		for id := range old.rules {
+			if _, ok := st.rules[id]; !ok {
+				a.metrics.DropRule(metrics.SourceHTTP, id.tenant, "", id.name)
+			}
 		}
 	}
 	return st
@@ -230,12 +231,14 @@ func sameRule(a, b sluice.Rule) bool {
 		slices.Equal(a.Limits, b.Limits)
 }
 
-// forgetSubject drops the deny-cache entry of a subject whose counters were
-// reset. The epoch moves first, so a check in flight across the reset cannot
-// put back what it saw before.
+// forgetSubject drops the deny-cache entry of a subject of a tenant whose
+// counters were reset.
 func (a *API) forgetSubject(tenant, rule, subject string) {
-	a.resetEpoch.Add(1)
-	a.deny.forget(tenant, rule, subject)
+	t, ok := a.state.Load().snap.Tenants[tenant]
+	if !ok {
+		return // no tenant, no counters the cache could hold
+	}
+	a.engine.ForgetSubject(counterNamespace(t), rule, subject)
 }
 
 // Register mounts the API's routes on mux.

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
@@ -35,9 +35,9 @@ func BenchmarkCheckHandler(b *testing.B) {
 	store := memory.New(memory.Options{})
 	defer store.Close()
 	m := metrics.New(prometheus.NewRegistry())
-	g := guard.New(store, guard.Options{Metrics: m})
-	defer g.Close()
-	api, err := New(ctx, Options{Catalog: catalog, Checker: g, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	engine := check.New(store, check.Options{Metrics: m})
+	defer engine.Close()
+	api, err := New(ctx, Options{Catalog: catalog, Engine: engine, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

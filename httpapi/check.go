@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/check"
 )
 
 // MaxSubjectBytes bounds the subject of a check.
@@ -122,61 +122,27 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	matched, ok := st.snap.Match(grant.Tenant, req.Route)
 	if !ok {
 		// Limiting is opt-in: no rule, no store call.
-		a.metrics.ObserveDecision(metrics.SourceHTTP, "", metrics.ResultNoRule)
-		a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
+		st.scopes[grant.Tenant].NoRule(start)
 		writeJSON(w, http.StatusOK, newDecisionBody("", sluice.Decision{Allowed: true}, false))
 		return
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
 	if rule == nil { // cannot happen: rules is built from the same snapshot
-		rule = &compiledRule{Rule: matched, mode: a.defaultMode, namespace: counterNamespace(st.snap.Tenants[grant.Tenant])}
-	}
-	check := sluice.Request{Tenant: rule.namespace, Rule: rule.Name, Subject: req.Subject, Limits: rule.Limits, Cost: cost}
-	if err := check.Validate(); err != nil {
-		a.fail(w, errorFor(err))
+		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
-
-	d, cached := a.deny.lookup(grant.Tenant, rule, req.Subject, cost, time.Now())
-	if cached {
-		a.metrics.DenyCacheHit()
-	} else {
-		epoch := a.resetEpoch.Load()
-		sentAt := time.Now()
-		var err error
-		d, err = a.checker.Check(r.Context(), check, rule.mode)
-		if err != nil {
-			a.metrics.ObserveDecision(metrics.SourceHTTP, rule.Name, metrics.ResultError)
-			a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
-			if errors.Is(err, sluice.ErrInvalid) {
-				a.fail(w, errorFor(err))
-				return
-			}
-			if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
-				a.log.Error("check failed", "tenant", grant.Tenant, "rule", rule.Name, "error", err)
-			}
-			w.Header().Set("Retry-After", "1")
-			a.fail(w, &apiError{http.StatusServiceUnavailable, "store_unavailable",
-				"The rate-limit store is unavailable and this rule fails closed; retry shortly."})
-			return
-		}
-		if !d.Allowed && a.resetEpoch.Load() == epoch {
-			a.deny.remember(grant.Tenant, rule, req.Subject, cost, sentAt, d)
-		}
+	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Start: start})
+	if err != nil {
+		a.failCheck(w, r, grant.Tenant, rule.Name, err)
+		return
 	}
-
-	result := metrics.Result(d)
-	if rule.Shadow && !d.Allowed {
-		result = metrics.ResultShadowDenied
-	}
-	a.metrics.ObserveDecision(metrics.SourceHTTP, rule.Name, result)
-
+	d := res.Decision
 	status := http.StatusOK
 	headerDecision := d
 	if rule.Shadow {
 		// A shadow rule never denies, so it never asks the client to wait.
 		headerDecision.Allowed = true
-	} else if !d.Allowed {
+	} else if !res.Pass() {
 		status = http.StatusTooManyRequests
 	}
 	sluice.SetHeaders(w.Header(), rule.Name, headerDecision)
@@ -184,9 +150,32 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))
 	}
-	a.metrics.ObserveCheck(metrics.SourceHTTP, time.Since(start))
 	writeJSON(w, status, newDecisionBody(rule.Name, d, rule.Shadow))
 }
+
+// failCheck answers a check the engine could not decide.
+func (a *API) failCheck(w http.ResponseWriter, r *http.Request, tenant, rule string, err error) {
+	switch {
+	case errors.Is(err, sluice.ErrInvalid):
+		a.fail(w, errorFor(err))
+	case errors.Is(err, check.ErrOverloaded):
+		w.Header().Set("Retry-After", "1")
+		a.fail(w, errOverloaded)
+	default:
+		if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
+			a.log.Error("check failed", "tenant", tenant, "rule", rule, "error", err)
+		}
+		w.Header().Set("Retry-After", "1")
+		a.fail(w, errStoreUnavailable)
+	}
+}
+
+var (
+	errOverloaded = &apiError{http.StatusServiceUnavailable, "overloaded",
+		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
+	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
+		"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
+)
 
 // validate checks the fields of a check request that no rule is needed for.
 func (req checkRequest) validate() *apiError {

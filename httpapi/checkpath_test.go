@@ -12,21 +12,21 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
 )
 
-// countingChecker passes every call to a real guarded store and counts the
-// checks that reach it.
-type countingChecker struct {
-	Checker
+// countingStore passes every call to a real store and counts the checks
+// that reach it.
+type countingStore struct {
+	sluice.Store
 	checks atomic.Int64
 }
 
-func (c *countingChecker) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
+func (c *countingStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
 	c.checks.Add(1)
-	return c.Checker.Check(ctx, req, mode)
+	return c.Store.Check(ctx, req)
 }
 
 // TestCheckPathNeverTouchesTheDatabase closes the catalog once the API has
@@ -39,10 +39,10 @@ func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
 		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}})
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	g := guard.New(store, guard.Options{})
-	defer g.Close()
-	checker := &countingChecker{Checker: g}
-	api, err := New(ctx, Options{Catalog: catalog, Checker: checker, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	checker := &countingStore{Store: store}
+	engine := check.New(checker, check.Options{})
+	defer engine.Close()
+	api, err := New(ctx, Options{Catalog: catalog, Engine: engine, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
@@ -74,12 +75,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	o.guard.Metrics = m
-	g := guard.New(store, o.guard)
-	t.Cleanup(func() { g.Close() })
+	engine := check.New(store, check.Options{Guard: o.guard, Metrics: m})
+	t.Cleanup(func() { engine.Close() })
 	api, err := New(ctx, Options{
 		Catalog:            catalog,
-		Checker:            g,
+		Engine:             engine,
 		Metrics:            m,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DefaultFailureMode: o.defaultMode,

@@ -4,12 +4,19 @@
 // reads the same whichever face answered.
 //
 // No metric is labelled by subject, key, API key or client IP: those are
-// unbounded and would explode the series count (and some are secrets). Labels
-// are the source, the rule name and the result only.
+// unbounded and would explode the series count (and some are secrets). A
+// decision is labelled by its source, its scope (the tenant of the HTTP
+// service, or the Envoy domain), the rule name and the result. The number of
+// (source, scope, rule) series is capped (Options.MaxRuleSeries): past the
+// cap, new rules are counted under tenant, domain and rule "_overflow", so a
+// tenant creating rules without end cannot grow the metrics without end.
+// Series of deleted rules are removed (DropRule).
 package metrics
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +39,17 @@ const (
 	ResultShadowDenied = "shadow_denied"
 	ResultNoRule       = "no_rule"
 	ResultError        = "error"
+	// ResultShed is a check refused because the process was past its
+	// capacity (HTTP 503 "overloaded", gRPC RESOURCE_EXHAUSTED).
+	ResultShed = "shed"
 )
+
+// Overflow is the tenant, domain and rule label of the series of every rule
+// created past Options.MaxRuleSeries.
+const Overflow = "_overflow"
+
+// DefaultMaxRuleSeries is the default cap on (source, scope, rule) series.
+const DefaultMaxRuleSeries = 10_000
 
 // Breaker states, as the guard names them; the gauge encodes them as 0, 1, 2.
 const (
@@ -49,12 +66,27 @@ var checkBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .0
 // Metrics is the set of collectors. A nil *Metrics is valid and records
 // nothing, so components can take metrics as an optional dependency.
 type Metrics struct {
+	maxRuleSeries int
+	mu            sync.Mutex
+	series        map[Labels]*Series
+	// regular counts the entries of series that are not an overflow one.
+	regular int
+
 	decisions     *prometheus.CounterVec
 	checkDuration *prometheus.HistogramVec
 	storeDuration prometheus.Histogram
 	storeErrors   prometheus.Counter
 	breakerState  *prometheus.GaugeVec
 	denyCacheHits prometheus.Counter
+	shed          prometheus.Counter
+	inFlight      prometheus.Gauge
+}
+
+// Options configure Metrics; the zero value uses the defaults.
+type Options struct {
+	// MaxRuleSeries caps the distinct (source, tenant, domain, rule) label
+	// sets of the decision counters (default DefaultMaxRuleSeries).
+	MaxRuleSeries int
 }
 
 // New creates the collectors and registers them with reg. Tests pass their
@@ -62,12 +94,20 @@ type Metrics struct {
 // Several components of one process may call New with the same registerer:
 // they then share the already registered collectors instead of failing. A nil
 // reg creates unregistered collectors.
-func New(reg prometheus.Registerer) *Metrics {
+func New(reg prometheus.Registerer) *Metrics { return NewWithOptions(reg, Options{}) }
+
+// NewWithOptions is New with options.
+func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
+	if opts.MaxRuleSeries <= 0 {
+		opts.MaxRuleSeries = DefaultMaxRuleSeries
+	}
 	m := &Metrics{
+		maxRuleSeries: opts.MaxRuleSeries,
+		series:        map[Labels]*Series{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Rate-limit decisions, by source (http, envoy, gateway, middleware), rule and result (allowed, denied, degraded, shadow_denied, no_rule, error).",
-		}, []string{"source", "rule", "result"}),
+			Help: "Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).",
+		}, []string{"source", "tenant", "domain", "rule", "result"}),
 		checkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
 			Help:    "Time to answer a rate-limit check, by source, including the store call.",
@@ -90,6 +130,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_deny_cache_hits_total",
 			Help: "Checks denied from the local deny cache without a store round trip.",
 		}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_shed_total",
+			Help: "Checks refused because this process was past its capacity (too many checks in flight, or store calls missing their deadline while the store answered others).",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_checks_in_flight",
+			Help: "Checks waiting for the store right now.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -100,6 +148,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.storeErrors = register(reg, m.storeErrors)
 	m.breakerState = register(reg, m.breakerState)
 	m.denyCacheHits = register(reg, m.denyCacheHits)
+	m.shed = register(reg, m.shed)
+	m.inFlight = register(reg, m.inFlight)
 	return m
 }
 
@@ -120,13 +170,138 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	panic(err)
 }
 
-// ObserveDecision counts one decision. rule is the rule's name ("" when none
-// matched); result is one of the Result constants.
-func (m *Metrics) ObserveDecision(source, rule, result string) {
+// Labels name the decisions of one rule on one face. Tenant is set by the
+// HTTP service, Domain by the Envoy service; Rule is "" for checks that
+// matched no rule.
+type Labels struct {
+	Source, Tenant, Domain, Rule string
+}
+
+// Series holds the decision counters of one Labels, resolved once (each on
+// first use, so results that never happen export no series) so that counting
+// a decision costs an atomic load and an atomic add. A nil *Series counts
+// nothing.
+type Series struct {
+	labels    Labels
+	decisions *prometheus.CounterVec
+	counters  [len(results)]atomic.Pointer[prometheus.Counter]
+	durations *prometheus.HistogramVec
+	check     atomic.Pointer[prometheus.Observer]
+}
+
+// results are the Result constants, indexed by resultIndex.
+var results = [...]string{ResultAllowed, ResultDenied, ResultDegraded, ResultShadowDenied, ResultShed, ResultNoRule, ResultError}
+
+func resultIndex(result string) int {
+	for i, r := range results {
+		if r == result {
+			return i
+		}
+	}
+	return len(results) - 1 // ResultError
+}
+
+// Series returns the counters of l, creating them if needed. Past
+// MaxRuleSeries distinct label sets, a new one gets the overflow series of
+// its source.
+func (m *Metrics) Series(l Labels) *Series {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.series[l]; ok {
+		return s
+	}
+	if m.regular >= m.maxRuleSeries {
+		l = Labels{Source: l.Source, Tenant: Overflow, Domain: Overflow, Rule: Overflow}
+		if s, ok := m.series[l]; ok {
+			return s
+		}
+	} else {
+		m.regular++
+	}
+	s := &Series{labels: l, decisions: m.decisions, durations: m.checkDuration}
+	m.series[l] = s
+	return s
+}
+
+// DropRule removes the series of a deleted rule (every rule of the tenant or
+// domain when rule is ""), so that they stop being exported and free their
+// place under the cap.
+func (m *Metrics) DropRule(source, tenant, domain, rule string) {
 	if m == nil {
 		return
 	}
-	m.decisions.WithLabelValues(source, rule, result).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for l := range m.series {
+		if l.Source == source && l.Tenant == tenant && l.Domain == domain && (rule == "" || l.Rule == rule) {
+			delete(m.series, l)
+			m.regular--
+			m.decisions.DeletePartialMatch(prometheus.Labels{"source": l.Source, "tenant": l.Tenant, "domain": l.Domain, "rule": l.Rule})
+		}
+	}
+}
+
+// Count counts one decision with the given result (a Result constant).
+func (s *Series) Count(result string) {
+	if s == nil {
+		return
+	}
+	i := resultIndex(result)
+	c := s.counters[i].Load()
+	if c == nil {
+		counter := s.decisions.WithLabelValues(s.labels.Source, s.labels.Tenant, s.labels.Domain, s.labels.Rule, results[i])
+		c = &counter
+		s.counters[i].Store(c)
+	}
+	(*c).Inc()
+}
+
+// ObserveCheck records how long a whole check of s's source took.
+func (s *Series) ObserveCheck(d time.Duration) {
+	if s == nil {
+		return
+	}
+	o := s.check.Load()
+	if o == nil {
+		observer := s.durations.WithLabelValues(s.labels.Source)
+		o = &observer
+		s.check.Store(o)
+	}
+	(*o).Observe(d.Seconds())
+}
+
+// Labels returns the labels s counts under (the overflow labels when it is
+// the overflow series).
+func (s *Series) Labels() Labels {
+	if s == nil {
+		return Labels{}
+	}
+	return s.labels
+}
+
+// ObserveDecision counts one decision of a rule outside any tenant or domain
+// (the middleware's). Faces with rules of their own hold a Series instead.
+func (m *Metrics) ObserveDecision(source, rule, result string) {
+	m.Series(Labels{Source: source, Rule: rule}).Count(result)
+}
+
+// Shed counts one check refused for overload.
+func (m *Metrics) Shed() {
+	if m == nil {
+		return
+	}
+	m.shed.Inc()
+}
+
+// AddInFlight moves the gauge of checks in flight.
+func (m *Metrics) AddInFlight(delta float64) {
+	if m == nil {
+		return
+	}
+	m.inFlight.Add(delta)
 }
 
 // ObserveCheck records how long a whole check took.

@@ -26,10 +26,10 @@ func TestMetrics(t *testing.T) {
 		m.DenyCacheHit()
 
 		want := `
-# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), rule and result (allowed, denied, degraded, shadow_denied, no_rule, error).
+# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).
 # TYPE sluice_decisions_total counter
-sluice_decisions_total{result="allowed",rule="orders",source="gateway"} 2
-sluice_decisions_total{result="no_rule",rule="",source="http"} 1
+sluice_decisions_total{domain="",result="allowed",rule="orders",source="gateway",tenant=""} 2
+sluice_decisions_total{domain="",result="no_rule",rule="",source="http",tenant=""} 1
 # HELP sluice_store_errors_total Store calls that failed or timed out (input errors and callers giving up are not counted).
 # TYPE sluice_store_errors_total counter
 sluice_store_errors_total 1
@@ -55,12 +55,50 @@ sluice_deny_cache_hits_total 1
 		a.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
 		b.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
 		want := `
-# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), rule and result (allowed, denied, degraded, shadow_denied, no_rule, error).
+# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).
 # TYPE sluice_decisions_total counter
-sluice_decisions_total{result="denied",rule="r",source="http"} 2
+sluice_decisions_total{domain="",result="denied",rule="r",source="http",tenant=""} 2
 `
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_decisions_total"); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("series_are_capped_with_an_overflow_and_dropped_with_their_rule", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m := metrics.NewWithOptions(reg, metrics.Options{MaxRuleSeries: 2})
+		m.Series(metrics.Labels{Source: metrics.SourceHTTP, Tenant: "acme", Rule: "a"}).Count(metrics.ResultAllowed)
+		m.Series(metrics.Labels{Source: metrics.SourceEnvoy, Domain: "acme", Rule: "a"}).Count(metrics.ResultDenied)
+		// Past the cap: counted under the overflow labels.
+		third := m.Series(metrics.Labels{Source: metrics.SourceHTTP, Tenant: "other", Rule: "b"})
+		third.Count(metrics.ResultAllowed)
+		m.Series(metrics.Labels{Source: metrics.SourceHTTP, Tenant: "more", Rule: "c"}).Count(metrics.ResultAllowed)
+		if l := third.Labels(); l.Rule != metrics.Overflow || l.Tenant != metrics.Overflow {
+			t.Fatalf("third series labels = %+v, want the overflow", l)
+		}
+		want := `
+` + "" + `# HELP sluice_decisions_total ` + strings.TrimPrefix("# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).", "# HELP sluice_decisions_total ") + `
+# TYPE sluice_decisions_total counter
+sluice_decisions_total{domain="",result="allowed",rule="a",source="http",tenant="acme"} 1
+sluice_decisions_total{domain="_overflow",result="allowed",rule="_overflow",source="http",tenant="_overflow"} 2
+sluice_decisions_total{domain="acme",result="denied",rule="a",source="envoy",tenant=""} 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_decisions_total"); err != nil {
+			t.Fatal(err)
+		}
+		// The same labels twice are one series, two tenants' equal rule names are two.
+		m.DropRule(metrics.SourceHTTP, "acme", "", "a")
+		if n := testutil.CollectAndCount(reg, "sluice_decisions_total"); n != 2 {
+			t.Fatalf("after dropping a rule: %d series, want 2", n)
+		}
+		// The dropped rule's place under the cap is free again.
+		fresh := m.Series(metrics.Labels{Source: metrics.SourceHTTP, Tenant: "new", Rule: "d"})
+		if l := fresh.Labels(); l.Rule != "d" {
+			t.Fatalf("a series after a drop got %+v, want its own labels", l)
+		}
+		m.DropRule(metrics.SourceEnvoy, "", "acme", "")
+		if n := testutil.CollectAndCount(reg, "sluice_decisions_total"); n != 1 {
+			t.Fatalf("after dropping a domain: %d series, want 1", n)
 		}
 	})
 

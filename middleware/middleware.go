@@ -15,11 +15,12 @@
 // with an exact Retry-After (seconds, rounded up) and an RFC 9457
 // application/problem+json body.
 //
-// The store is reached through a guard (package guard): a per-call deadline
-// and a circuit breaker, so a dead Redis costs each request at most the
-// deadline, then nothing. While the store is unavailable the failure mode
-// decides: open (the default here) lets requests through, closed answers 503,
-// local limits each instance on its own.
+// Checks go through a check engine (package check), as on every face of
+// Sluice: a deny cache, a per-call deadline and a circuit breaker (so a dead
+// Redis costs each request at most the deadline, then nothing), metrics.
+// While the store is unavailable the failure mode decides: open (the default
+// here) lets requests through, closed answers 503, local limits each instance
+// on its own.
 //
 // A request whose key is empty (say, X-API-Key is missing) is counted in one
 // bucket shared by every such request, so leaving the header out is no way
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
@@ -77,7 +79,13 @@ type Options struct {
 	// FailureMode applies while the store is unavailable (default
 	// sluice.FailOpen).
 	FailureMode sluice.FailureMode
-	// Guard configures the store deadline and circuit breaker.
+	// Engine, if set, is the check engine of Store, shared with other
+	// limiters over the same store (one breaker and deny cache per store,
+	// as the gateway does); Guard is then ignored. Default: an engine of
+	// this Limiter's own.
+	Engine *check.Engine
+	// Guard configures the store deadline and circuit breaker of the
+	// Limiter's own engine.
 	Guard guard.Options
 
 	// DenyHandler writes the response to a denied request. The rate-limit
@@ -97,8 +105,10 @@ type Options struct {
 // Limiter is the middleware's engine; most users want New. The gateway and
 // other handlers that need the decision itself call Check.
 type Limiter struct {
-	opts  Options
-	guard *guard.Guard
+	opts      Options
+	engine    *check.Engine
+	ownEngine bool
+	rule      *check.Rule
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -151,29 +161,48 @@ func NewLimiter(opts Options) (*Limiter, error) {
 		opts.Source = metrics.SourceMiddleware
 	}
 	opts.Limits = append([]sluice.Limit(nil), opts.Limits...)
-	gopts := opts.Guard
-	if gopts.Metrics == nil {
-		gopts.Metrics = opts.Metrics
+	l := &Limiter{opts: opts, engine: opts.Engine}
+	if opts.Engine != nil && opts.Client != nil {
+		return nil, errors.New("rate-limit middleware: Engine is for a Store; a Client gets an engine of its own")
 	}
-	if gopts.Name == "" && opts.Name != "" {
-		gopts.Name = opts.Name
-	}
-	var store sluice.Store = opts.Store
-	if opts.Client != nil {
-		logger := opts.Logger
-		if logger == nil {
-			logger = slog.Default()
+	if l.engine == nil {
+		eopts := check.Options{Guard: opts.Guard, Metrics: opts.Metrics}
+		if eopts.Guard.Name == "" && opts.Name != "" {
+			eopts.Guard.Name = opts.Name
 		}
-		store = &remoteStore{c: opts.Client, log: logger}
-		if gopts.Timeout == 0 {
-			gopts.Timeout = remoteTimeout
+		var store sluice.Store = opts.Store
+		if opts.Client != nil {
+			logger := opts.Logger
+			if logger == nil {
+				logger = slog.Default()
+			}
+			store = &remoteStore{c: opts.Client, log: logger}
+			if eopts.Guard.Timeout == 0 {
+				eopts.Guard.Timeout = remoteTimeout
+			}
+			// The service's counters are reset through its admin API,
+			// which this process never hears of: no deny cache.
+			eopts.DenyCacheSize = -1
 		}
+		l.engine, l.ownEngine = check.New(store, eopts), true
 	}
-	return &Limiter{opts: opts, guard: guard.New(store, gopts)}, nil
+	name := opts.Name
+	if name == "" {
+		name = "remote"
+	}
+	l.rule = l.engine.NewRule(metrics.Labels{Source: opts.Source, Rule: opts.Name},
+		check.Rule{Namespace: opts.Tenant, Name: name, Limits: opts.Limits, Mode: opts.FailureMode})
+	return l, nil
 }
 
-// Close releases the Limiter's in-process fallback store, if one was made.
-func (l *Limiter) Close() error { return l.guard.Close() }
+// Close releases the Limiter's own engine's in-process fallback store, if one
+// was made. A shared Engine is its owner's to close.
+func (l *Limiter) Close() error {
+	if l.ownEngine {
+		return l.engine.Close()
+	}
+	return nil
+}
 
 // Handler rate-limits next.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
@@ -191,7 +220,7 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	key := l.opts.Key(r)
 	if key == "" && l.opts.RejectEmptyKey {
-		l.opts.Metrics.ObserveDecision(l.opts.Source, l.opts.Name, metrics.ResultError)
+		l.engine.Refused(l.rule, start)
 		WriteProblem(w, http.StatusBadRequest, "The request carries no rate-limit key (for example a required header is missing), so it cannot be counted.", 0)
 		return false
 	}
@@ -199,16 +228,17 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 	if l.opts.Cost != nil {
 		cost = l.opts.Cost(r)
 	}
-	out, err := l.check(r, key, cost)
-	l.opts.Metrics.ObserveCheck(l.opts.Source, time.Since(start))
+	out, err := l.check(r, key, cost, start)
 	if err != nil {
-		l.opts.Metrics.ObserveDecision(l.opts.Source, l.opts.Name, metrics.ResultError)
 		switch {
 		case errors.Is(err, sluice.ErrInvalid):
 			WriteProblem(w, http.StatusBadRequest, err.Error(), 0)
 		case r.Context().Err() != nil:
 			// The client is gone; nobody reads the answer.
 			w.WriteHeader(http.StatusServiceUnavailable)
+		case errors.Is(err, check.ErrOverloaded):
+			w.Header().Set("Retry-After", "1")
+			WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter is past its capacity and sheds requests; retry shortly.", time.Second)
 		default:
 			w.Header().Set("Retry-After", "1")
 			WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter cannot reach its store and fails closed; retry shortly.", 0)
@@ -216,55 +246,48 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if out.noRule {
-		l.opts.Metrics.ObserveDecision(l.opts.Source, out.rule, metrics.ResultNoRule)
 		return true
 	}
-	result := metrics.Result(out.decision)
-	if out.shadow && !out.decision.Allowed {
-		result = metrics.ResultShadowDenied
-	}
-	l.opts.Metrics.ObserveDecision(l.opts.Source, out.rule, result)
 	if out.header != nil {
 		for name, values := range out.header {
 			w.Header()[name] = values
 		}
 	} else {
-		sluice.SetHeaders(w.Header(), l.opts.Name, out.decision)
+		sluice.SetHeaders(w.Header(), l.opts.Name, out.res.Decision)
 	}
-	if out.decision.Allowed || out.shadow {
+	if out.res.Pass() || out.shadow {
 		return true
 	}
-	l.opts.DenyHandler(w, r, out.decision)
+	l.opts.DenyHandler(w, r, out.res.Decision)
 	return false
 }
 
 type outcome struct {
-	decision sluice.Decision
-	rule     string
-	noRule   bool
-	shadow   bool
-	header   http.Header // the remote service's rate-limit headers
+	res    check.Result
+	noRule bool
+	shadow bool
+	header http.Header // the remote service's rate-limit headers
 }
 
-func (l *Limiter) check(r *http.Request, key string, cost int64) (outcome, error) {
-	req := sluice.Request{Tenant: l.opts.Tenant, Rule: l.opts.Name, Subject: key, Limits: l.opts.Limits, Cost: cost}
+func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
+	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Start: start}
 	if l.opts.Client == nil {
-		d, err := l.guard.Check(r.Context(), req, l.opts.FailureMode)
-		return outcome{decision: d, rule: l.opts.Name}, err
+		res, err := l.engine.Check(r.Context(), q)
+		return outcome{res: res}, err
 	}
-	var res client.Result
-	ctx := context.WithValue(r.Context(), remoteCallKey{}, &remoteCall{route: l.opts.Route(r), result: &res})
-	d, err := l.guard.Check(ctx, req, l.opts.FailureMode)
+	var remote client.Result
+	ctx := context.WithValue(r.Context(), remoteCallKey{}, &remoteCall{route: l.opts.Route(r), result: &remote})
+	res, err := l.engine.Check(ctx, q)
 	if err != nil {
 		return outcome{}, err
 	}
-	if d.Degraded {
-		return outcome{decision: d, rule: l.opts.Name}, nil
+	if res.Outcome == check.Degraded {
+		return outcome{res: res}, nil
 	}
-	if res.Rule == "" {
+	if remote.Rule == "" {
 		return outcome{noRule: true}, nil
 	}
-	return outcome{decision: d, rule: res.Rule, shadow: res.Shadow, header: res.Header}, nil
+	return outcome{res: res, shadow: remote.Shadow, header: remote.Header}, nil
 }
 
 // denyWithProblem is the default DenyHandler.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
@@ -26,9 +27,9 @@ func serviceWithRule(t *testing.T) (*httptest.Server, string) {
 	ctx := context.Background()
 	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
 		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
-	g := guard.New(newMemory(t), guard.Options{})
+	g := check.New(newMemory(t), check.Options{})
 	t.Cleanup(func() { g.Close() })
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Checker: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,20 +11,17 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
-	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
 // envoyConfig is what `sluice serve` hands the Envoy rate limit server.
 type envoyConfig struct {
-	GRPCAddr  string       // --grpc-addr, "" = no gRPC listener
-	ConfigDir string       // --envoy-config, "" = no Envoy rate limit service
-	Store     sluice.Store // the shared store (memory or Redis)
-	// Guard is the failure policy, deadline and breaker around Store; when
-	// nil, Store is called directly.
-	Guard  *guard.Guard
+	GRPCAddr  string // --grpc-addr, "" = no gRPC listener
+	ConfigDir string // --envoy-config, "" = no Envoy rate limit service
+	// Engine is the check engine of the shared store.
+	Engine *check.Engine
 	Logger *slog.Logger
 	// Mux, if set, gets POST /json, the HTTP form of ShouldRateLimit.
 	Mux     *http.ServeMux
@@ -50,8 +47,8 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		}
 		return noop, nil
 	}
-	if cfg.Store == nil && cfg.Guard == nil {
-		return nil, errors.New("the Envoy rate limit service needs a store")
+	if cfg.Engine == nil {
+		return nil, errors.New("the Envoy rate limit service needs a check engine")
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -61,15 +58,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if err != nil {
 		return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
 	}
-	var checker envoyrls.Checker = envoyrls.StoreChecker(cfg.Store)
-	if cfg.Guard != nil {
-		checker = cfg.Guard
-	}
-	opts := envoyrls.Options{Checker: checker, Logger: logger, ResponseHeaders: cfg.ResponseHeaders}
-	if cfg.Metrics != nil {
-		opts.Observer = cfg.Metrics
-	}
-	srv := envoyrls.NewServer(opts)
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
 	srv.SetConfig(loaded)
 	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
 
@@ -95,7 +84,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
 		}
-		gs = grpc.NewServer()
+		gs = grpc.NewServer(envoyrls.ServerOptions()...)
 		srv.Register(gs)
 		logger.Info("envoy rate limit service listening", "addr", lis.Addr().String())
 		go func() { serveDone <- gs.Serve(lis) }()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
 )
@@ -40,6 +41,8 @@ descriptors:
 
 func TestStartEnvoyConfigurationErrors(t *testing.T) {
 	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	defer engine.Close()
 	t.Cleanup(func() { store.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tests := []struct {
@@ -47,14 +50,14 @@ func TestStartEnvoyConfigurationErrors(t *testing.T) {
 		cfg     envoyConfig
 		wantErr string
 	}{
-		{"grpc_without_config", envoyConfig{GRPCAddr: "127.0.0.1:0", Store: store, Logger: quiet}, "--envoy-config"},
-		{"missing_directory", envoyConfig{ConfigDir: filepath.Join(t.TempDir(), "nope"), Store: store, Logger: quiet}, "--envoy-config"},
+		{"grpc_without_config", envoyConfig{GRPCAddr: "127.0.0.1:0", Engine: engine, Logger: quiet}, "--envoy-config"},
+		{"missing_directory", envoyConfig{ConfigDir: filepath.Join(t.TempDir(), "nope"), Engine: engine, Logger: quiet}, "--envoy-config"},
 		{"broken_file", envoyConfig{ConfigDir: envoyTestDir(t, "domain: [")}, "api.yaml"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.cfg.Store == nil {
-				tt.cfg.Store, tt.cfg.Logger = store, quiet
+			if tt.cfg.Engine == nil {
+				tt.cfg.Engine, tt.cfg.Logger = engine, quiet
 			}
 			stop, err := startEnvoy(context.Background(), tt.cfg)
 			if err == nil {
@@ -80,13 +83,15 @@ func TestStartEnvoyOffWithoutFlags(t *testing.T) {
 
 func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	defer engine.Close()
 	t.Cleanup(func() { store.Close() })
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	mux := http.NewServeMux()
 	stop, err := startEnvoy(context.Background(), envoyConfig{
 		GRPCAddr:  addr,
 		ConfigDir: envoyTestDir(t, envoyTestConfig),
-		Store:     store,
+		Engine:    engine,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Mux:       mux,
 	})
@@ -165,11 +170,13 @@ func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 // and stopping turns GET /healthcheck to 500 so probes drain the instance.
 func TestStartEnvoyHTTPOnlyHealth(t *testing.T) {
 	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	defer engine.Close()
 	t.Cleanup(func() { store.Close() })
 	mux := http.NewServeMux()
 	stop, err := startEnvoy(context.Background(), envoyConfig{
 		ConfigDir: envoyTestDir(t, envoyTestConfig),
-		Store:     store,
+		Engine:    engine,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Mux:       mux,
 	})

@@ -74,7 +74,7 @@ func TestGatewayCommandServesAndReloads(t *testing.T) {
 	if code, body := get("/api"); code != 200 || body != "one" {
 		t.Fatalf("before reload: %d %q", code, body)
 	}
-	if _, body := get("/metrics"); !strings.Contains(body, `sluice_decisions_total{result="allowed",rule="api",source="gateway"} 1`) {
+	if _, body := get("/metrics"); !strings.Contains(body, `sluice_decisions_total{domain="",result="allowed",rule="api",source="gateway",tenant=""} 1`) {
 		t.Fatalf("/metrics lacks the decision:\n%s", body)
 	}
 

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/memory"
@@ -44,6 +45,8 @@ type serveConfig struct {
 	PprofAddr            string
 	ShutdownTimeout      time.Duration
 	LogLevel             string
+	MaxInFlight          int
+	MaxMetricSeries      int
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -80,6 +83,8 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
+	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
 
@@ -105,6 +110,12 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.Addr == "" {
 		return errors.New("--addr is required, e.g. :8080")
+	}
+	if cfg.MaxInFlight < 0 {
+		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
+	}
+	if cfg.MaxMetricSeries < 0 {
+		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
 	}
 	return nil
 }
@@ -161,7 +172,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(registry)
+	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
 
 	var store sluice.Store
 	var storePing func(context.Context) error
@@ -177,18 +188,23 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, ms.Close)
 		store = ms
 	}
-	g := guard.New(store, guard.Options{
-		Timeout: cfg.StoreTimeout,
-		Metrics: m,
-		OnStateChange: func(name, from, to string) {
-			log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
+	// One engine for the store, shared by every face: one breaker, one deny
+	// cache, one count of checks in flight.
+	engine := check.New(store, check.Options{
+		Guard: guard.Options{
+			Timeout: cfg.StoreTimeout,
+			OnStateChange: func(name, from, to string) {
+				log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
+			},
 		},
+		Metrics:     m,
+		MaxInFlight: cfg.MaxInFlight,
 	})
-	closers = append(closers, g.Close)
+	closers = append(closers, engine.Close)
 
 	api, err := httpapi.New(ctx, httpapi.Options{
 		Catalog:            catalog,
-		Checker:            g,
+		Engine:             engine,
 		Metrics:            m,
 		Logger:             log,
 		DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
@@ -212,8 +228,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
 		GRPCAddr:        cfg.GRPCAddr,
 		ConfigDir:       cfg.EnvoyConfig,
-		Store:           store,
-		Guard:           g,
+		Engine:          engine,
 		Logger:          log,
 		Mux:             mux,
 		Metrics:         m,

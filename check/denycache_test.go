@@ -1,4 +1,4 @@
-package httpapi
+package check
 
 import (
 	"context"
@@ -43,14 +43,14 @@ func TestDenyCacheIsExact(t *testing.T) {
 		store := memory.New(memory.Options{})
 		defer store.Close()
 		cache := newDenyCache(rapid.IntRange(1, 64).Draw(t, "cacheSize"))
-		rule := &compiledRule{Rule: sluice.Rule{Tenant: "t", Name: "r", Limits: drawLimits(t)}}
+		rule := &Rule{Namespace: "t", Name: "r", Limits: drawLimits(t)}
 		now := time.UnixMilli(1_700_000_000_000)
 		hits, generation := 0, 0
 		for range rapid.IntRange(1, 120).Draw(t, "steps") {
 			subject := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "subject")
 			switch rapid.IntRange(0, 19).Draw(t, "op") {
 			case 0: // the rule changes: a new identity, perhaps new limits
-				next := &compiledRule{Rule: rule.Rule}
+				next := &Rule{Namespace: rule.Namespace, Name: rule.Name, Limits: rule.Limits}
 				if rapid.Bool().Draw(t, "newLimits") {
 					// New limits get fresh counters (a new rule name): the
 					// store's own figures for a limit changed under existing
@@ -72,7 +72,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 				if req.Validate() != nil {
 					continue
 				}
-				cached, hit := cache.lookup("t", rule, subject, cost, now)
+				cached, hit := cache.lookup(rule, subject, cost, now)
 				d, err := store.Check(ctx, req)
 				if err != nil {
 					t.Fatal(err)
@@ -88,7 +88,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 					continue
 				}
 				if !d.Allowed {
-					cache.remember("t", rule, subject, cost, now, d)
+					cache.remember(rule, subject, cost, now, d)
 				}
 			}
 		}
@@ -105,29 +105,29 @@ func TestDenyCacheIsExact(t *testing.T) {
 
 func TestDenyCache(t *testing.T) {
 	sent := time.UnixMilli(1_700_000_000_000)
-	rule := &compiledRule{Rule: sluice.Rule{Name: "r"}}
+	rule := &Rule{Namespace: "t", Name: "r"}
 	deny := sluice.Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 10 * time.Second,
 		Limits: []sluice.LimitDecision{{Name: "a", Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 10 * time.Second}}}
 
 	t.Run("denies_equal_or_larger_costs_until_the_retry_time", func(t *testing.T) {
 		c := newDenyCache(100)
-		c.remember("t", rule, "s", 3, sent, deny)
-		if _, hit := c.lookup("t", rule, "s", 2, sent.Add(time.Second)); hit {
+		c.remember(rule, "s", 3, sent, deny)
+		if _, hit := c.lookup(rule, "s", 2, sent.Add(time.Second)); hit {
 			t.Error("a smaller cost was denied")
 		}
-		d, hit := c.lookup("t", rule, "s", 3, sent.Add(time.Second))
+		d, hit := c.lookup(rule, "s", 3, sent.Add(time.Second))
 		if !hit || d.RetryAfter != time.Second || d.Limits[0].RetryAfter != time.Second || d.ResetAfter != 9*time.Second {
 			t.Errorf("hit %v, decision %v", hit, d)
 		}
-		if _, hit := c.lookup("t", rule, "s", 4, sent.Add(2*time.Second)); hit {
+		if _, hit := c.lookup(rule, "s", 4, sent.Add(2*time.Second)); hit {
 			t.Error("denied at the retry time")
 		}
 	})
 	t.Run("a_changed_rule_misses", func(t *testing.T) {
 		c := newDenyCache(100)
-		c.remember("t", rule, "s", 1, sent, deny)
-		changed := &compiledRule{Rule: rule.Rule}
-		if _, hit := c.lookup("t", changed, "s", 1, sent); hit {
+		c.remember(rule, "s", 1, sent, deny)
+		changed := &Rule{Namespace: rule.Namespace, Name: rule.Name}
+		if _, hit := c.lookup(changed, "s", 1, sent); hit {
 			t.Error("an entry of the old rule answered")
 		}
 		if c.len() != 0 {
@@ -138,8 +138,8 @@ func TestDenyCache(t *testing.T) {
 		c := newDenyCache(100)
 		degraded := deny
 		degraded.Degraded = true
-		c.remember("t", rule, "s", 1, sent, degraded)
-		c.remember("t", rule, "s", 1, sent, sluice.Decision{Allowed: true})
+		c.remember(rule, "s", 1, sent, degraded)
+		c.remember(rule, "s", 1, sent, sluice.Decision{Allowed: true})
 		if c.len() != 0 {
 			t.Errorf("%d entries", c.len())
 		}
@@ -147,7 +147,7 @@ func TestDenyCache(t *testing.T) {
 	t.Run("stays_within_its_size", func(t *testing.T) {
 		c := newDenyCache(denyShards * 2)
 		for i := range 10_000 {
-			c.remember("t", rule, string(rune(i)), 1, sent, deny)
+			c.remember(rule, string(rune(i)), 1, sent, deny)
 		}
 		if n := c.len(); n > denyShards*2 {
 			t.Errorf("%d entries", n)

@@ -1,4 +1,4 @@
-package httpapi
+package check
 
 import (
 	"hash/maphash"
@@ -12,7 +12,7 @@ import (
 // has already hit is answered in-process, without a store round trip.
 //
 // It is exact: after a deny of cost k at time t with retry_after r, no check
-// of cost >= k for the same (tenant, rule, subject) can be allowed before
+// of cost >= k for the same (namespace, rule, subject) can be allowed before
 // t + r, because only time adds quota (a deny consumes nothing, other traffic
 // only takes more). t is when the denied call was sent, so the local deadline
 // never outlasts the store's. Two things add quota without time passing, and
@@ -35,13 +35,13 @@ type denyShard struct {
 }
 
 type denyKey struct {
-	tenant, rule, subject string
+	namespace, rule, subject string
 }
 
 type denyEntry struct {
-	// rule is the compiled rule the deny was decided under; an entry made
-	// under another version of the rule is stale.
-	rule     *compiledRule
+	// rule is the rule the deny was decided under; an entry made under
+	// another version of the rule is stale.
+	rule     *Rule
 	cost     int64
 	sentAt   time.Time
 	until    time.Time
@@ -64,7 +64,7 @@ func newDenyCache(size int) *denyCache {
 func (c *denyCache) shard(k denyKey) *denyShard {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
-	h.WriteString(k.tenant)
+	h.WriteString(k.namespace)
 	h.WriteByte(0)
 	h.WriteString(k.rule)
 	h.WriteByte(0)
@@ -74,11 +74,11 @@ func (c *denyCache) shard(k denyKey) *denyShard {
 
 // lookup returns the remembered deny for a check of cost under rule, adjusted
 // to now, if one still applies.
-func (c *denyCache) lookup(tenant string, rule *compiledRule, subject string, cost int64, now time.Time) (sluice.Decision, bool) {
+func (c *denyCache) lookup(rule *Rule, subject string, cost int64, now time.Time) (sluice.Decision, bool) {
 	if c.perShard == 0 || cost <= 0 {
 		return sluice.Decision{}, false
 	}
-	k := denyKey{tenant, rule.Name, subject}
+	k := denyKey{rule.Namespace, rule.Name, subject}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e, ok := sh.entries[k]
@@ -94,11 +94,11 @@ func (c *denyCache) lookup(tenant string, rule *compiledRule, subject string, co
 }
 
 // remember records a deny of cost under rule, for a check sent at sentAt.
-func (c *denyCache) remember(tenant string, rule *compiledRule, subject string, cost int64, sentAt time.Time, d sluice.Decision) {
+func (c *denyCache) remember(rule *Rule, subject string, cost int64, sentAt time.Time, d sluice.Decision) {
 	if c.perShard == 0 || d.Allowed || d.Degraded || cost <= 0 || d.RetryAfter <= 0 {
 		return
 	}
-	k := denyKey{tenant, rule.Name, subject}
+	k := denyKey{rule.Namespace, rule.Name, subject}
 	e := denyEntry{rule: rule, cost: cost, sentAt: sentAt, until: sentAt.Add(d.RetryAfter), decision: d}
 	sh := c.shard(k)
 	sh.mu.Lock()
@@ -130,22 +130,22 @@ func (c *denyCache) evict(sh *denyShard, now time.Time) {
 }
 
 // forget drops the entry of one subject of a rule (after a counter reset).
-func (c *denyCache) forget(tenant, rule, subject string) {
-	k := denyKey{tenant, rule, subject}
+func (c *denyCache) forget(namespace, rule, subject string) {
+	k := denyKey{namespace, rule, subject}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	delete(sh.entries, k)
 	sh.mu.Unlock()
 }
 
-// forgetRule drops every entry of a rule (or of every rule of a tenant when
-// rule is empty), whatever the subject.
-func (c *denyCache) forgetRule(tenant, rule string) {
+// forgetRule drops every entry of a rule (or of every rule of a namespace
+// when rule is empty), whatever the subject.
+func (c *denyCache) forgetRule(namespace, rule string) {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		for k := range sh.entries {
-			if k.tenant == tenant && (rule == "" || k.rule == rule) {
+			if k.namespace == namespace && (rule == "" || k.rule == rule) {
 				delete(sh.entries, k)
 			}
 		}

@@ -1,0 +1,366 @@
+// Package check is the one check engine behind every face of Sluice: the HTTP
+// check API, the Envoy rate limit service (gRPC and POST /json), the net/http
+// middleware and the gateway. A face maps its wire format to a Query and the
+// Result back; everything that happens around the store call happens here,
+// once, in this order:
+//
+//  1. the local deny cache: a subject that was denied and cannot have
+//     regained quota yet is denied in process, exactly, without a store call;
+//  2. load shedding: past MaxInFlight checks waiting for the store, a check
+//     is refused at once (ErrOverloaded) instead of queueing without bound;
+//  3. the guard (package guard): a deadline per store call, a circuit breaker
+//     and the rule's failure policy (closed, open, local);
+//  4. the store;
+//  5. shadow mode and metrics: a shadow rule's deny lets the request through
+//     and is counted as shadow_denied; every decision is counted once, under
+//     its source, tenant or domain, and rule.
+//
+// One Engine serves one store: it holds that store's breaker, deny cache and
+// in-flight count, so every face of a process shares them.
+package check
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// ErrOverloaded is returned for a check refused because this process is past
+// its capacity: too many checks already wait for the store, or the store call
+// missed its deadline while the store answered later calls (so the store is
+// fine and this process is too busy). Faces answer it with HTTP 503 and
+// Retry-After, or gRPC RESOURCE_EXHAUSTED; it is never a failure of the
+// store and never opens the breaker.
+var ErrOverloaded = guard.ErrOverloaded
+
+// Defaults for the zero Options.
+const (
+	DefaultDenyCacheSize = 100_000
+	DefaultMaxInFlight   = 4096
+)
+
+// Options configure an Engine. The zero value is ready to use.
+type Options struct {
+	// Guard configures the store deadline, the circuit breaker and the
+	// fallback store of FailLocal. Its Metrics default to Metrics.
+	Guard guard.Options
+	// Metrics, if set, receives decisions, check durations, deny-cache hits
+	// and shed checks.
+	Metrics *metrics.Metrics
+	// DenyCacheSize bounds the local deny cache (default
+	// DefaultDenyCacheSize entries; negative disables it, as for a remote
+	// store whose counters can be reset behind this process's back).
+	DenyCacheSize int
+	// MaxInFlight bounds the checks waiting for the store at once (default
+	// DefaultMaxInFlight; negative: no bound). A check past it is shed.
+	MaxInFlight int
+	// Clock is the deny cache's clock (default time.Now). Tests that give
+	// the store a clock give the engine the same one.
+	Clock func() time.Time
+}
+
+// Engine decides checks for every face over one store. It is safe for
+// concurrent use.
+type Engine struct {
+	guard       *guard.Guard
+	deny        *denyCache
+	metrics     *metrics.Metrics
+	maxInFlight int64
+	inFlight    atomic.Int64
+	clock       func() time.Time
+	// resetEpoch counts subject resets; a check that saw another epoch when
+	// it was sent must not remember its deny (the counters it saw are gone).
+	resetEpoch atomic.Uint64
+}
+
+// New returns an Engine over store. Close releases its fallback store.
+func New(store sluice.Store, opts Options) *Engine {
+	if opts.Guard.Metrics == nil {
+		opts.Guard.Metrics = opts.Metrics
+	}
+	size := opts.DenyCacheSize
+	switch {
+	case size == 0:
+		size = DefaultDenyCacheSize
+	case size < 0:
+		size = 0
+	}
+	maxInFlight := int64(opts.MaxInFlight)
+	switch {
+	case maxInFlight == 0:
+		maxInFlight = DefaultMaxInFlight
+	case maxInFlight < 0:
+		maxInFlight = 1<<63 - 1
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	return &Engine{
+		clock:       opts.Clock,
+		guard:       guard.New(store, opts.Guard),
+		deny:        newDenyCache(size),
+		metrics:     opts.Metrics,
+		maxInFlight: maxInFlight,
+	}
+}
+
+// Close releases the Engine's fallback store, if one was made. It does not
+// close the store, which the caller owns.
+func (e *Engine) Close() error { return e.guard.Close() }
+
+// BreakerState returns the store breaker's state: "closed", "open" or
+// "half-open".
+func (e *Engine) BreakerState() string { return e.guard.State() }
+
+// Rule is a rule as the engine checks it. Faces build one per rule of their
+// configuration with NewRule and keep it while the rule is unchanged: its
+// identity is what the deny cache trusts, so a changed rule must be a new
+// *Rule (its old denies then no longer apply).
+type Rule struct {
+	// Namespace and Name key the counters (sluice.Request's Tenant and
+	// Rule).
+	Namespace string
+	Name      string
+	Limits    []sluice.Limit
+	// Mode is the failure policy; "" fails closed.
+	Mode sluice.FailureMode
+	// Shadow rules are checked and counted but never deny.
+	Shadow bool
+
+	series *metrics.Series
+}
+
+// NewRule returns r ready to check, counted under labels.
+func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
+	if r.Mode == "" {
+		r.Mode = sluice.FailClosed
+	}
+	r.series = e.metrics.Series(labels)
+	return &r
+}
+
+// Scope counts the checks of one tenant or domain that matched no rule.
+type Scope struct{ series *metrics.Series }
+
+// NewScope returns the Scope of labels (whose Rule is ignored).
+func (e *Engine) NewScope(labels metrics.Labels) *Scope {
+	labels.Rule = ""
+	return &Scope{series: e.metrics.Series(labels)}
+}
+
+// NoRule counts a check that matched no rule: allowed without a store call,
+// since limiting is opt-in. start is when the face received the check.
+func (s *Scope) NoRule(start time.Time) {
+	if s == nil {
+		return
+	}
+	s.series.Count(metrics.ResultNoRule)
+	s.series.ObserveCheck(time.Since(start))
+}
+
+// Query is one check as a face asks it.
+type Query struct {
+	Rule    *Rule
+	Subject string
+	Cost    int64
+	// Limits, when set, replace Rule.Limits for this check (an Envoy
+	// all-or-nothing request checks the limits of all its descriptors at
+	// once, each under a name of its own). The deny cache then keys by
+	// CacheSubject, which must determine Limits given Rule.
+	Limits       []sluice.Limit
+	CacheSubject string
+	// Start is when the face received the check (default: when Check is
+	// called); check durations are counted from it.
+	Start time.Time
+	// Now, when set, is the time the store decides at; tests only (they
+	// give the Engine the same Clock).
+	Now time.Time
+}
+
+// Outcome is how a check ended, as counted in sluice_decisions_total.
+type Outcome uint8
+
+const (
+	// Allowed: the store allowed the check.
+	Allowed Outcome = iota
+	// Denied: the check is over a limit; the face answers 429 or OVER_LIMIT.
+	Denied
+	// ShadowDenied: over a limit of a shadow rule, so let through.
+	ShadowDenied
+	// Degraded: the store could not answer and the failure policy decided
+	// (Decision.Allowed says how).
+	Degraded
+)
+
+// Result is the engine's answer to a Query.
+type Result struct {
+	// Decision is what the store (or the failure policy) decided; for a
+	// shadow rule's deny it still says denied, with the figures.
+	Decision sluice.Decision
+	Outcome  Outcome
+	// Cached says the deny came from the deny cache, without a store call.
+	Cached bool
+}
+
+// Pass reports whether the request may go on: allowed, shadow-denied, or
+// allowed by the failure policy.
+func (r Result) Pass() bool {
+	switch r.Outcome {
+	case Allowed, ShadowDenied:
+		return true
+	case Degraded:
+		return r.Decision.Allowed
+	}
+	return false
+}
+
+// Check decides q. Errors: sluice.ErrInvalid for input that can never be
+// valid (a cost no limit can hold), ErrOverloaded when the check is shed,
+// sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
+// closed, and the caller's own context error when it gave up.
+func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
+	if q.Start.IsZero() {
+		q.Start = time.Now()
+	}
+	r := q.Rule
+	limits := q.Limits
+	if limits == nil {
+		limits = r.Limits
+	}
+	req := sluice.Request{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject, Limits: limits, Cost: q.Cost, Now: q.Now}
+	if q.Cost < 0 || q.Cost > 0 && exceedsCapacity(limits, q.Cost) {
+		if err := req.Validate(); err != nil {
+			return e.fail(r, q.Start, metrics.ResultError, err)
+		}
+	}
+
+	cacheSubject := q.Subject
+	if q.Limits != nil {
+		cacheSubject = q.CacheSubject
+	}
+	if d, ok := e.deny.lookup(r, cacheSubject, q.Cost, e.clock()); ok {
+		e.metrics.DenyCacheHit()
+		return e.finish(r, q.Start, Result{Decision: d, Cached: true}), nil
+	}
+
+	if n := e.inFlight.Add(1); n > e.maxInFlight {
+		e.inFlight.Add(-1)
+		return e.shed(ctx, r, q, req)
+	}
+	e.metrics.AddInFlight(1)
+	epoch := e.resetEpoch.Load()
+	sentAt := e.clock()
+	d, err := e.guard.Check(ctx, req, r.Mode)
+	e.inFlight.Add(-1)
+	e.metrics.AddInFlight(-1)
+	if err != nil {
+		if errors.Is(err, ErrOverloaded) {
+			return e.shed(ctx, r, q, req)
+		}
+		return e.fail(r, q.Start, metrics.ResultError, err)
+	}
+	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch {
+		e.deny.remember(r, cacheSubject, q.Cost, sentAt, d)
+	}
+	return e.finish(r, q.Start, Result{Decision: d}), nil
+}
+
+// exceedsCapacity reports whether cost can never fit one of limits.
+func exceedsCapacity(limits []sluice.Limit, cost int64) bool {
+	for i := range limits {
+		if cost > limits[i].Capacity {
+			return true
+		}
+	}
+	return false
+}
+
+// shed answers a check this process has no capacity for. A rule that fails
+// open or local says what to do when the limiter cannot decide, and that
+// applies here too; a rule that fails closed is refused with ErrOverloaded.
+func (e *Engine) shed(ctx context.Context, r *Rule, q Query, req sluice.Request) (Result, error) {
+	switch r.Mode {
+	case sluice.FailOpen:
+		return e.finish(r, q.Start, Result{Decision: sluice.Decision{Allowed: true, Degraded: true}}), nil
+	case sluice.FailLocal:
+		d, err := e.guard.CheckLocal(ctx, req)
+		if err != nil {
+			return e.fail(r, q.Start, metrics.ResultError, err)
+		}
+		return e.finish(r, q.Start, Result{Decision: d}), nil
+	}
+	e.metrics.Shed()
+	return e.fail(r, q.Start, metrics.ResultShed, ErrOverloaded)
+}
+
+func (e *Engine) fail(r *Rule, start time.Time, result string, err error) (Result, error) {
+	r.series.Count(result)
+	r.series.ObserveCheck(time.Since(start))
+	return Result{}, err
+}
+
+// finish classifies and counts a decision.
+func (e *Engine) finish(r *Rule, start time.Time, res Result) Result {
+	d := res.Decision
+	var result string
+	switch {
+	case d.Degraded:
+		res.Outcome, result = Degraded, metrics.ResultDegraded
+	case d.Allowed:
+		res.Outcome, result = Allowed, metrics.ResultAllowed
+	case r.Shadow:
+		res.Outcome, result = ShadowDenied, metrics.ResultShadowDenied
+	default:
+		res.Outcome, result = Denied, metrics.ResultDenied
+	}
+	r.series.Count(result)
+	r.series.ObserveCheck(time.Since(start))
+	return res
+}
+
+// Reset forgets subject's counters under r, in the store, in the fallback
+// store and in the deny cache.
+func (e *Engine) Reset(ctx context.Context, r *Rule, subject string) error {
+	e.ForgetSubject(r.Namespace, r.Name, subject)
+	err := e.guard.Reset(ctx, r.Namespace, r.Name, subject, r.Limits)
+	// A check sent before the reset may have put back a deny it saw
+	// before it: forget again once the store has forgotten.
+	e.ForgetSubject(r.Namespace, r.Name, subject)
+	return err
+}
+
+// ForgetSubject drops the deny-cache entry of a subject whose counters were
+// reset (by this process or, through the catalog's change feed, another).
+// The epoch moves first, so a check in flight across the reset cannot put
+// back what it saw before.
+func (e *Engine) ForgetSubject(namespace, rule, subject string) {
+	e.resetEpoch.Add(1)
+	e.deny.forget(namespace, rule, subject)
+}
+
+// ForgetRule drops the deny-cache entries of a rule, or of every rule of a
+// namespace when rule is "" (a deleted rule or tenant: entries of a changed
+// rule are dropped by its new identity anyway).
+func (e *Engine) ForgetRule(namespace, rule string) { e.deny.forgetRule(namespace, rule) }
+
+// DenyCacheLen returns the number of entries in the deny cache.
+func (e *Engine) DenyCacheLen() int { return e.deny.len() }
+
+// Decided counts a decision a face took without the store (an Envoy rule
+// that is unlimited, or admits nothing, or a cost no limit can hold, which
+// Envoy's API answers as a deny), classified like any other.
+func (e *Engine) Decided(r *Rule, start time.Time, d sluice.Decision) Result {
+	return e.finish(r, start, Result{Decision: d})
+}
+
+// Refused counts a check a face refused as bad input before asking the
+// engine (such as a request without the key it is counted under).
+func (e *Engine) Refused(r *Rule, start time.Time) {
+	r.series.Count(metrics.ResultError)
+	r.series.ObserveCheck(time.Since(start))
+}

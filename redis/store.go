@@ -179,35 +179,27 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	if err := req.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}
-	keys := sluice.Keys(s.prefix, req)
-	args := make([]string, 0, 2+4*len(req.Limits))
-	now := ""
-	if !req.Now.IsZero() {
-		now = strconv.FormatInt(req.Now.UnixMilli(), 10)
-	}
-	args = append(args, now, strconv.FormatInt(req.Cost, 10))
-	for _, l := range req.Limits {
-		capacity := strconv.FormatInt(l.Capacity, 10)
-		switch l.Algorithm {
-		case sluice.AlgorithmTokenBucket:
-			n, p := l.RefillRate()
-			args = append(args, "t", capacity, strconv.FormatInt(n, 10), strconv.FormatInt(p, 10))
-		case sluice.AlgorithmSlidingWindow:
-			args = append(args, "s", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
-		default:
-			args = append(args, "f", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
-		}
-	}
-	reply, err := checkScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	call := buildCall(s.prefix, req)
+	reply, err := checkScript.Exec(ctx, s.client, call.keys, call.args).ToArray()
 	if err != nil {
 		return sluice.Decision{}, unavailable("check", err)
 	}
 	if len(reply) != 2+4*len(req.Limits) {
 		return sluice.Decision{}, unavailable("check", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
 	}
+	for i := range 2 { // allowed and now: unused, but must read as numbers
+		if _, err := replyInt(&reply[i]); err != nil {
+			return sluice.Decision{}, unavailable("check", err)
+		}
+	}
 	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
 	for i, l := range req.Limits {
-		r := reply[2+4*i:]
+		var r [4]int64
+		for j := range r {
+			if r[j], err = replyInt(&reply[2+4*i+j]); err != nil {
+				return sluice.Decision{}, unavailable("check", err)
+			}
+		}
 		d.Limits[i] = sluice.LimitDecision{
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
@@ -221,6 +213,18 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	}
 	d.Combine()
 	return d, nil
+}
+
+// replyInt reads one value of the script's reply as AsIntSlice would, without
+// allocating the slice: an integer, a decimal string, or 0 for nil.
+func replyInt(m *rueidis.RedisMessage) (int64, error) {
+	if m.IsInt64() {
+		return m.AsInt64()
+	}
+	if v, err := m.ToString(); err == nil && v != "" {
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, nil
 }
 
 // Reset deletes subject's counters for the given limits.

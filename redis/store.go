@@ -38,7 +38,24 @@ type Options struct {
 	// Redis. Default "sluice:". It must not contain '{' or '}': Redis Cluster
 	// would take a hash tag from it and put every counter on one node.
 	Prefix string
+	// MaxFlushDelay is how long a connection may hold its writes, after
+	// flushing, to send the checks that arrive meanwhile in one write(2)
+	// instead of one each (rueidis ClientOption.MaxFlushDelay). rueidis
+	// applies it only while more than one command is in flight, so a lone
+	// caller is never delayed. Zero means DefaultMaxFlushDelay; a negative
+	// value disables it.
+	MaxFlushDelay time.Duration
+	// PipelineMultiplex sets the connections per Redis node to
+	// 2^PipelineMultiplex (rueidis ClientOption.PipelineMultiplex, at most
+	// 8); checks in flight are pipelined over them. Zero keeps rueidis's
+	// default (two connections from GOMAXPROCS 2 on); a negative value means
+	// one connection.
+	PipelineMultiplex int
 }
+
+// DefaultMaxFlushDelay is the MaxFlushDelay of a zero Options, chosen by
+// measurement: see the redis store section of BENCHMARKS.md.
+const DefaultMaxFlushDelay = 20 * time.Microsecond
 
 // Store is a sluice.Store on Redis. It is safe for concurrent use; concurrent
 // checks are pipelined on shared connections by rueidis.
@@ -61,10 +78,20 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redis key prefix %q must not contain '{' or '}': Redis Cluster would read a hash tag from it and keep every counter on one node", opts.Prefix)
 	}
+	if opts.PipelineMultiplex > rueidis.MaxPipelineMultiplex {
+		return nil, fmt.Errorf("redis pipeline multiplex %d is more than %d (2^%d connections per node)", opts.PipelineMultiplex, rueidis.MaxPipelineMultiplex, rueidis.MaxPipelineMultiplex)
+	}
 	clientOpts, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case opts.MaxFlushDelay == 0:
+		clientOpts.MaxFlushDelay = DefaultMaxFlushDelay
+	case opts.MaxFlushDelay > 0:
+		clientOpts.MaxFlushDelay = opts.MaxFlushDelay
+	}
+	clientOpts.PipelineMultiplex = opts.PipelineMultiplex
 	client, err := rueidis.NewClient(clientOpts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to redis at %s: %w", redactURL(rawURL), err)

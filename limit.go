@@ -34,10 +34,10 @@
 package sluice
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -211,17 +211,85 @@ func (l Limit) RefillRate() (tokens, intervalMs int64) {
 			return num, den
 		}
 	}
-	// tokens per millisecond = r/1000, as the shortest decimal that reads back as r.
-	rat, ok := new(big.Rat).SetString(strconv.FormatFloat(r, 'g', -1, 64))
-	if !ok {
-		return 0, 0
-	}
-	rat.Quo(rat, big.NewRat(1000, 1))
-	// The scaled bucket holds up to capacity*interval units.
-	if rat.Denom().IsInt64() && rat.Denom().Int64() <= maxInterval && rat.Num().IsInt64() && rat.Num().Int64() < maxExact {
-		return rat.Num().Int64(), rat.Denom().Int64()
+	// tokens per millisecond = r/1000, as the shortest decimal that reads back
+	// as r, in lowest terms. The scaled bucket holds up to capacity*interval
+	// units.
+	if num, den, ok := decimalFraction(r); ok && den <= maxInterval && num < maxExact {
+		return num, den
 	}
 	return bestFraction(r/1000, maxInterval)
+}
+
+// decimalFraction returns r/1000 as the fraction num/den in lowest terms, r
+// read as the shortest decimal that reads back as r, or ok = false when num
+// or den does not fit in an int64. It allocates nothing (Validate and the
+// stores call RefillRate on every check).
+func decimalFraction(r float64) (num, den int64, ok bool) {
+	var buf [32]byte
+	// d.ddddde±xx: at most 17 significant digits, which fit in a uint64.
+	s := strconv.AppendFloat(buf[:0], r, 'e', -1, 64)
+	e := bytes.IndexByte(s, 'e')
+	if e < 0 {
+		return 0, 0, false
+	}
+	exp, neg := 0, false
+	for _, c := range s[e+1:] {
+		switch {
+		case c == '-':
+			neg = true
+		case c >= '0' && c <= '9':
+			exp = exp*10 + int(c-'0')
+		}
+	}
+	if neg {
+		exp = -exp
+	}
+	var m uint64
+	digits := 0
+	for _, c := range s[:e] {
+		if c >= '0' && c <= '9' {
+			m = m*10 + uint64(c-'0')
+			digits++
+		}
+	}
+	if m == 0 || m >= 1<<62 {
+		return 0, 0, false
+	}
+	// r/1000 = m × 10^k.
+	k := exp - (digits - 1) - 3
+	if k >= 0 {
+		for ; k > 0; k-- {
+			if m > math.MaxInt64/10 {
+				return 0, 0, false
+			}
+			m *= 10
+		}
+		return int64(m), 1, true
+	}
+	// den = 10^-k = 2^-k × 5^-k; cancel the factors of 2 and 5 m shares.
+	twos, fives := -k, -k
+	for twos > 0 && m%2 == 0 {
+		m /= 2
+		twos--
+	}
+	for fives > 0 && m%5 == 0 {
+		m /= 5
+		fives--
+	}
+	d := uint64(1)
+	for ; twos > 0; twos-- {
+		if d > math.MaxInt64/2 {
+			return 0, 0, false
+		}
+		d *= 2
+	}
+	for ; fives > 0; fives-- {
+		if d > math.MaxInt64/5 {
+			return 0, 0, false
+		}
+		d *= 5
+	}
+	return int64(m), int64(d), true
 }
 
 func gcd(a, b int64) int64 {
@@ -291,15 +359,18 @@ func ValidateLimits(limits []Limit) error {
 	if len(limits) > MaxLimits {
 		return invalidf("at most %d limits may be checked together, got %d", MaxLimits, len(limits))
 	}
-	seen := make(map[string]bool, len(limits))
-	for _, l := range limits {
+	// At most MaxLimits (16) names: comparing each with the ones before it
+	// is cheaper than a map and allocates nothing, and reports the same
+	// first error, in the same order, as checking limit by limit.
+	for i, l := range limits {
 		if err := l.Validate(); err != nil {
 			return err
 		}
-		if seen[l.Name] {
-			return invalidf("limit name %q is used twice; each limit of a rule needs its own name", l.Name)
+		for _, prev := range limits[:i] {
+			if prev.Name == l.Name {
+				return invalidf("limit name %q is used twice; each limit of a rule needs its own name", l.Name)
+			}
 		}
-		seen[l.Name] = true
 	}
 	return nil
 }

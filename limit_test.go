@@ -3,6 +3,9 @@ package sluice_test
 import (
 	"errors"
 	"math"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +139,103 @@ func TestFormatWindow(t *testing.T) {
 		if got := sluice.FormatWindow(d); got != want {
 			t.Errorf("FormatWindow(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// refillRateBig is RefillRate as it was written first, with math/big: the
+// reference the allocation-free version must match exactly.
+func refillRateBig(l sluice.Limit) (int64, int64) {
+	r := l.RefillPerSecond
+	if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 || l.Capacity <= 0 {
+		return 0, 0
+	}
+	const maxExact = 1 << 52
+	maxInterval := int64(maxExact) / l.Capacity
+	rat, ok := new(big.Rat).SetString(strconv.FormatFloat(r, 'g', -1, 64))
+	if !ok {
+		return 0, 0
+	}
+	rat.Quo(rat, big.NewRat(1000, 1))
+	if rat.Denom().IsInt64() && rat.Denom().Int64() <= maxInterval && rat.Num().IsInt64() && rat.Num().Int64() < maxExact {
+		return rat.Num().Int64(), rat.Denom().Int64()
+	}
+	return -1, -1 // the continued-fraction fallback, the same code in both
+}
+
+func TestRefillRateMatchesBigRat(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	rates := []float64{1.0 / 3, 1.0 / 60, 1.0 / 3600, 2.0 / 3, 0.1, 0.3, 1e-9, 1e-300, 5e-324,
+		1e12, 999999999999.9999, 123456.789012345, 1e15, 1e20, math.MaxFloat64, 7e22, 0.0001234}
+	for range 20000 {
+		switch rng.IntN(3) {
+		case 0:
+			rates = append(rates, rng.Float64()*math.Pow(10, float64(rng.IntN(30)-15)))
+		case 1:
+			rates = append(rates, float64(rng.IntN(1_000_000))/math.Pow(10, float64(rng.IntN(12))))
+		default:
+			rates = append(rates, math.Float64frombits(rng.Uint64()))
+		}
+	}
+	capacities := []int64{1, 3, 10, 1000, 1_000_000, 1e12, 1 << 40, 1 << 52, 1 << 53}
+	for _, r := range rates {
+		for _, c := range capacities {
+			l := sluice.TokenBucket(c, r)
+			wn, wp := refillRateBig(l)
+			if wn < 0 {
+				continue // decided by bestFraction in both versions
+			}
+			if n, p := l.RefillRate(); n != wn || p != wp {
+				t.Fatalf("capacity %d, %v/s: got %d per %dms, want %d per %dms", c, r, n, p, wn, wp)
+			}
+		}
+	}
+}
+
+func TestValidateAllocatesNothing(t *testing.T) {
+	req := sluice.Request{Subject: "s", Cost: 1, Limits: []sluice.Limit{
+		sluice.TokenBucket(60, 1.0/60).Named("a"),
+		sluice.TokenBucket(10, 2.5).Named("b"),
+		sluice.SlidingWindow(100, time.Minute).Named("c"),
+		sluice.FixedWindow(100, time.Hour).Named("d"),
+	}}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := req.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Validate allocated %v times per call", n)
+	}
+}
+
+func TestValidateLimitsReportsTheFirstProblem(t *testing.T) {
+	// Limit by limit, in order: a duplicate name before an invalid limit is
+	// the error, and an invalid limit before a duplicate is.
+	a := sluice.PerSecond(1).Named("a")
+	bad := sluice.PerSecond(0).Named("b")
+	cases := []struct {
+		limits []sluice.Limit
+		want   string
+	}{
+		{[]sluice.Limit{a, a, bad}, `limit name "a" is used twice; each limit of a rule needs its own name`},
+		{[]sluice.Limit{a, bad, a}, `limit "b": capacity must be a positive integer, got 0`},
+		{[]sluice.Limit{bad.Named("x"), bad.Named("x")}, `limit "x": capacity must be a positive integer, got 0`},
+		{[]sluice.Limit{a, a.Named("b"), a.Named("c"), a.Named("b")}, `limit name "b" is used twice; each limit of a rule needs its own name`},
+	}
+	for _, c := range cases {
+		err := sluice.ValidateLimits(c.limits)
+		if err == nil || err.Error() != c.want || !errors.Is(err, sluice.ErrInvalid) {
+			t.Errorf("%v: got %v, want %s", c.limits, err, c.want)
+		}
+	}
+	many := make([]sluice.Limit, sluice.MaxLimits)
+	for i := range many {
+		many[i] = a.Named("n" + strconv.Itoa(i))
+	}
+	if err := sluice.ValidateLimits(many); err != nil {
+		t.Fatalf("%d distinct limits: %v", len(many), err)
+	}
+	many[len(many)-1] = many[0]
+	if err := sluice.ValidateLimits(many); err == nil || !strings.Contains(err.Error(), `"n0" is used twice`) {
+		t.Fatalf("duplicate at the end: got %v", err)
 	}
 }

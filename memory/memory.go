@@ -107,8 +107,8 @@ func (s *Store) Len() int {
 
 // shardFor picks the shard by subject tag: every key of one check lives in one
 // shard, so one lock makes the check atomic.
-func (s *Store) shardFor(tag string) *shard {
-	return &s.shards[maphash.String(s.seed, tag)%shardCount]
+func (s *Store) shardFor(tag []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, tag)%shardCount]
 }
 
 func (s *Store) now(req sluice.Request) int64 {
@@ -127,27 +127,23 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		return sluice.Decision{}, err
 	}
 	now := s.now(req)
-	tag := sluice.SubjectTag(req.Tenant, req.Rule, req.Subject)
-	sh := s.shardFor(tag)
-
-	var stackKeys [4]string
+	var stackKeys [512]byte
 	var stackOutcomes [4]outcome
-	keys, outcomes := stackKeys[:0], stackOutcomes[:0]
-	for _, l := range req.Limits {
-		keys = append(keys, sluice.LimitKey("", tag, l))
-	}
+	keys := buildKeys(stackKeys[:0], req.Tenant, req.Rule, req.Subject, req.Limits)
+	outcomes := stackOutcomes[:0]
+	sh := s.shardFor(keys.tag())
 
 	sh.mu.Lock()
 	allowed := true
 	for i, l := range req.Limits {
-		o := decide(l, sh.live(keys[i], now), now, req.Cost)
+		o := decide(l, sh.live(keys.key(i), now), now, req.Cost)
 		allowed = allowed && o.allowed
 		outcomes = append(outcomes, o)
 	}
 	if allowed {
 		for i := range outcomes {
 			if outcomes[i].write {
-				s.store(sh, keys[i], outcomes[i].next, now)
+				s.store(sh, keys.key(i), outcomes[i].next, now)
 			}
 		}
 	} else {
@@ -155,13 +151,13 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		// their figures before the request, as a peek sees them.
 		for i, l := range req.Limits {
 			if outcomes[i].allowed {
-				outcomes[i] = decide(l, sh.live(keys[i], now), now, 0)
+				outcomes[i] = decide(l, sh.live(keys.key(i), now), now, 0)
 			}
 		}
 	}
 	for i := range outcomes {
 		if outcomes[i].extend && !(allowed && outcomes[i].write) {
-			s.store(sh, keys[i], outcomes[i].next, now)
+			s.store(sh, keys.key(i), outcomes[i].next, now)
 		}
 	}
 	sh.mu.Unlock()
@@ -186,8 +182,8 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 
 // live returns key's state, or nil when there is none or it has expired.
 // Called with the shard locked.
-func (sh *shard) live(key string, now int64) *state {
-	st := sh.entries[key]
+func (sh *shard) live(key []byte, now int64) *state {
+	st := sh.entries[string(key)]
 	if st != nil && st.expireAt <= now {
 		return nil
 	}
@@ -196,17 +192,19 @@ func (sh *shard) live(key string, now int64) *state {
 
 // store writes st under key, making room if the shard is full. Called with the
 // shard locked.
-func (s *Store) store(sh *shard, key string, st state, now int64) {
-	defer func() { sh.soonest = min(sh.soonest, st.expireAt) }()
-	if cur, ok := sh.entries[key]; ok {
+func (s *Store) store(sh *shard, key []byte, st state, now int64) {
+	sh.soonest = min(sh.soonest, st.expireAt)
+	if cur, ok := sh.entries[string(key)]; ok {
 		*cur = st
 		return
 	}
 	if len(sh.entries) >= s.perShard {
 		evict(sh, now)
+		// evict may have recomputed soonest from the entries alone.
+		sh.soonest = min(sh.soonest, st.expireAt)
 	}
 	fresh := st
-	sh.entries[key] = &fresh
+	sh.entries[string(key)] = &fresh
 }
 
 // evict drops expired entries; if none were, it drops the entry closest to
@@ -244,12 +242,13 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	if err := sluice.ValidateLimits(limits); err != nil {
 		return err
 	}
-	tag := sluice.SubjectTag(tenant, rule, subject)
-	sh := s.shardFor(tag)
+	var stackKeys [512]byte
+	keys := buildKeys(stackKeys[:0], tenant, rule, subject, limits)
+	sh := s.shardFor(keys.tag())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, l := range limits {
-		delete(sh.entries, sluice.LimitKey("", tag, l))
+	for i := range limits {
+		delete(sh.entries, string(keys.key(i)))
 	}
 	return nil
 }

@@ -38,7 +38,24 @@ type Options struct {
 	// Redis. Default "sluice:". It must not contain '{' or '}': Redis Cluster
 	// would take a hash tag from it and put every counter on one node.
 	Prefix string
+	// MaxFlushDelay is how long a connection may hold its writes, after
+	// flushing, to send the checks that arrive meanwhile in one write(2)
+	// instead of one each (rueidis ClientOption.MaxFlushDelay). rueidis
+	// applies it only while more than one command is in flight, so a lone
+	// caller is never delayed. Zero means DefaultMaxFlushDelay; a negative
+	// value disables it.
+	MaxFlushDelay time.Duration
+	// PipelineMultiplex sets the connections per Redis node to
+	// 2^PipelineMultiplex (rueidis ClientOption.PipelineMultiplex, at most
+	// 8); checks in flight are pipelined over them. Zero keeps rueidis's
+	// default (two connections from GOMAXPROCS 2 on); a negative value means
+	// one connection.
+	PipelineMultiplex int
 }
+
+// DefaultMaxFlushDelay is the MaxFlushDelay of a zero Options, chosen by
+// measurement: see the redis store section of BENCHMARKS.md.
+const DefaultMaxFlushDelay = 20 * time.Microsecond
 
 // Store is a sluice.Store on Redis. It is safe for concurrent use; concurrent
 // checks are pipelined on shared connections by rueidis.
@@ -61,10 +78,20 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redis key prefix %q must not contain '{' or '}': Redis Cluster would read a hash tag from it and keep every counter on one node", opts.Prefix)
 	}
+	if opts.PipelineMultiplex > rueidis.MaxPipelineMultiplex {
+		return nil, fmt.Errorf("redis pipeline multiplex %d is more than %d (2^%d connections per node)", opts.PipelineMultiplex, rueidis.MaxPipelineMultiplex, rueidis.MaxPipelineMultiplex)
+	}
 	clientOpts, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case opts.MaxFlushDelay == 0:
+		clientOpts.MaxFlushDelay = DefaultMaxFlushDelay
+	case opts.MaxFlushDelay > 0:
+		clientOpts.MaxFlushDelay = opts.MaxFlushDelay
+	}
+	clientOpts.PipelineMultiplex = opts.PipelineMultiplex
 	client, err := rueidis.NewClient(clientOpts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to redis at %s: %w", redactURL(rawURL), err)
@@ -179,35 +206,27 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	if err := req.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}
-	keys := sluice.Keys(s.prefix, req)
-	args := make([]string, 0, 2+4*len(req.Limits))
-	now := ""
-	if !req.Now.IsZero() {
-		now = strconv.FormatInt(req.Now.UnixMilli(), 10)
-	}
-	args = append(args, now, strconv.FormatInt(req.Cost, 10))
-	for _, l := range req.Limits {
-		capacity := strconv.FormatInt(l.Capacity, 10)
-		switch l.Algorithm {
-		case sluice.AlgorithmTokenBucket:
-			n, p := l.RefillRate()
-			args = append(args, "t", capacity, strconv.FormatInt(n, 10), strconv.FormatInt(p, 10))
-		case sluice.AlgorithmSlidingWindow:
-			args = append(args, "s", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
-		default:
-			args = append(args, "f", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
-		}
-	}
-	reply, err := checkScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	call := buildCall(s.prefix, req)
+	reply, err := checkScript.Exec(ctx, s.client, call.keys, call.args).ToArray()
 	if err != nil {
 		return sluice.Decision{}, unavailable("check", err)
 	}
 	if len(reply) != 2+4*len(req.Limits) {
 		return sluice.Decision{}, unavailable("check", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
 	}
+	for i := range 2 { // allowed and now: unused, but must read as numbers
+		if _, err := replyInt(&reply[i]); err != nil {
+			return sluice.Decision{}, unavailable("check", err)
+		}
+	}
 	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
 	for i, l := range req.Limits {
-		r := reply[2+4*i:]
+		var r [4]int64
+		for j := range r {
+			if r[j], err = replyInt(&reply[2+4*i+j]); err != nil {
+				return sluice.Decision{}, unavailable("check", err)
+			}
+		}
 		d.Limits[i] = sluice.LimitDecision{
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
@@ -221,6 +240,18 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	}
 	d.Combine()
 	return d, nil
+}
+
+// replyInt reads one value of the script's reply as AsIntSlice would, without
+// allocating the slice: an integer, a decimal string, or 0 for nil.
+func replyInt(m *rueidis.RedisMessage) (int64, error) {
+	if m.IsInt64() {
+		return m.AsInt64()
+	}
+	if v, err := m.ToString(); err == nil && v != "" {
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, nil
 }
 
 // Reset deletes subject's counters for the given limits.

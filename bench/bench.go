@@ -129,8 +129,11 @@ type Result struct {
 	// Late counts open-model requests that waited for a free worker; their
 	// wait is part of their latency.
 	Late int64
-	// Dropped counts open-model requests that were due but still queued
-	// when the run ended: the target fell that far behind.
+	// Dropped counts open-model requests that were due during the run but
+	// still queued Timeout after it ended: the target fell that far behind.
+	// (Requests still queued at the end are sent if they can be within
+	// Timeout, so one due just before the end is not a drop; Elapsed then
+	// includes that drain.)
 	Dropped int64
 	// FirstError is the first error seen, to say why requests failed.
 	FirstError error
@@ -308,13 +311,16 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		// Due times go to the workers through a queue; a request that finds
 		// every worker busy waits there, and the wait is in its latency.
 		queue := make(chan time.Time, 1<<16)
+		// Requests due in the window but still queued at its end are sent
+		// until drainEnd: one due just before the end is no drop.
+		drainEnd := start.Add(opts.Duration + opts.Timeout)
 		for w := 0; w < opts.Concurrency; w++ {
 			wg.Add(1)
 			go func(seed uint64) {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(seed, 7))
 				for due := range queue {
-					if ctx.Err() != nil {
+					if runCtx.Err() != nil || time.Now().After(drainEnd) {
 						rec.dropped.Add(1)
 						continue
 					}
@@ -327,9 +333,15 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		}
 		interval := time.Duration(float64(time.Second) / opts.Rate)
 		next := start
+		end := start.Add(opts.Duration)
 	schedule:
 		for {
 			for !next.After(time.Now()) {
+				if !next.Before(end) || ctx.Err() != nil {
+					// Only requests due within the window: the drain
+					// below sends late ones, so none may be added after.
+					break schedule
+				}
 				select {
 				case queue <- next:
 				default:

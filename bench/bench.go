@@ -333,15 +333,14 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		}
 		interval := time.Duration(float64(time.Second) / opts.Rate)
 		next := start
+		// Exactly the requests due in [start, end) are enqueued, however
+		// late this goroutine runs: a starved scheduler catches up rather
+		// than sending less, and the run's deadline never cuts the last
+		// ones off. Only a cancelled parent context stops it early.
 		end := start.Add(opts.Duration)
 	schedule:
-		for {
-			for !next.After(time.Now()) {
-				if !next.Before(end) || ctx.Err() != nil {
-					// Only requests due within the window: the drain
-					// below sends late ones, so none may be added after.
-					break schedule
-				}
+		for next.Before(end) {
+			for !next.After(time.Now()) && next.Before(end) {
 				select {
 				case queue <- next:
 				default:
@@ -352,8 +351,11 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 				}
 				next = next.Add(interval)
 			}
+			if !next.Before(end) {
+				break
+			}
 			select {
-			case <-ctx.Done():
+			case <-runCtx.Done():
 				break schedule
 			case <-time.After(time.Until(next)):
 			}

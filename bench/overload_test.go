@@ -17,7 +17,7 @@ func TestOverloadFindsTheEdgeThenRunsAtTwiceIt(t *testing.T) {
 	})
 	opts := bench.OverloadOptions{
 		Options: bench.Options{Rate: 50, Concurrency: 1, Duration: 200 * time.Millisecond},
-		Factor:  2, MaxRate: 100_000, P99: 50 * time.Millisecond,
+		Factor:  2, MaxRate: 100_000, P99: 100 * time.Millisecond,
 	}
 	var seen int
 	o, err := bench.RunOverload(context.Background(), target, opts, func(bench.Step) { seen++ })

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,30 +10,38 @@ import (
 )
 
 func TestOverloadFindsTheEdgeThenRunsAtTwiceIt(t *testing.T) {
-	// One sender and 2 ms a request: at most about 500/s, so the steps from
-	// 50/s up must go past the edge well before the maximum rate.
+	// A target that sheds once a step has sent more than 100 requests: with
+	// steps of 100 ms, 800/s (80 requests) is the edge and 1,600/s (160) past
+	// it, whatever the machine's speed. The latency threshold is out of
+	// reach, so only the counts decide.
+	var inStep atomic.Int64
 	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
-		time.Sleep(2 * time.Millisecond)
+		if inStep.Add(1) > 100 {
+			return bench.Shed, nil
+		}
 		return bench.Allowed, nil
 	})
 	opts := bench.OverloadOptions{
-		Options: bench.Options{Rate: 50, Concurrency: 1, Duration: 200 * time.Millisecond},
-		Factor:  2, MaxRate: 100_000, P99: 100 * time.Millisecond,
+		Options: bench.Options{Rate: 100, Concurrency: 4, Duration: 100 * time.Millisecond},
+		Factor:  2, MaxRate: 100_000, P99: time.Hour,
 	}
 	var seen int
-	o, err := bench.RunOverload(context.Background(), target, opts, func(bench.Step) { seen++ })
+	o, err := bench.RunOverload(context.Background(), target, opts, func(bench.Step) {
+		seen++
+		inStep.Store(0)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seen != len(o.Steps) || len(o.Steps) < 3 || o.Bounded || o.Edge <= 0 {
-		t.Fatalf("edge %v, bounded %v, %d steps (%d reported)", o.Edge, o.Bounded, len(o.Steps), seen)
+	if seen != len(o.Steps) || len(o.Steps) != 6 || o.Bounded || o.Edge != 800 {
+		t.Fatalf("edge %v, bounded %v, %d steps (%d reported), want 800 and 6 steps", o.Edge, o.Bounded, len(o.Steps), seen)
 	}
-	last, past := o.Steps[len(o.Steps)-1], o.Steps[len(o.Steps)-2]
-	if !last.Beyond || last.Rate != 2*o.Edge || past.Healthy || past.Rate != 2*o.Edge {
-		t.Fatalf("want a step past the edge at %v then one at twice the edge: %+v, %+v", o.Edge, past, last)
+	last, past := o.Steps[5], o.Steps[4]
+	if !last.Beyond || last.Rate != 1600 || past.Healthy || past.Beyond || past.Rate != 1600 || past.Result.Shed == 0 {
+		t.Fatalf("want a step past the edge at 1600/s then one at twice the edge: %+v, %+v", past, last)
 	}
-	for i, s := range o.Steps[:len(o.Steps)-2] {
-		if !s.Healthy || s.Rate != 50*float64(int(1)<<i) {
+	for i, s := range o.Steps[:4] {
+		if !s.Healthy || s.Rate != 100*float64(int(1)<<i) || s.Result.Shed != 0 {
 			t.Fatalf("step %d: %+v", i, s)
 		}
 	}

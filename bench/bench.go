@@ -13,8 +13,11 @@
 //   - Closed (Rate = 0): Concurrency workers send back to back, each waiting
 //     for its answer: the most throughput the target gives that many callers.
 //
-// A deny (429) is an answer, not a failure: it is counted as denied, and its
-// latency counts like any other. Subjects are drawn from Subjects distinct
+// A deny (429, OVER_LIMIT) is an answer, not a failure: it is counted as
+// denied, and its latency counts like any other. A request the service sheds
+// under overload (503 "overloaded", RESOURCE_EXHAUSTED) is counted apart, with
+// its own latencies, since a fast refusal is neither a decision nor a failure.
+// Any other error is a failure. Subjects are drawn from Subjects distinct
 // ones, with HotFraction of the requests going to one hot subject, so a run
 // exercises both many keys and contention on one.
 package bench
@@ -37,10 +40,13 @@ type Outcome int
 const (
 	Allowed Outcome = iota
 	Denied
+	// Shed is a request the service refused because it is overloaded: an
+	// answer, but not a decision about the subject.
+	Shed
 )
 
 // Target is what a run sends requests to. Do must be safe for concurrent use;
-// an error is a failed request (not a deny).
+// an error is a failed request (not a deny, not a shed request).
 type Target interface {
 	Do(ctx context.Context, subject string) (Outcome, error)
 }
@@ -70,6 +76,10 @@ type Options struct {
 	// MaxSamples bounds the latencies kept for percentiles (default
 	// 5,000,000); past it, samples are kept by reservoir sampling.
 	MaxSamples int
+	// CPU, if set, reads the service's cumulative CPU seconds (such as its
+	// process_cpu_seconds_total). Run reads it just before the first
+	// request and just after the last answer, and reports the difference.
+	CPU func(ctx context.Context) (float64, error)
 }
 
 func (o *Options) validate() error {
@@ -112,16 +122,43 @@ type Result struct {
 	Sent    int64
 	Allowed int64
 	Denied  int64
-	Errors  int64
+	// Shed counts requests the service refused as overloaded.
+	Shed int64
+	// Errors counts failed requests: neither an answer nor shed.
+	Errors int64
 	// Late counts open-model requests that waited for a free worker; their
 	// wait is part of their latency.
 	Late int64
-	// Dropped counts open-model requests that were due but still queued
-	// when the run ended: the target fell that far behind.
+	// Dropped counts open-model requests that were due during the run but
+	// still queued Timeout after it ended: the target fell that far behind.
+	// (Requests still queued at the end are sent if they can be within
+	// Timeout, so one due just before the end is not a drop; Elapsed then
+	// includes that drain.)
 	Dropped int64
 	// FirstError is the first error seen, to say why requests failed.
 	FirstError error
-	latencies  []time.Duration
+	// CPUSeconds is how much CPU the service used during the run, when
+	// Options.CPU was set and both readings succeeded (CPUMeasured); else
+	// CPUError says why not.
+	CPUSeconds  float64
+	CPUMeasured bool
+	CPUError    error
+	latencies   []time.Duration
+	shedLatency []time.Duration
+}
+
+// Answered is the number of requests the service decided: allowed or denied.
+func (r Result) Answered() int64 { return r.Allowed + r.Denied }
+
+// CPUPerAnswer is the service's CPU time per answered request, shed and
+// failed ones excluded: whatever they cost is charged to the answered ones,
+// which is what the service spent per useful answer. It is 0 when CPU was
+// not measured or nothing was answered.
+func (r Result) CPUPerAnswer() time.Duration {
+	if !r.CPUMeasured || r.Answered() == 0 {
+		return 0
+	}
+	return time.Duration(r.CPUSeconds / float64(r.Answered()) * float64(time.Second))
 }
 
 // Throughput is answered requests (allowed or denied) per second.
@@ -145,6 +182,15 @@ func (r Result) Percentile(q float64) time.Duration {
 // Max is the largest latency seen (among the samples kept).
 func (r Result) Max() time.Duration { return r.Percentile(1) }
 
+// ShedPercentile returns the q-quantile (0 to 1) of the latencies of shed
+// requests: how fast the service says no when overloaded.
+func (r Result) ShedPercentile(q float64) time.Duration {
+	if len(r.shedLatency) == 0 {
+		return 0
+	}
+	return r.shedLatency[int(q*float64(len(r.shedLatency)-1))]
+}
+
 // subjects hands out subject names.
 type subjects struct {
 	names []string
@@ -166,16 +212,31 @@ func (s *subjects) pick(r *rand.Rand) string {
 	return s.names[r.IntN(len(s.names))]
 }
 
-// recorder collects outcomes from many workers.
-type recorder struct {
-	allowed, denied, errors, late, dropped atomic.Int64
-	firstErr                               atomic.Pointer[error]
-
-	mu      sync.Mutex
+// reservoir keeps at most max latencies, a uniform sample of all it saw.
+type reservoir struct {
 	samples []time.Duration
 	seen    int64
 	max     int
-	rng     *rand.Rand
+}
+
+func (s *reservoir) add(rng *rand.Rand, latency time.Duration) {
+	s.seen++
+	if len(s.samples) < s.max {
+		s.samples = append(s.samples, latency)
+	} else if j := rng.Int64N(s.seen); j < int64(s.max) {
+		s.samples[j] = latency
+	}
+}
+
+// recorder collects outcomes from many workers.
+type recorder struct {
+	allowed, denied, shed, errors, late, dropped atomic.Int64
+	firstErr                                     atomic.Pointer[error]
+
+	mu       sync.Mutex
+	answered reservoir
+	shedLat  reservoir
+	rng      *rand.Rand
 }
 
 func (rec *recorder) record(out Outcome, err error, latency time.Duration) {
@@ -184,18 +245,18 @@ func (rec *recorder) record(out Outcome, err error, latency time.Duration) {
 		rec.firstErr.CompareAndSwap(nil, &err)
 		return
 	}
-	if out == Denied {
+	samples := &rec.answered
+	switch out {
+	case Denied:
 		rec.denied.Add(1)
-	} else {
+	case Shed:
+		rec.shed.Add(1)
+		samples = &rec.shedLat
+	default:
 		rec.allowed.Add(1)
 	}
 	rec.mu.Lock()
-	rec.seen++
-	if len(rec.samples) < rec.max {
-		rec.samples = append(rec.samples, latency)
-	} else if j := rec.rng.Int64N(rec.seen); j < int64(rec.max) {
-		rec.samples[j] = latency
-	}
+	samples.add(rec.rng, latency)
 	rec.mu.Unlock()
 }
 
@@ -208,8 +269,20 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 	if err := opts.validate(); err != nil {
 		return Result{}, err
 	}
-	rec := &recorder{max: opts.MaxSamples, rng: rand.New(rand.NewPCG(1, 2))}
+	rec := &recorder{
+		answered: reservoir{max: opts.MaxSamples},
+		shedLat:  reservoir{max: opts.MaxSamples},
+		rng:      rand.New(rand.NewPCG(1, 2)),
+	}
 	subj := newSubjects(opts.Subjects, opts.HotFraction)
+	res := Result{Model: "closed"}
+	// The CPU window encloses the load window and little else: the readings
+	// are taken right next to it, outside the run's own deadline.
+	var cpuBefore float64
+	if opts.CPU != nil {
+		cpuBefore, res.CPUError = opts.CPU(ctx)
+	}
+	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
 
@@ -220,7 +293,6 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		rec.record(out, err, time.Since(due))
 	}
 
-	res := Result{Model: "closed"}
 	start := time.Now()
 	var wg sync.WaitGroup
 	if opts.Rate == 0 {
@@ -239,13 +311,16 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		// Due times go to the workers through a queue; a request that finds
 		// every worker busy waits there, and the wait is in its latency.
 		queue := make(chan time.Time, 1<<16)
+		// Requests due in the window but still queued at its end are sent
+		// until drainEnd: one due just before the end is no drop.
+		drainEnd := start.Add(opts.Duration + opts.Timeout)
 		for w := 0; w < opts.Concurrency; w++ {
 			wg.Add(1)
 			go func(seed uint64) {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(seed, 7))
 				for due := range queue {
-					if ctx.Err() != nil {
+					if runCtx.Err() != nil || time.Now().After(drainEnd) {
 						rec.dropped.Add(1)
 						continue
 					}
@@ -258,9 +333,14 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		}
 		interval := time.Duration(float64(time.Second) / opts.Rate)
 		next := start
+		// Exactly the requests due in [start, end) are enqueued, however
+		// late this goroutine runs: a starved scheduler catches up rather
+		// than sending less, and the run's deadline never cuts the last
+		// ones off. Only a cancelled parent context stops it early.
+		end := start.Add(opts.Duration)
 	schedule:
-		for {
-			for !next.After(time.Now()) {
+		for next.Before(end) {
+			for !next.After(time.Now()) && next.Before(end) {
 				select {
 				case queue <- next:
 				default:
@@ -271,8 +351,11 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 				}
 				next = next.Add(interval)
 			}
+			if !next.Before(end) {
+				break
+			}
 			select {
-			case <-ctx.Done():
+			case <-runCtx.Done():
 				break schedule
 			case <-time.After(time.Until(next)):
 			}
@@ -281,13 +364,26 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
-	res.Allowed, res.Denied, res.Errors = rec.allowed.Load(), rec.denied.Load(), rec.errors.Load()
+	if opts.CPU != nil && res.CPUError == nil {
+		cpuAfter, err := opts.CPU(context.WithoutCancel(runCtx))
+		switch {
+		case err != nil:
+			res.CPUError = err
+		case cpuAfter < cpuBefore:
+			// A counter that went down: the service restarted mid-run.
+			res.CPUError = fmt.Errorf("the CPU counter went down from %v to %v s: the service restarted during the run", cpuBefore, cpuAfter)
+		default:
+			res.CPUSeconds, res.CPUMeasured = cpuAfter-cpuBefore, true
+		}
+	}
+	res.Allowed, res.Denied, res.Shed, res.Errors = rec.allowed.Load(), rec.denied.Load(), rec.shed.Load(), rec.errors.Load()
 	res.Late, res.Dropped = rec.late.Load(), rec.dropped.Load()
-	res.Sent = res.Allowed + res.Denied + res.Errors
+	res.Sent = res.Allowed + res.Denied + res.Shed + res.Errors
 	if e := rec.firstErr.Load(); e != nil {
 		res.FirstError = *e
 	}
-	res.latencies = rec.samples
+	res.latencies, res.shedLatency = rec.answered.samples, rec.shedLat.samples
 	slices.Sort(res.latencies)
+	slices.Sort(res.shedLatency)
 	return res, nil
 }

@@ -94,6 +94,10 @@ func TestHTTPCheckTarget(t *testing.T) {
 		switch body.Subject {
 		case "hot":
 			w.WriteHeader(http.StatusTooManyRequests)
+		case "shed":
+			http.Error(w, `{"error":{"code":"overloaded","message":"Too many requests in flight."}}`, http.StatusServiceUnavailable)
+		case "down":
+			http.Error(w, `{"error":{"code":"store_unavailable","message":"The rate-limit store does not answer."}}`, http.StatusServiceUnavailable)
 		default:
 			w.WriteHeader(http.StatusOK)
 		}
@@ -106,6 +110,12 @@ func TestHTTPCheckTarget(t *testing.T) {
 	}
 	if out, err := target.Do(ctx, "hot"); err != nil || out != bench.Denied {
 		t.Fatalf("429: %v %v", out, err)
+	}
+	if out, err := target.Do(ctx, "shed"); err != nil || out != bench.Shed {
+		t.Fatalf("503 overloaded must be shed: %v %v", out, err)
+	}
+	if _, err := target.Do(ctx, "down"); err == nil || !strings.Contains(err.Error(), "store_unavailable") {
+		t.Fatalf("503 store_unavailable must be a failure with the service's message: %v", err)
 	}
 	bad := bench.NewHTTPCheck(srv.URL, "wrong", "/api/x", 2, 4)
 	if _, err := bad.Do(ctx, "a"); err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "unexpected request") {

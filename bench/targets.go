@@ -35,8 +35,8 @@ type checkBody struct {
 	Cost    int64  `json:"cost"`
 }
 
-// Do sends one check: 200 is allowed, 429 denied, anything else an error
-// carrying the service's message.
+// Do sends one check: 200 is allowed, 429 denied, 503 with the error code
+// "overloaded" shed, anything else an error carrying the service's message.
 func (h *HTTPCheck) Do(ctx context.Context, subject string) (Outcome, error) {
 	body, _ := json.Marshal(checkBody{Route: h.route, Subject: subject, Cost: h.cost})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
@@ -85,8 +85,30 @@ func doHTTP(client *http.Client, req *http.Request) (Outcome, error) {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return Denied, err
 	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode == http.StatusServiceUnavailable && errorCode(msg) == "overloaded" {
+		return Shed, nil
+	}
+	if len(msg) > 512 {
+		msg = msg[:512]
+	}
 	return 0, fmt.Errorf("%s: HTTP %d: %s", req.URL, resp.StatusCode, bytes.TrimSpace(msg))
+}
+
+// errorCode is the code of the service's JSON error body
+// ({"error":{"code":"...","message":"..."}}), or "" if body is not one.
+// Only the code tells shedding apart from other 503s, such as
+// store_unavailable, which are failures.
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error.Code
 }
 
 func newHTTPClient(concurrency int) *http.Client {

@@ -6,18 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicelabs/sluice/bench"
 )
 
 // benchConfig is what sluice bench is configured with.
 type benchConfig struct {
+	Target      string // "http" or "envoy"
 	URL         string
 	APIKey      string
 	Route       string
@@ -29,6 +34,26 @@ type benchConfig struct {
 	Hot         float64
 	Reference   string
 	JSON        bool
+
+	// The Envoy rate limit service (--target envoy).
+	GRPCAddr    string
+	GRPCConns   int
+	Domain      string
+	Descriptors []string
+	SubjectKey  string
+
+	// MetricsURL is where the server's process_cpu_seconds_total is read:
+	// "" for --url + /metrics, "none" to skip. MetricsURLSet says it was
+	// given explicitly, which makes a page without the metric an error.
+	MetricsURL    string
+	MetricsURLSet bool
+
+	// The overload search (--overload).
+	Overload     bool
+	StepDuration time.Duration
+	StepFactor   float64
+	MaxRate      float64
+	P99Limit     time.Duration
 }
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }
@@ -36,41 +61,99 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 func newBenchCmd() *cobra.Command {
 	var cfg benchConfig
 	cmd := &cobra.Command{
-		Use:   "bench --api-key KEY --route ROUTE [--rate N | --concurrency N]",
-		Short: "Load a running sluice serve's check API and report throughput and latency",
-		Long: `Send checks to a running sluice serve (POST /v1/check) and report how many
-were allowed and denied, the throughput, and latency percentiles.
+		Use:   "bench [--target http --api-key KEY --route ROUTE | --target envoy --domain D --descriptor k=v,...] [--rate N | --concurrency N] [--overload]",
+		Short: "Load a running sluice serve's check API and report throughput, latency and CPU per check",
+		Long: `Send checks to a running sluice serve and report how many were allowed,
+denied, shed and failed, the throughput, latency percentiles, and the server's
+CPU time per answered check.
+
+Targets:
+  --target http (default): the check API, POST /v1/check with --api-key and
+    --route. 200 is allowed, 429 denied.
+  --target envoy: Envoy's rate limit service over gRPC (--grpc-addr), with
+    --domain and one request descriptor per --descriptor key=value[,key=value].
+    The entry keyed --subject-key gets the drawn subject as its value (a bare
+    key is enough: --descriptor user). OK is allowed, OVER_LIMIT denied. The
+    load goes over --grpc-conns shared connections, without TLS.
+
+A deny is an answer, not an error. A shed request (HTTP 503 with the error code
+"overloaded", or gRPC RESOURCE_EXHAUSTED) is counted apart with its own
+latency; any other error (503 store_unavailable, UNAVAILABLE, a timeout) is a
+failure.
 
 --rate N runs the open model: N checks per second arrive whatever the service
 does, and latency counts from when each was due (a slow service shows up as the
 queueing its clients would see). Without --rate, --concurrency callers send
-back to back (closed model). A 429 is an answer, not an error.
+back to back (closed model).
 
 Subjects are drawn from --subjects distinct ones, --hot of the checks going to
-one hot subject. After the run, the same load is sent to --reference (default
-/healthz) on the same server: what the HTTP round trip alone costs on this
-machine, to read the check's figures against. Run the generator on another
-machine than the service when you can; on one machine they share the CPU.`,
+one hot subject. After the run, the same load is sent to a reference that does
+no work on the same server: --reference (default /healthz) for HTTP, the
+standard gRPC health check (grpc.health.v1.Health/Check) for Envoy. It is what
+the round trip alone costs on this machine, to read the check's figures
+against; --reference "" skips it.
+
+CPU per check: the server's process_cpu_seconds_total is read from
+--metrics-url (default --url + /metrics) just before and just after each
+measured run; the difference divided by the answered checks (allowed plus
+denied; shed and failed ones are charged to them) is the CPU µs per check. The
+counter moves in 10 ms ticks, so runs of several seconds give usable figures.
+If the default page does not serve it, the figure is left out with the reason;
+--metrics-url none skips it.
+
+--overload searches for the service's edge, in the open model: steps of
+--step-duration, the first at --rate, each --step-factor times the last. The
+edge is the highest offered rate at which a step kept its p99 under
+--p99-limit with no failed, shed or dropped requests (every request due was
+sent and answered). The search stops after the first step past the edge, or
+before a step would exceed --max-rate (then the edge is only a lower bound),
+and, when it found the edge, runs one last step at twice the edge to show what
+overload does. Each step is reported: offered and served rate, allowed,
+denied, shed and failed counts, p50, p99 and CPU per check. The generator needs
+enough --concurrency senders for the rates it offers; its "late" count shows
+when it fell behind.
+
+Run the generator on another machine than the service when you can; on one
+machine they share the CPU (and the CPU figure is the server process's alone).`,
 		Example: `  sluice bench --api-key "$KEY" --route /api/payments/1 --rate 2000 --duration 20s
-  sluice bench --api-key "$KEY" --route /api/orders --concurrency 32 --subjects 100000 --hot 0.2`,
+  sluice bench --api-key "$KEY" --route /api/orders --concurrency 32 --subjects 100000 --hot 0.2
+  sluice bench --target envoy --grpc-addr 127.0.0.1:8081 --domain api --descriptor api=orders,user --subject-key user --rate 5000
+  sluice bench --target envoy --domain api --descriptor user --overload --rate 1000 --step-factor 1.5 --p99-limit 10ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBench(cmd.Context(), cfg, cmd.OutOrStdout())
+			cfg.MetricsURLSet = cmd.Flags().Changed("metrics-url")
+			return runBench(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the sluice serve to load")
-	f.StringVar(&cfg.APIKey, "api-key", "", "a check API key of the tenant whose rule is exercised")
-	f.StringVar(&cfg.Route, "route", "", "the route every check names (it selects the tenant's rule)")
-	f.Int64Var(&cfg.Cost, "cost", 1, "cost of each check")
-	f.Float64Var(&cfg.Rate, "rate", 0, "open model: checks per second (0: closed model)")
+	addBenchFlags(cmd.Flags(), &cfg)
+	return cmd
+}
+
+// addBenchFlags defines sluice bench's flags on f, with their defaults in cfg.
+func addBenchFlags(f *pflag.FlagSet, cfg *benchConfig) {
+	f.StringVar(&cfg.Target, "target", "http", "what to load: http (POST /v1/check) or envoy (the gRPC rate limit service)")
+	f.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the sluice serve to load (HTTP target, reference and metrics)")
+	f.StringVar(&cfg.APIKey, "api-key", "", "http: a check API key of the tenant whose rule is exercised")
+	f.StringVar(&cfg.Route, "route", "", "http: the route every check names (it selects the tenant's rule)")
+	f.Int64Var(&cfg.Cost, "cost", 1, "cost of each check (envoy: hits_addend)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "open model: checks per second (0: closed model); with --overload, the first step's rate")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "closed model callers, or open model senders")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each measured run")
 	f.IntVar(&cfg.Subjects, "subjects", 10_000, "number of distinct subjects")
 	f.Float64Var(&cfg.Hot, "hot", 0, "fraction of checks (0 to 1) that go to one hot subject")
-	f.StringVar(&cfg.Reference, "reference", "/healthz", "path measured after the run with the same load, as the reference (empty: none)")
+	f.StringVar(&cfg.Reference, "reference", "/healthz", "http: path measured after the run with the same load, as the reference; envoy: the gRPC health check is the reference (empty: none)")
 	f.BoolVar(&cfg.JSON, "json", false, "print the results as JSON")
-	return cmd
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "envoy: host:port of the gRPC rate limit service")
+	f.IntVar(&cfg.GRPCConns, "grpc-conns", 4, "envoy: gRPC connections the load is spread over")
+	f.StringVar(&cfg.Domain, "domain", "", "envoy: the rate limit domain of every request")
+	f.StringArrayVar(&cfg.Descriptors, "descriptor", nil, "envoy: one request descriptor, key=value[,key=value...]; repeat for several (default: one descriptor of --subject-key)")
+	f.StringVar(&cfg.SubjectKey, "subject-key", "user", `envoy: the descriptor entry whose value is the drawn subject ("": send the descriptors as given)`)
+	f.StringVar(&cfg.MetricsURL, "metrics-url", "", `Prometheus page with the server's process_cpu_seconds_total (default: --url + /metrics; "none": do not measure CPU)`)
+	f.BoolVar(&cfg.Overload, "overload", false, "step the open-model rate up from --rate to find the edge, then run at twice the edge")
+	f.DurationVar(&cfg.StepDuration, "step-duration", 5*time.Second, "overload: length of each step")
+	f.Float64Var(&cfg.StepFactor, "step-factor", 1.5, "overload: each step's rate is the last one's times this")
+	f.Float64Var(&cfg.MaxRate, "max-rate", 200_000, "overload: no step of the search goes above this rate")
+	f.DurationVar(&cfg.P99Limit, "p99-limit", 10*time.Millisecond, "overload: a step whose p99 reaches this is past the edge")
 }
 
 // benchReport is one measured run, as printed.
@@ -81,7 +164,8 @@ type benchReport struct {
 	Sent       int64   `json:"sent"`
 	Allowed    int64   `json:"allowed"`
 	Denied     int64   `json:"denied"`
-	Errors     int64   `json:"errors"`
+	Shed       int64   `json:"shed"`
+	Failed     int64   `json:"failed"`
 	Late       int64   `json:"late"`
 	Dropped    int64   `json:"dropped"`
 	PerSecond  float64 `json:"per_second"`
@@ -90,67 +174,283 @@ type benchReport struct {
 	P99Ms      float64 `json:"p99_ms"`
 	P999Ms     float64 `json:"p999_ms"`
 	MaxMs      float64 `json:"max_ms"`
+	ShedP50Ms  float64 `json:"shed_p50_ms,omitempty"`
+	ShedP99Ms  float64 `json:"shed_p99_ms,omitempty"`
 	FirstError string  `json:"first_error,omitempty"`
+	// CPUSeconds and CPUMicrosPerCheck are absent when CPU was not measured;
+	// CPUError then says why, unless it was not asked for.
+	CPUSeconds        *float64 `json:"cpu_seconds,omitempty"`
+	CPUMicrosPerCheck *float64 `json:"cpu_us_per_check,omitempty"`
+	CPUError          string   `json:"cpu_error,omitempty"`
 }
 
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 func newBenchReport(target string, r bench.Result) benchReport {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	rep := benchReport{
 		Target: target, Model: r.Model, Seconds: r.Elapsed.Seconds(),
-		Sent: r.Sent, Allowed: r.Allowed, Denied: r.Denied, Errors: r.Errors, Late: r.Late, Dropped: r.Dropped,
+		Sent: r.Sent, Allowed: r.Allowed, Denied: r.Denied, Shed: r.Shed, Failed: r.Errors, Late: r.Late, Dropped: r.Dropped,
 		PerSecond: r.Throughput(),
 		P50Ms:     ms(r.Percentile(0.5)), P90Ms: ms(r.Percentile(0.9)), P99Ms: ms(r.Percentile(0.99)),
 		P999Ms: ms(r.Percentile(0.999)), MaxMs: ms(r.Max()),
+		ShedP50Ms: ms(r.ShedPercentile(0.5)), ShedP99Ms: ms(r.ShedPercentile(0.99)),
 	}
 	if r.FirstError != nil {
 		rep.FirstError = r.FirstError.Error()
 	}
+	if r.CPUMeasured {
+		sec := r.CPUSeconds
+		rep.CPUSeconds = &sec
+		if r.Answered() > 0 {
+			us := float64(r.CPUPerAnswer().Nanoseconds()) / 1000
+			rep.CPUMicrosPerCheck = &us
+		}
+	} else if r.CPUError != nil {
+		rep.CPUError = r.CPUError.Error()
+	}
 	return rep
 }
 
+// cpuColumn is the CPU per check as printed: "-" when not measured.
+func (r benchReport) cpuColumn() string {
+	if r.CPUMicrosPerCheck == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*r.CPUMicrosPerCheck, 'f', 1, 64)
+}
+
+// parseDescriptor parses key=value[,key=value...]. An entry with no value
+// is allowed for subjectKey only, whose value each request replaces.
+func parseDescriptor(s, subjectKey string) (bench.Descriptor, error) {
+	var d bench.Descriptor
+	for _, part := range strings.Split(s, ",") {
+		key, value, hasValue := strings.Cut(strings.TrimSpace(part), "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		switch {
+		case key == "":
+			return nil, fmt.Errorf("--descriptor %q has an entry with no key; write key=value[,key=value...]", s)
+		case !hasValue && key != subjectKey:
+			return nil, fmt.Errorf("--descriptor %q: entry %q has no value; write %s=VALUE (only --subject-key %q may go without one)", s, key, key, subjectKey)
+		case hasValue && value == "" && key != subjectKey:
+			return nil, fmt.Errorf("--descriptor %q: entry %q has an empty value", s, key)
+		}
+		d = append(d, bench.Entry{Key: key, Value: value})
+	}
+	return d, nil
+}
+
+// descriptors are the --descriptor flags parsed, or, with none, one
+// descriptor of the subject key alone.
+func (c benchConfig) descriptors() ([]bench.Descriptor, error) {
+	if len(c.Descriptors) == 0 {
+		if c.SubjectKey == "" {
+			return nil, errors.New("--target envoy needs a --descriptor key=value[,key=value...] (or a --subject-key to build one from)")
+		}
+		return []bench.Descriptor{{{Key: c.SubjectKey}}}, nil
+	}
+	var ds []bench.Descriptor
+	found := c.SubjectKey == ""
+	for _, s := range c.Descriptors {
+		d, err := parseDescriptor(s, c.SubjectKey)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range d {
+			found = found || e.Key == c.SubjectKey
+		}
+		ds = append(ds, d)
+	}
+	if !found {
+		return nil, fmt.Errorf("--subject-key %q is not the key of any --descriptor entry, so every request would hit the same counters; add %s to a descriptor, or set --subject-key \"\" to mean that", c.SubjectKey, c.SubjectKey)
+	}
+	return ds, nil
+}
+
+// metricsURL is where CPU is read, or "" when it is not measured.
+func (c benchConfig) metricsURL() string {
+	switch c.MetricsURL {
+	case "none":
+		return ""
+	case "":
+		return strings.TrimRight(c.URL, "/") + "/metrics"
+	}
+	return c.MetricsURL
+}
+
 func (c benchConfig) validate() error {
-	if c.APIKey == "" {
-		return errors.New("--api-key is required: create a check key with `sluice key create TENANT --role check`")
-	}
-	if c.Route == "" {
-		return errors.New("--route is required: the route selects the tenant's rule to exercise")
-	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("--url %q must be an http:// or https:// base URL such as http://127.0.0.1:8080", c.URL)
 	}
-	if c.Reference != "" && !strings.HasPrefix(c.Reference, "/") {
-		return fmt.Errorf("--reference %q must be a path starting with /", c.Reference)
+	switch c.Target {
+	case "http":
+		if c.APIKey == "" {
+			return errors.New("--api-key is required: create a check key with `sluice key create TENANT --role check`")
+		}
+		if c.Route == "" {
+			return errors.New("--route is required: the route selects the tenant's rule to exercise")
+		}
+		if c.Reference != "" && !strings.HasPrefix(c.Reference, "/") {
+			return fmt.Errorf("--reference %q must be a path starting with /", c.Reference)
+		}
+	case "envoy":
+		if c.Domain == "" {
+			return errors.New("--domain is required with --target envoy: it selects the rate limit configuration file")
+		}
+		if host, port, err := net.SplitHostPort(c.GRPCAddr); err != nil || host == "" || port == "" {
+			return fmt.Errorf("--grpc-addr %q must be host:port, such as 127.0.0.1:8081", c.GRPCAddr)
+		}
+		if c.GRPCConns < 1 || c.GRPCConns > 1024 {
+			return fmt.Errorf("--grpc-conns must be between 1 and 1024, got %d", c.GRPCConns)
+		}
+		if c.Cost > math.MaxUint32 {
+			return fmt.Errorf("--cost %d does not fit Envoy's hits_addend (at most %d)", c.Cost, uint32(math.MaxUint32))
+		}
+		if c.Reference != "" && c.Reference != "/healthz" {
+			return fmt.Errorf("--reference %q is an HTTP path; with --target envoy the reference is the gRPC health check, or none with --reference \"\"", c.Reference)
+		}
+		if _, err := c.descriptors(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--target %q is not a target; use http (the check API) or envoy (the gRPC rate limit service)", c.Target)
 	}
 	if c.Cost < 0 {
 		return fmt.Errorf("--cost must not be negative, got %d", c.Cost)
 	}
+	if m := c.MetricsURL; m != "" && m != "none" {
+		if u, err := url.Parse(m); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--metrics-url %q must be an http:// or https:// URL such as http://127.0.0.1:8080/metrics, or none", m)
+		}
+	}
+	switch {
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("--rate must be a positive number of checks per second (open model) or 0 (closed model), got %v", c.Rate)
+	case c.Concurrency < 1:
+		return fmt.Errorf("--concurrency must be at least 1, got %d", c.Concurrency)
+	case c.Duration <= 0 && !c.Overload:
+		return fmt.Errorf("--duration must be positive, got %v", c.Duration)
+	case c.Subjects < 1:
+		return fmt.Errorf("--subjects must be at least 1, got %d", c.Subjects)
+	case c.Hot < 0 || c.Hot > 1 || math.IsNaN(c.Hot):
+		return fmt.Errorf("--hot is a fraction of the checks, between 0 and 1; got %v", c.Hot)
+	}
+	if c.Overload {
+		switch {
+		case c.Rate <= 0:
+			return errors.New("--overload steps an open-model rate up: set --rate to the first step's checks per second")
+		case c.StepDuration <= 0:
+			return fmt.Errorf("--step-duration must be positive, got %v", c.StepDuration)
+		case !(c.StepFactor > 1) || math.IsInf(c.StepFactor, 0):
+			return fmt.Errorf("--step-factor must be above 1 so each step offers more than the last, got %v", c.StepFactor)
+		case !(c.MaxRate >= c.Rate) || math.IsInf(c.MaxRate, 0):
+			return fmt.Errorf("--max-rate %v must be at least --rate %v", c.MaxRate, c.Rate)
+		case c.P99Limit <= 0:
+			return fmt.Errorf("--p99-limit must be positive, got %v", c.P99Limit)
+		}
+	}
 	return nil
 }
 
-func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
+// benchTargets is what a configuration loads: the target, its reference
+// (nil for none) and their names in the report.
+type benchTargets struct {
+	target, reference         bench.Target
+	targetName, referenceName string
+	close                     func() error
+}
+
+func newBenchTargets(cfg benchConfig) (benchTargets, error) {
+	base := strings.TrimRight(cfg.URL, "/")
+	if cfg.Target == "http" {
+		t := benchTargets{
+			target:     bench.NewHTTPCheck(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Concurrency),
+			targetName: "POST /v1/check " + cfg.Route,
+			close:      func() error { return nil },
+		}
+		if cfg.Reference != "" {
+			t.reference = bench.NewHTTPGet(base+cfg.Reference, cfg.Concurrency)
+			t.referenceName = "GET " + cfg.Reference + " (reference)"
+		}
+		return t, nil
+	}
+	ds, err := cfg.descriptors()
+	if err != nil {
+		return benchTargets{}, err
+	}
+	conns, err := bench.DialGRPC(cfg.GRPCAddr, cfg.GRPCConns)
+	if err != nil {
+		return benchTargets{}, err
+	}
+	check, err := bench.NewEnvoyCheck(conns, cfg.Domain, ds, cfg.SubjectKey, uint32(cfg.Cost))
+	if err != nil {
+		conns.Close()
+		return benchTargets{}, err
+	}
+	t := benchTargets{target: check, targetName: "ShouldRateLimit " + cfg.Domain, close: conns.Close}
+	if cfg.Reference != "" {
+		// The same connections: the reference measures the same transport.
+		t.reference = bench.NewGRPCHealth(conns, "")
+		t.referenceName = "grpc.health.v1 Check (reference)"
+	}
+	return t, nil
+}
+
+// benchCPU returns the CPU reader of the run, or nil with the reason it is
+// left out. A page given by --metrics-url that cannot be read is an error;
+// the default one, which a server may not serve, only leaves CPU out.
+func benchCPU(ctx context.Context, cfg benchConfig) (read func(context.Context) (float64, error), note string, err error) {
+	u := cfg.metricsURL()
+	if u == "" {
+		return nil, "", nil
+	}
+	cpu := bench.NewProcessCPU(u)
+	if _, err := cpu.Seconds(ctx); err != nil {
+		if cfg.MetricsURLSet {
+			return nil, "", fmt.Errorf("--metrics-url: %w", err)
+		}
+		return nil, fmt.Sprintf("CPU per check not measured: %v (set --metrics-url, or --metrics-url none)", err), nil
+	}
+	return cpu.Seconds, "", nil
+}
+
+func runBench(ctx context.Context, cfg benchConfig, out, progress io.Writer) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	base := strings.TrimRight(cfg.URL, "/")
-	opts := bench.Options{Rate: cfg.Rate, Concurrency: cfg.Concurrency, Duration: cfg.Duration, Subjects: cfg.Subjects, HotFraction: cfg.Hot}
-
-	check := bench.NewHTTPCheck(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Concurrency)
-	// One check first, so a wrong key or URL fails at once with the reason.
-	if _, err := check.Do(ctx, "sluice-bench-probe"); err != nil {
-		return fmt.Errorf("first check failed, not starting the run: %w", err)
-	}
-	res, err := bench.Run(ctx, check, opts)
+	targets, err := newBenchTargets(cfg)
 	if err != nil {
 		return err
 	}
-	reports := []benchReport{newBenchReport("POST /v1/check "+cfg.Route, res)}
-	if cfg.Reference != "" && ctx.Err() == nil {
-		ref, err := bench.Run(ctx, bench.NewHTTPGet(base+cfg.Reference, cfg.Concurrency), opts)
+	defer targets.close()
+	cpu, cpuNote, err := benchCPU(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cpuNote != "" {
+		fmt.Fprintln(progress, cpuNote)
+	}
+	// One check first, so a wrong key, address or domain fails at once with
+	// the reason.
+	if _, err := targets.target.Do(ctx, "sluice-bench-probe"); err != nil {
+		return fmt.Errorf("first check failed, not starting the run: %w", err)
+	}
+	opts := bench.Options{Rate: cfg.Rate, Concurrency: cfg.Concurrency, Duration: cfg.Duration, Subjects: cfg.Subjects, HotFraction: cfg.Hot, CPU: cpu}
+	if cfg.Overload {
+		return runOverload(ctx, cfg, targets, opts, out, progress)
+	}
+
+	res, err := bench.Run(ctx, targets.target, opts)
+	if err != nil {
+		return err
+	}
+	reports := []benchReport{newBenchReport(targets.targetName, res)}
+	if targets.reference != nil && ctx.Err() == nil {
+		ref, err := bench.Run(ctx, targets.reference, opts)
 		if err != nil {
 			return err
 		}
-		reports = append(reports, newBenchReport("GET "+cfg.Reference+" (reference)", ref))
+		reports = append(reports, newBenchReport(targets.referenceName, ref))
 	}
 	if cfg.JSON {
 		enc := json.NewEncoder(out)
@@ -161,26 +461,130 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	return nil
 }
 
-func printBench(out io.Writer, cfg benchConfig, reports []benchReport) {
+func loadLine(cfg benchConfig) string {
 	load := fmt.Sprintf("closed model, %d callers", cfg.Concurrency)
 	if cfg.Rate > 0 {
 		load = fmt.Sprintf("open model, %.0f/s offered by %d senders", cfg.Rate, cfg.Concurrency)
 	}
-	fmt.Fprintf(out, "%s for %v; %d subjects, %.0f%% to one hot subject\n\n", load, cfg.Duration, cfg.Subjects, cfg.Hot*100)
+	return fmt.Sprintf("%s for %v; %d subjects, %.0f%% to one hot subject", load, cfg.Duration, cfg.Subjects, cfg.Hot*100)
+}
+
+func printBench(out io.Writer, cfg benchConfig, reports []benchReport) {
+	fmt.Fprintf(out, "%s\n\n", loadLine(cfg))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tanswered/s\tallowed\tdenied\terrors\tlate\tdropped\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\t")
+	fmt.Fprintln(tw, "target\tanswered/s\tallowed\tdenied\tshed\tfailed\tlate\tdropped\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\tcpu µs/check\t")
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n",
-			r.Target, r.PerSecond, r.Allowed, r.Denied, r.Errors, r.Late, r.Dropped, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs)
+		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t\n",
+			r.Target, r.PerSecond, r.Allowed, r.Denied, r.Shed, r.Failed, r.Late, r.Dropped, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.cpuColumn())
 	}
 	tw.Flush()
+	printNotes(out, reports)
+	if len(reports) == 2 && reports[1].P50Ms > 0 && reports[1].PerSecond > 0 {
+		fmt.Fprintf(out, "\ncheck / reference: p50 %.2f×, p99 %.2f×, throughput %.2f×",
+			reports[0].P50Ms/reports[1].P50Ms, reports[0].P99Ms/max(reports[1].P99Ms, 0.001), reports[0].PerSecond/reports[1].PerSecond)
+		if a, b := reports[0].CPUMicrosPerCheck, reports[1].CPUMicrosPerCheck; a != nil && b != nil && *b > 0 {
+			fmt.Fprintf(out, ", CPU per check %.2f×", *a / *b)
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+// printNotes says why requests failed, how fast shedding answered, and why
+// CPU was not measured.
+func printNotes(out io.Writer, reports []benchReport) {
 	for _, r := range reports {
+		if r.Shed > 0 {
+			fmt.Fprintf(out, "\n%s: %d shed as overloaded, answered in p50 %.3f ms, p99 %.3f ms\n", r.Target, r.Shed, r.ShedP50Ms, r.ShedP99Ms)
+		}
 		if r.FirstError != "" {
-			fmt.Fprintf(out, "\n%s: %d errors; the first: %s\n", r.Target, r.Errors, r.FirstError)
+			fmt.Fprintf(out, "\n%s: %d failed; the first: %s\n", r.Target, r.Failed, r.FirstError)
+		}
+		if r.CPUError != "" {
+			fmt.Fprintf(out, "\n%s: CPU per check not measured: %s\n", r.Target, r.CPUError)
 		}
 	}
-	if len(reports) == 2 && reports[1].P50Ms > 0 && reports[1].PerSecond > 0 {
-		fmt.Fprintf(out, "\ncheck / reference: p50 %.2f×, p99 %.2f×, throughput %.2f×\n",
-			reports[0].P50Ms/reports[1].P50Ms, reports[0].P99Ms/max(reports[1].P99Ms, 0.001), reports[0].PerSecond/reports[1].PerSecond)
+}
+
+// overloadStep is one step of --overload, as printed.
+type overloadStep struct {
+	OfferedRate float64 `json:"offered_rate"`
+	// Healthy: p99 under --p99-limit, nothing failed, shed or dropped.
+	Healthy bool `json:"healthy"`
+	// TwiceEdge marks the last step, at twice the edge.
+	TwiceEdge bool `json:"twice_edge,omitempty"`
+	benchReport
+}
+
+// overloadReport is the result of --overload.
+type overloadReport struct {
+	Target string  `json:"target"`
+	P99Ms  float64 `json:"p99_limit_ms"`
+	// Edge is the highest healthy offered rate, 0 if the first step was not.
+	Edge float64 `json:"edge"`
+	// EdgeIsLowerBound: --max-rate ended the search before a step failed.
+	EdgeIsLowerBound bool           `json:"edge_is_lower_bound,omitempty"`
+	Steps            []overloadStep `json:"steps"`
+}
+
+func runOverload(ctx context.Context, cfg benchConfig, targets benchTargets, opts bench.Options, out, progress io.Writer) error {
+	opts.Duration = cfg.StepDuration
+	ov := bench.OverloadOptions{Options: opts, Factor: cfg.StepFactor, MaxRate: cfg.MaxRate, P99: cfg.P99Limit}
+	rep := overloadReport{Target: targets.targetName, P99Ms: ms(cfg.P99Limit)}
+	res, err := bench.RunOverload(ctx, targets.target, ov, func(s bench.Step) {
+		st := overloadStep{OfferedRate: s.Rate, Healthy: s.Healthy, TwiceEdge: s.Beyond, benchReport: newBenchReport(targets.targetName, s.Result)}
+		rep.Steps = append(rep.Steps, st)
+		fmt.Fprintf(progress, "step %d: %.0f/s offered, %.0f/s served, p99 %.3f ms, %d shed, %d failed, %d dropped: %s\n",
+			len(rep.Steps), st.OfferedRate, st.PerSecond, st.P99Ms, st.Shed, st.Failed, st.Dropped, stepVerdict(st))
+	})
+	rep.Edge, rep.EdgeIsLowerBound = res.Edge, res.Bounded
+	if err != nil && len(rep.Steps) == 0 {
+		return err
+	}
+	if cfg.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if encErr := enc.Encode(rep); encErr != nil {
+			return encErr
+		}
+	} else {
+		printOverload(out, cfg, rep)
+	}
+	return err
+}
+
+func stepVerdict(s overloadStep) string {
+	switch {
+	case s.TwiceEdge && s.Healthy:
+		return "2× edge, healthy"
+	case s.TwiceEdge:
+		return "2× edge"
+	case s.Healthy:
+		return "healthy"
+	}
+	return "past the edge"
+}
+
+func printOverload(out io.Writer, cfg benchConfig, rep overloadReport) {
+	fmt.Fprintf(out, "%s: overload search, open model, steps of %v from %.0f/s ×%.2f (at most %.0f/s), %d senders; %d subjects, %.0f%% to one hot subject\n\n",
+		rep.Target, cfg.StepDuration, cfg.Rate, cfg.StepFactor, cfg.MaxRate, cfg.Concurrency, cfg.Subjects, cfg.Hot*100)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "offered/s\tserved/s\tallowed\tdenied\tshed\tfailed\tlate\tdropped\tp50 ms\tp99 ms\tcpu µs/check\tstep\t")
+	reports := make([]benchReport, 0, len(rep.Steps))
+	for _, s := range rep.Steps {
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%s\t%s\t\n",
+			s.OfferedRate, s.PerSecond, s.Allowed, s.Denied, s.Shed, s.Failed, s.Late, s.Dropped, s.P50Ms, s.P99Ms, s.cpuColumn(), stepVerdict(s))
+		s.Target = fmt.Sprintf("step at %.0f/s", s.OfferedRate)
+		reports = append(reports, s.benchReport)
+	}
+	tw.Flush()
+	printNotes(out, reports)
+	criteria := fmt.Sprintf("the highest offered rate with p99 under %v and no failed, shed or dropped requests", cfg.P99Limit)
+	switch {
+	case rep.Edge == 0:
+		fmt.Fprintf(out, "\nno edge found: the first step, at %.0f/s, was already past it (%s); start lower with --rate\n", cfg.Rate, criteria)
+	case rep.EdgeIsLowerBound:
+		fmt.Fprintf(out, "\nedge: at least %.0f/s (%s); --max-rate %.0f/s ended the search first\n", rep.Edge, criteria, cfg.MaxRate)
+	default:
+		fmt.Fprintf(out, "\nedge: %.0f/s (%s)\n", rep.Edge, criteria)
 	}
 }

@@ -7,6 +7,11 @@ import (
 	"strconv"
 )
 
+// SubjectTagLen is the length of a subject tag: 16 bytes of SHA-256 in
+// unpadded URL-safe base64. A [SubjectTagLen]byte array holds
+// AppendSubjectTag's output without growing.
+const SubjectTagLen = 22
+
 // Keys returns the store keys holding the counters of each of r's limits, in
 // order, under prefix.
 //
@@ -19,39 +24,79 @@ import (
 // fresh counters instead of misreading old ones, while raising a capacity keeps
 // them.
 func Keys(prefix string, r Request) []string {
-	tag := SubjectTag(r.Tenant, r.Rule, r.Subject)
+	var tagBuf [SubjectTagLen]byte
+	tag := AppendSubjectTag(tagBuf[:0], r.Tenant, r.Rule, r.Subject)
 	keys := make([]string, len(r.Limits))
+	var buf []byte
 	for i, l := range r.Limits {
-		keys[i] = LimitKey(prefix, tag, l)
+		buf = AppendLimitKey(buf[:0], prefix, tag, l)
+		keys[i] = string(buf)
 	}
 	return keys
 }
 
 // SubjectTag is the hash tag shared by every key of (tenant, rule, subject).
 func SubjectTag(tenant, rule, subject string) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, part := range []string{tenant, rule, subject} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write([]byte(part))
+	var buf [SubjectTagLen]byte
+	return string(AppendSubjectTag(buf[:0], tenant, rule, subject))
+}
+
+// AppendSubjectTag appends SubjectTag(tenant, rule, subject) to dst and
+// returns the extended slice. It allocates nothing beyond growing dst (for
+// parts of up to a few hundred bytes in all), so stores can build keys on
+// every check.
+func AppendSubjectTag(dst []byte, tenant, rule, subject string) []byte {
+	var sum [sha256.Size]byte
+	if n := 24 + len(tenant) + len(rule) + len(subject); n <= 512 {
+		var buf [512]byte
+		b := buf[:0]
+		for _, part := range [3]string{tenant, rule, subject} {
+			b = binary.BigEndian.AppendUint64(b, uint64(len(part)))
+			b = append(b, part...)
+		}
+		sum = sha256.Sum256(b)
+	} else {
+		h := sha256.New()
+		var n [8]byte
+		for _, part := range [3]string{tenant, rule, subject} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write([]byte(part))
+		}
+		h.Sum(sum[:0])
 	}
 	// 128 bits is plenty against accidental collisions and keeps keys short.
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	return base64.RawURLEncoding.AppendEncode(dst, sum[:16])
 }
 
 // LimitKey is the key of one limit under a subject tag.
 func LimitKey(prefix, tag string, l Limit) string {
+	var buf [128]byte
+	return string(AppendLimitKey(buf[:0], prefix, []byte(tag), l))
+}
+
+// AppendLimitKey appends LimitKey(prefix, string(tag), l) to dst and returns
+// the extended slice, allocating nothing beyond growing dst. tag may lie in
+// dst[:len(dst)], as when the tag was appended to dst just before: appending
+// never writes there.
+func AppendLimitKey(dst []byte, prefix string, tag []byte, l Limit) []byte {
 	// Names are restricted to [A-Za-z0-9_.-] by Validate, so ':' separates
 	// unambiguously.
-	k := prefix + "{" + tag + "}:" + l.Name + ":"
+	dst = append(dst, prefix...)
+	dst = append(dst, '{')
+	dst = append(dst, tag...)
+	dst = append(dst, "}:"...)
+	dst = append(dst, l.Name...)
+	dst = append(dst, ':')
 	switch l.Algorithm {
 	case AlgorithmTokenBucket:
-		k += "tb"
+		dst = append(dst, "tb"...)
 	case AlgorithmSlidingWindow:
-		k += "sw" + strconv.FormatInt(l.Window.Milliseconds(), 10)
+		dst = append(dst, "sw"...)
+		dst = strconv.AppendInt(dst, l.Window.Milliseconds(), 10)
 	case AlgorithmFixedWindow:
-		k += "fw" + strconv.FormatInt(l.Window.Milliseconds(), 10)
+		dst = append(dst, "fw"...)
+		dst = strconv.AppendInt(dst, l.Window.Milliseconds(), 10)
 	}
-	return k
+	return dst
 }

@@ -1,43 +1,11 @@
 package redis
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"strconv"
-	"strings"
+	"unsafe"
 
 	"github.com/sluicelabs/sluice"
 )
-
-// tagLen is the length of sluice.SubjectTag: 16 bytes in unpadded base64.
-const tagLen = 22
-
-// appendSubjectTag appends sluice.SubjectTag(tenant, rule, subject) to dst
-// without allocating (for parts up to a few hundred bytes). The same as in
-// package memory; key_test.go holds both to sluice.SubjectTag.
-func appendSubjectTag(dst []byte, tenant, rule, subject string) []byte {
-	var sum [sha256.Size]byte
-	if n := 24 + len(tenant) + len(rule) + len(subject); n <= 512 {
-		var buf [512]byte
-		b := buf[:0]
-		for _, part := range [3]string{tenant, rule, subject} {
-			b = binary.BigEndian.AppendUint64(b, uint64(len(part)))
-			b = append(b, part...)
-		}
-		sum = sha256.Sum256(b)
-	} else {
-		h := sha256.New()
-		var n [8]byte
-		for _, part := range [3]string{tenant, rule, subject} {
-			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-			h.Write(n[:])
-			h.Write([]byte(part))
-		}
-		h.Sum(sum[:0])
-	}
-	return base64.RawURLEncoding.AppendEncode(dst, sum[:16])
-}
 
 // scriptCall is the keys and arguments of one check.lua call.
 type scriptCall struct {
@@ -52,62 +20,44 @@ type scriptCall struct {
 // whose context has expired.
 func buildCall(prefix string, req sluice.Request) scriptCall {
 	n := len(req.Limits)
-	var tagBuf [tagLen]byte
-	tag := appendSubjectTag(tagBuf[:0], req.Tenant, req.Rule, req.Subject)
+	var tagBuf [sluice.SubjectTagLen]byte
+	tag := sluice.AppendSubjectTag(tagBuf[:0], req.Tenant, req.Rule, req.Subject)
 
 	size := 40 // now and cost
 	for _, l := range req.Limits {
 		size += len(prefix) + len(tag) + len(l.Name) + 3*20 + 32
 	}
-	var b strings.Builder
-	b.Grow(size)
-	var num [20]byte
-	appendInt := func(v int64) {
-		b.Write(strconv.AppendInt(num[:0], v, 10))
-	}
+	b := make([]byte, 0, size)
 	// ends[i] is where the i-th string ends in b: the n keys, then now, cost,
 	// and per limit capacity, p1 and (token bucket) p2.
 	var stackEnds [2 + 4*sluice.MaxLimits]int
 	ends := stackEnds[:0]
 	for _, l := range req.Limits {
-		b.WriteString(prefix)
-		b.WriteByte('{')
-		b.Write(tag)
-		b.WriteString("}:")
-		b.WriteString(l.Name)
-		b.WriteByte(':')
-		switch l.Algorithm {
-		case sluice.AlgorithmTokenBucket:
-			b.WriteString("tb")
-		case sluice.AlgorithmSlidingWindow:
-			b.WriteString("sw")
-			appendInt(l.Window.Milliseconds())
-		case sluice.AlgorithmFixedWindow:
-			b.WriteString("fw")
-			appendInt(l.Window.Milliseconds())
-		}
-		ends = append(ends, b.Len())
+		b = sluice.AppendLimitKey(b, prefix, tag, l)
+		ends = append(ends, len(b))
 	}
 	if !req.Now.IsZero() {
-		appendInt(req.Now.UnixMilli())
+		b = strconv.AppendInt(b, req.Now.UnixMilli(), 10)
 	}
-	ends = append(ends, b.Len())
-	appendInt(req.Cost)
-	ends = append(ends, b.Len())
+	ends = append(ends, len(b))
+	b = strconv.AppendInt(b, req.Cost, 10)
+	ends = append(ends, len(b))
 	for _, l := range req.Limits {
-		appendInt(l.Capacity)
-		ends = append(ends, b.Len())
+		b = strconv.AppendInt(b, l.Capacity, 10)
+		ends = append(ends, len(b))
 		if l.Algorithm == sluice.AlgorithmTokenBucket {
 			tokens, interval := l.RefillRate()
-			appendInt(tokens)
-			ends = append(ends, b.Len())
-			appendInt(interval)
+			b = strconv.AppendInt(b, tokens, 10)
+			ends = append(ends, len(b))
+			b = strconv.AppendInt(b, interval, 10)
 		} else {
-			appendInt(l.Window.Milliseconds())
+			b = strconv.AppendInt(b, l.Window.Milliseconds(), 10)
 		}
-		ends = append(ends, b.Len())
+		ends = append(ends, len(b))
 	}
-	s := b.String()
+	// b is never written again, so it can back a string without a copy, as
+	// strings.Builder does.
+	s := unsafe.String(unsafe.SliceData(b), len(b))
 	next := 0
 	str := func() string {
 		v := s[next:ends[0]]

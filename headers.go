@@ -17,22 +17,45 @@ import (
 // Seconds are rounded up, so a client that waits them is never early, and
 // Retry-After is at least 1 on a deny.
 func SetHeaders(h http.Header, policy string, d Decision) {
+	SetHeadersWithPolicy(h, policy, "", d)
+}
+
+// PolicyHeader returns the RateLimit-Policy value of a check of limits under
+// policy name policy: the same for every answer of a rule, so callers that
+// answer many checks of one rule compute it once (SetHeadersWithPolicy).
+func PolicyHeader(policy string, limits []Limit) string {
+	buf := make([]byte, 0, 64*len(limits))
+	for i, l := range limits {
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, PolicyWindow(l))
+	}
+	return string(buf)
+}
+
+func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, window time.Duration) []byte {
+	if i > 0 {
+		buf = append(buf, ", "...)
+	}
+	buf = appendSFString(buf, policy, name)
+	buf = append(buf, ";q="...)
+	buf = strconv.AppendInt(buf, limit, 10)
+	buf = append(buf, ";w="...)
+	return strconv.AppendInt(buf, max(1, CeilSeconds(window)), 10)
+}
+
+// SetHeadersWithPolicy is SetHeaders with the RateLimit-Policy value given
+// (from PolicyHeader over the limits d was decided under); "" computes it from
+// d.
+func SetHeadersWithPolicy(h http.Header, policy, policyValue string, d Decision) {
 	if len(d.Limits) == 0 {
 		return
 	}
-	// One buffer for every value, and canonical keys assigned directly:
-	// this runs on every request, and Header.Set would allocate to
-	// canonicalise "RateLimit-Policy" each time.
+	// One buffer for every value, one slice for every header, and canonical
+	// keys assigned directly: this runs on every request.
 	buf := make([]byte, 0, 64*len(d.Limits)+96)
-	for i, ld := range d.Limits {
-		if i > 0 {
-			buf = append(buf, ", "...)
+	if policyValue == "" {
+		for i, ld := range d.Limits {
+			buf = appendPolicyItem(buf, i, policy, ld.Name, ld.Limit, ld.Window)
 		}
-		buf = appendSFString(buf, policy, ld.Name)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, ld.Limit, 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, policyWindowSeconds(ld), 10)
 	}
 	policyEnd := len(buf)
 
@@ -60,14 +83,20 @@ func SetHeaders(h http.Header, policy string, d Decision) {
 		buf = strconv.AppendInt(buf, RetryAfterSeconds(d.RetryAfter), 10)
 	}
 	all := string(buf)
-
-	h[headerPolicy] = []string{all[:policyEnd]}
-	h[headerRateLimit] = []string{all[policyEnd:rateLimitEnd]}
-	h[headerXLimit] = []string{all[rateLimitEnd:limitEnd]}
-	h[headerXRemaining] = []string{all[limitEnd:remainingEnd]}
-	h[headerXReset] = []string{all[remainingEnd:resetEnd]}
+	if policyValue == "" {
+		policyValue = all[:policyEnd]
+	}
+	values := []string{policyValue, all[policyEnd:rateLimitEnd], all[rateLimitEnd:limitEnd],
+		all[limitEnd:remainingEnd], all[remainingEnd:resetEnd], all[resetEnd:]}
+	// Each header gets a one-element slice of values, capped so that an
+	// Add to one never writes into the next.
+	h[headerPolicy] = values[0:1:1]
+	h[headerRateLimit] = values[1:2:2]
+	h[headerXLimit] = values[2:3:3]
+	h[headerXRemaining] = values[3:4:4]
+	h[headerXReset] = values[4:5:5]
 	if !d.Allowed {
-		h[headerRetryAfter] = []string{all[resetEnd:]}
+		h[headerRetryAfter] = values[5:6:6]
 	}
 }
 
@@ -102,12 +131,6 @@ func CeilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-// policyWindowSeconds is the draft's "w": the time window of the quota. For a
-// token bucket, the time a full bucket takes to refill from empty.
-func policyWindowSeconds(ld LimitDecision) int64 {
-	return max(1, CeilSeconds(ld.Window))
 }
 
 // PolicyWindow is the time window a limit's quota refers to: the window, or for

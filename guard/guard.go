@@ -187,11 +187,22 @@ func (g *Guard) judge(ctx context.Context, start time.Time, err error) error {
 	if ctx.Err() != nil {
 		return &callerGone{err: ctx.Err()}
 	}
-	if errors.Is(err, context.DeadlineExceeded) && g.lastAnswered.Load() > int64(start.Sub(clockBase)) {
+	if errors.Is(err, context.DeadlineExceeded) && g.selfInflicted(start) {
 		return &overloaded{cause: err}
 	}
 	g.metrics.ObserveStore(time.Since(start), err)
 	return err
+}
+
+// selfInflicted reports whether a call started at start that missed its
+// deadline did so because of this process: the store answered other calls
+// while it waited, or the process noticed the deadline far too late (it
+// was not running: out of CPU, or paused), so the store cannot be judged.
+func (g *Guard) selfInflicted(start time.Time) bool {
+	if g.lastAnswered.Load() > int64(start.Sub(clockBase)) {
+		return true
+	}
+	return time.Since(start) > g.timeout+max(g.timeout/2, 10*time.Millisecond)
 }
 
 // clockBase anchors monotonic: durations since it use the monotonic clock.
@@ -338,6 +349,9 @@ func (e *callerGone) Error() string { return e.err.Error() }
 func (e *callerGone) Unwrap() error { return e.err }
 
 func notStoreFailure(err error) bool {
+	if err == nil {
+		return false
+	}
 	var gone *callerGone
 	return errors.Is(err, sluice.ErrInvalid) || errors.As(err, &gone) || errors.Is(err, ErrOverloaded)
 }

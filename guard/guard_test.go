@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -446,4 +447,74 @@ func TestGuardHalfOpenLetsOneProbeThrough(t *testing.T) {
 	}
 	stopProbe()
 	<-probeDone
+}
+
+// unreadStore answers at once, except that checks of subject "unread" are
+// never answered in time: like a reply waiting in a socket while this
+// process is too busy to read it, while the store answers other calls.
+type unreadStore struct {
+	inner   *memory.Store
+	waiting chan struct{} // receives once per unread call that started
+}
+
+func (s *unreadStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	if req.Subject == "unread" {
+		s.waiting <- struct{}{}
+		<-ctx.Done()
+		return sluice.Decision{}, fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, ctx.Err())
+	}
+	return s.inner.Check(ctx, req)
+}
+
+func (s *unreadStore) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	return s.inner.Reset(ctx, tenant, rule, subject, limits)
+}
+
+// TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure: a call that
+// misses its deadline while the store answered other calls meanwhile says
+// this process is overloaded; it returns ErrOverloaded, applies no failure
+// policy and never opens the breaker. The same timeouts with nothing
+// answered meanwhile are store failures and do open it.
+func TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure(t *testing.T) {
+	inner := memory.New(memory.Options{})
+	t.Cleanup(func() { inner.Close() })
+	store := &unreadStore{inner: inner, waiting: make(chan struct{}, 1)}
+	var trips atomic.Int64
+	g := guard.New(store, guard.Options{Timeout: 30 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour,
+		OnStateChange: func(_, _, to string) {
+			if to == "open" {
+				trips.Add(1)
+			}
+		}})
+	defer g.Close()
+	for i := range 2 * 5 {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := g.Check(context.Background(), request("unread"), sluice.FailOpen)
+			errc <- err
+		}()
+		<-store.waiting
+		// The store answers another call while the first waits.
+		if _, err := g.Check(context.Background(), request(fmt.Sprint("other", i)), sluice.FailClosed); err != nil {
+			t.Fatalf("call %d beside the unread one: %v", i, err)
+		}
+		if err := <-errc; !errors.Is(err, guard.ErrOverloaded) || errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("call %d: err = %v, want ErrOverloaded (and no failure policy: it fails open otherwise)", i, err)
+		}
+	}
+	if trips.Load() != 0 || g.State() != "closed" {
+		t.Fatalf("breaker tripped %d times (state %s) on timeouts of an answering store", trips.Load(), g.State())
+	}
+
+	// Nothing answered meanwhile: the store is at fault.
+	for i := range 2 {
+		go func() { <-store.waiting }()
+		d, err := g.Check(context.Background(), request("unread"), sluice.FailOpen)
+		if err != nil || !d.Degraded {
+			t.Fatalf("lone timeout %d: %v, %v; want the failure policy's degraded allow", i, d, err)
+		}
+	}
+	if trips.Load() != 1 || g.State() != "open" {
+		t.Fatalf("breaker tripped %d times (state %s) after timeouts with no answers, want open", trips.Load(), g.State())
+	}
 }

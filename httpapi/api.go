@@ -76,6 +76,9 @@ type compiledRule struct {
 	// check is the rule as the engine checks it: failure mode with the
 	// server default applied, counter namespace (see counterNamespace).
 	check *check.Rule
+	// policyHeader is the rule's RateLimit-Policy value, the same for
+	// every answer.
+	policyHeader string
 }
 
 // New returns an API serving the catalog's current snapshot.
@@ -205,7 +208,7 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 					continue
 				}
 			}
-			st.rules[id] = &compiledRule{Rule: r, check: a.engine.NewRule(
+			st.rules[id] = &compiledRule{Rule: r, policyHeader: sluice.PolicyHeader(r.Name, r.Limits), check: a.engine.NewRule(
 				metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant, Rule: r.Name},
 				check.Rule{Namespace: ns, Name: r.Name, Limits: r.Limits, Mode: mode, Shadow: r.Shadow})}
 		}

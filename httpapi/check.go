@@ -28,12 +28,21 @@ type checkRequest struct {
 // credential returns the secret the caller presented: X-API-Key, else an
 // Authorization Bearer token.
 func credential(r *http.Request) string {
-	if k := r.Header.Get("X-API-Key"); k != "" {
+	// Canonical keys, read directly: Header.Get would canonicalise
+	// "X-API-Key" (an allocation) on every check.
+	if k := firstValue(r.Header, "X-Api-Key"); k != "" {
 		return strings.TrimSpace(k)
 	}
-	auth := r.Header.Get("Authorization")
+	auth := firstValue(r.Header, "Authorization")
 	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
 		return strings.TrimSpace(auth[7:])
+	}
+	return ""
+}
+
+func firstValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
 	}
 	return ""
 }
@@ -145,7 +154,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	} else if !res.Pass() {
 		status = http.StatusTooManyRequests
 	}
-	sluice.SetHeaders(w.Header(), rule.Name, headerDecision)
+	sluice.SetHeadersWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
 	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))

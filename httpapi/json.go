@@ -36,10 +36,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		buf.Reset()
 		buf.WriteString(`{"error":{"code":"internal","message":"The answer could not be encoded."}}` + "\n")
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// Shared header values: net/http never modifies a value slice, and reusing
+// them saves two allocations per answer.
+var (
+	contentTypeJSON = []string{"application/json"}
+	cacheNoStore    = []string{"no-store"}
+)
+
+func setJSONHeaders(h http.Header) {
+	h["Content-Type"] = contentTypeJSON
+	h["Cache-Control"] = cacheNoStore
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string) {

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -54,15 +55,15 @@ func putCheckBuffer(bp *[]byte) {
 // decodeBody(w, r, &req) but reading the body once into buf (appending from
 // its start, so its contents are overwritten) and parsing the common shape
 // by hand. It returns the buffer, perhaps grown, for the caller to give back
-// to the pool once done with the request; the request's strings do not
-// refer to it. The caller still validates the request (req.validate()).
+// to the pool; the request's strings do not refer to it, so that can be
+// right away. The caller still validates the request (req.validate()).
 //
 // Typical use:
 //
 //	bp := getCheckBuffer()
-//	defer putCheckBuffer(bp)
 //	req, body, aerr := readCheckRequest(w, r, *bp)
 //	*bp = body
+//	putCheckBuffer(bp)
 func readCheckRequest(w http.ResponseWriter, r *http.Request, buf []byte) (checkRequest, []byte, *apiError) {
 	body, err := readBody(w, r, buf[:0])
 	if err != nil {
@@ -116,12 +117,13 @@ const (
 // members are route, subject (strings or null) and cost (an integer or null),
 // names in any ASCII case, any JSON whitespace, any string escapes. ok is
 // false for anything else, errors included; whatever it accepts,
-// encoding/json accepts with the same values. Unescaped strings are appended
-// to scratch, whose spare capacity is used before anything is allocated.
+// encoding/json accepts with the same values. Strings with escapes or
+// invalid UTF-8 are unescaped into scratch, whose spare capacity is used
+// before anything is allocated.
 func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
-	// The strings' last values as ranges of scratch: both become one string,
+	// The strings' last values, in b or in scratch: both become one string,
 	// one allocation.
-	var route, subject [2]int
+	var route, subject []byte
 	var cost int64
 	hasCost := false
 
@@ -163,14 +165,14 @@ func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
 				}
 				hasCost = true
 			case b[i] == '"':
-				start := len(scratch)
-				if scratch, i, ok = appendUnquoted(scratch, b, i); !ok {
+				var s []byte
+				if s, scratch, i, ok = parseString(b, i, scratch); !ok {
 					return req, false
 				}
 				if field == fieldRoute {
-					route = [2]int{start, len(scratch)}
+					route = s
 				} else {
-					subject = [2]int{start, len(scratch)}
+					subject = s
 				}
 			default:
 				return req, false
@@ -193,13 +195,13 @@ func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
 		return req, false
 	}
 
-	routeLen := route[1] - route[0]
-	if n := routeLen + subject[1] - subject[0]; n > 0 {
-		both := len(scratch)
-		scratch = append(scratch, scratch[route[0]:route[1]]...)
-		scratch = append(scratch, scratch[subject[0]:subject[1]]...)
-		s := string(scratch[both:])
-		req.Route, req.Subject = s[:routeLen], s[routeLen:]
+	if n := len(route) + len(subject); n > 0 {
+		var both strings.Builder
+		both.Grow(n)
+		both.Write(route)
+		both.Write(subject)
+		s := both.String()
+		req.Route, req.Subject = s[:len(route)], s[len(route):]
 	}
 	if hasCost {
 		req.Cost = &cost
@@ -304,6 +306,34 @@ func parseInt64(b []byte, i int) (v int64, next int, ok bool) {
 		return 0, i, false
 	}
 	return int64(u), i, true
+}
+
+// parseString returns the value of the JSON string at b[i]: a slice of b if
+// it holds neither escapes nor invalid UTF-8, else its unescaped value
+// appended to scratch.
+func parseString(b []byte, i int, scratch []byte) (s, scratchOut []byte, next int, ok bool) {
+	start := i + 1
+	for j := start; j < len(b); {
+		c := b[j]
+		if c == '"' {
+			return b[start:j], scratch, j + 1, true
+		}
+		if c < ' ' || c == '\\' {
+			break
+		}
+		if c < utf8.RuneSelf {
+			j++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[j:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		j += size
+	}
+	n := len(scratch)
+	scratch, next, ok = appendUnquoted(scratch, b, i)
+	return scratch[n:], scratch, next, ok
 }
 
 // appendUnquoted appends the value of the JSON string at b[i] to dst as

@@ -76,13 +76,25 @@ func badRequest(format string, args ...any) *apiError {
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return &apiError{http.StatusRequestEntityTooLarge, "body_too_large",
-				fmt.Sprintf("The request body is larger than %d KiB.", MaxBodyBytes>>10)}
-		}
-		return badRequest("The request body could not be read.")
+		return bodyReadError(err)
 	}
+	return decodeBytes(body, v)
+}
+
+// bodyReadError explains an error from reading a body bounded by
+// MaxBodyBytes.
+func bodyReadError(err error) *apiError {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return &apiError{http.StatusRequestEntityTooLarge, "body_too_large",
+			fmt.Sprintf("The request body is larger than %d KiB.", MaxBodyBytes>>10)}
+	}
+	return badRequest("The request body could not be read.")
+}
+
+// decodeBytes is decodeBody on a body already read: the check codec falls
+// back to it for whatever its fast parser does not handle.
+func decodeBytes(body []byte, v any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return &apiError{http.StatusBadRequest, "malformed_json", "The request body is empty; a JSON object is required."}
 	}

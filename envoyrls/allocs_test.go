@@ -15,7 +15,7 @@ import (
 // allocBudget is the most allocations ShouldRateLimit may make for one
 // descriptor, not counting what gRPC allocates to decode the request and
 // encode the answer.
-const allocBudget = 20
+const allocBudget = 14
 
 // TestShouldRateLimitAllocationBudget holds one-descriptor checks to the
 // budget, allowed and denied (from the deny cache): allocations, unlike

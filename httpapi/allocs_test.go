@@ -21,8 +21,8 @@ import (
 // Allocation budgets of one check through the handler, not counting what
 // net/http allocates for the request before the handler runs.
 const (
-	allocBudgetAllowed = 25
-	allocBudgetDenied  = 25
+	allocBudgetAllowed = 10
+	allocBudgetDenied  = 10
 )
 
 // handlerCall is one reusable request to the handler: the request and the

@@ -114,8 +114,11 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("This API key has the %s role; checks need a key with the check role.", grant.Role)})
 		return
 	}
-	var req checkRequest
-	if aerr := decodeBody(w, r, &req); aerr != nil {
+	bp := getCheckBuffer()
+	req, body, aerr := readCheckRequest(w, r, *bp)
+	*bp = body
+	putCheckBuffer(bp) // the request's strings are copies
+	if aerr != nil {
 		a.fail(w, aerr)
 		return
 	}
@@ -132,7 +135,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		// Limiting is opt-in: no rule, no store call.
 		st.scopes[grant.Tenant].NoRule(start)
-		writeJSON(w, http.StatusOK, newDecisionBody("", sluice.Decision{Allowed: true}, false))
+		writeDecision(w, http.StatusOK, "", sluice.Decision{Allowed: true}, false)
 		return
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
@@ -159,7 +162,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))
 	}
-	writeJSON(w, status, newDecisionBody(rule.Name, d, rule.Shadow))
+	writeDecision(w, status, rule.Name, d, rule.Shadow)
 }
 
 // failCheck answers a check the engine could not decide.

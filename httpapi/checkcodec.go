@@ -438,9 +438,7 @@ func hex4(b []byte, i int) rune {
 func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool) {
 	bp := getCheckBuffer()
 	*bp = appendDecisionJSON((*bp)[:0], rule, d, shadow)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(*bp) // Write must not keep *bp (io.Writer), so it can go back
 	putCheckBuffer(bp)

@@ -31,11 +31,11 @@ type handlerCall struct {
 	req  *http.Request
 	body *bytes.Reader
 	raw  []byte
-	w    *discardWriter
+	w    *statusProbe
 }
 
 func newHandlerCall(secret, body string) *handlerCall {
-	c := &handlerCall{raw: []byte(body), w: &discardWriter{header: http.Header{}}}
+	c := &handlerCall{raw: []byte(body), w: &statusProbe{header: http.Header{}}}
 	c.body = bytes.NewReader(c.raw)
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "/v1/check", io.NopCloser(c.body))
 	req.Header.Set("X-API-Key", secret)
@@ -51,23 +51,8 @@ func (c *handlerCall) serve(h http.Handler) int {
 	return c.w.status
 }
 
-// discardWriter is a ResponseWriter that keeps the status and drops the body.
-type discardWriter struct {
-	header http.Header
-	status int
-}
-
-func (w *discardWriter) Header() http.Header { return w.header }
-func (w *discardWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return len(b), nil
-}
-func (w *discardWriter) WriteHeader(status int) { w.status = status }
-
 // newAllocsAPI is the check handler over a memory store with metrics, with a
-// rule that always allows and one that has nothing left.
+// rule that always allows (/open*) and one that allows once a day (/spent*).
 func newAllocsAPI(tb testing.TB) (http.Handler, string) {
 	catalog, secret := catalogtest.SQLiteTenant(tb,
 		sluice.Rule{Tenant: "acme", Name: "open", Route: "/open*", FailureMode: sluice.FailClosed,

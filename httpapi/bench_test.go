@@ -1,24 +1,12 @@
 package httpapi
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/check"
-	"github.com/sluicelabs/sluice/internal/catalogtest"
-	"github.com/sluicelabs/sluice/memory"
-	"github.com/sluicelabs/sluice/metrics"
 )
 
 // BenchmarkCheckHandler measures POST /v1/check through the API's handler,
@@ -26,22 +14,7 @@ import (
 // and the memory store, headers and metrics. The reference in the same run is
 // GET /healthz through the same handler.
 func BenchmarkCheckHandler(b *testing.B) {
-	ctx := context.Background()
-	catalog, secret := catalogtest.SQLiteTenant(b,
-		sluice.Rule{Tenant: "acme", Name: "open", Route: "/open*", FailureMode: sluice.FailClosed,
-			Limits: []sluice.Limit{sluice.TokenBucket(1e9, 1e9).Named("burst"), sluice.SlidingWindow(1e9, time.Minute).Named("minute")}},
-		sluice.Rule{Tenant: "acme", Name: "spent", Route: "/spent*", FailureMode: sluice.FailClosed,
-			Limits: []sluice.Limit{sluice.FixedWindow(1, 24*time.Hour).Named("day")}})
-	store := memory.New(memory.Options{})
-	defer store.Close()
-	m := metrics.New(prometheus.NewRegistry())
-	engine := check.New(store, check.Options{Metrics: m})
-	defer engine.Close()
-	api, err := New(ctx, Options{Catalog: catalog, Engine: engine, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	handler := api.Handler()
+	handler, secret := newAllocsAPI(b)
 
 	subjects := make([]string, 10_000)
 	for i := range subjects {

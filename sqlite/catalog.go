@@ -16,6 +16,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +49,14 @@ var _ sluice.Catalog = (*Catalog)(nil)
 func Open(ctx context.Context, path string) (*Catalog, error) {
 	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, ":memory:") {
 		return nil, fmt.Errorf("sqlite catalog: %q is not a usable file path (it must name a file, without '?' or '#'): %w", path, sluice.ErrInvalid)
+	}
+	// The catalog holds key and token hashes and every tenant's rules:
+	// create it readable by its owner only (SQLite gives its -wal and -shm
+	// files the same mode).
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		_ = f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sqlite catalog: cannot create %s: %w", path, err)
 	}
 	const params = "_busy_timeout=5000&_journal_mode=WAL&_foreign_keys=1&_synchronous=NORMAL"
 	// SQLite decodes %XX in a file: URI, so "a%20b.db" would open "a b.db".

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +39,10 @@ type serveConfig struct {
 	RedisPrefix string
 	Database    string
 	AdminToken  string
-	EnvoyConfig string
+	// AdminTokenFile holds the operator token, so it is not in the
+	// process's command line or environment.
+	AdminTokenFile string
+	EnvoyConfig    string
 	// EnvoyResponseHeaders adds rate-limit headers to Envoy's answers.
 	EnvoyResponseHeaders bool
 	StoreTimeout         time.Duration
@@ -47,6 +52,12 @@ type serveConfig struct {
 	LogLevel             string
 	MaxInFlight          int
 	MaxMetricSeries      int
+	// DrainPeriod is how long, on SIGTERM, /readyz answers 503 while every
+	// request is still served, so load balancers stop sending first.
+	DrainPeriod time.Duration
+	// MetricsAddr, if set, serves /metrics on its own listener instead of
+	// the public one.
+	MetricsAddr string
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -75,7 +86,8 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.Redis, "redis", "", "Redis URL: redis://h:6379/0, redis-cluster://h1:p,h2:p or redis-sentinel://master@h:26379 (default: in-process memory store)")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
 	f.StringVar(&cfg.Database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
+	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
 	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add x-ratelimit-* and RateLimit headers to the Envoy rate-limit service's answers")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call")
@@ -83,6 +95,8 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&cfg.DrainPeriod, "drain-period", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while requests are still served, before the listeners close")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "listener for /metrics alone, e.g. 127.0.0.1:9090 (default: /metrics on --addr)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
@@ -110,6 +124,15 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.Addr == "" {
 		return errors.New("--addr is required, e.g. :8080")
+	}
+	if cfg.AdminToken != "" && cfg.AdminTokenFile != "" {
+		return errors.New("--admin-token and --admin-token-file both give the operator token; use one (the file keeps it out of the process list)")
+	}
+	if cfg.DrainPeriod < 0 {
+		return fmt.Errorf("--drain-period must not be negative, got %v", cfg.DrainPeriod)
+	}
+	if cfg.MetricsAddr != "" && cfg.MetricsAddr == cfg.Addr && !strings.HasSuffix(cfg.Addr, ":0") {
+		return fmt.Errorf("--metrics-addr %s is --addr too; give metrics a listener of their own or leave --metrics-addr unset", cfg.MetricsAddr)
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
@@ -166,7 +189,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, err
 	}
 	closers = append(closers, catalog.Close)
-	if err := ensureAdminToken(ctx, catalog, cfg.AdminToken, cfg.Addr, stderr); err != nil {
+	token := cfg.AdminToken
+	if cfg.AdminTokenFile != "" {
+		if token, err = readTokenFile(cfg.AdminTokenFile); err != nil {
+			return nil, err
+		}
+	}
+	if err := ensureAdminToken(ctx, catalog, token, cfg.Addr, stderr); err != nil {
 		return nil, err
 	}
 
@@ -216,7 +245,11 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 
 	mux := http.NewServeMux()
 	api.Register(mux)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
+	if cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", metricsHandler)
+	}
+	var draining atomic.Bool
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	closers = append(closers, func() error { stopRun(); return nil })
@@ -250,7 +283,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
-		Handler:           httpapi.WithJSONErrors(mux),
+		Handler:           drainAware(&draining, httpapi.WithJSONErrors(mux)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,
@@ -260,6 +293,20 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+
+	var metricsSrv *http.Server
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = srv.Close()
+			return nil, fmt.Errorf("listen on --metrics-addr %s: %w", cfg.MetricsAddr, err)
+		}
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("GET /metrics", metricsHandler)
+		metricsSrv = &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metricsSrv.Serve(mln) }()
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
 
 	var pprofSrv *http.Server
 	if cfg.PprofAddr != "" {
@@ -286,6 +333,15 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		var result error
 		select {
 		case <-ctx.Done():
+			// Readiness fails first while everything is still served, so
+			// load balancers stop sending before the listener closes.
+			draining.Store(true)
+			log.Info("draining: /readyz answers 503, requests are still served", "period", cfg.DrainPeriod.String())
+			select {
+			case <-time.After(cfg.DrainPeriod):
+			case err := <-serveErr:
+				result = fmt.Errorf("HTTP server: %w", err)
+			}
 			log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
 		case err := <-serveErr:
 			result = fmt.Errorf("HTTP server: %w", err)
@@ -305,6 +361,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		if pprofSrv != nil {
 			_ = pprofSrv.Close()
 		}
+		if metricsSrv != nil {
+			_ = metricsSrv.Close()
+		}
 		if err := stopEnvoy(shutdownCtx); err != nil {
 			log.Warn("envoy rate-limit server did not stop cleanly", "error", err)
 		}
@@ -315,11 +374,11 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	return svc, nil
 }
 
-// pprofMux serves net/http/pprof on its own listener, never on the public one.
+// pprofMux serves net/http/pprof on its own listener, never on the public
+// one; without /debug/pprof/cmdline, which would show a token given by flag.
 func pprofMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -347,8 +406,8 @@ const adminTokenPrefix = "sat_"
 // stderr (never logged).
 func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr string, stderr io.Writer) error {
 	if token != "" {
-		if len(token) < 16 {
-			return errors.New("--admin-token is too short: use at least 16 random characters (e.g. from openssl rand -hex 32)")
+		if err := checkTokenStrength(token); err != nil {
+			return err
 		}
 		want := sluice.HashAPIKey(token)
 		stored, err := catalog.AdminTokenHash(ctx)
@@ -386,6 +445,59 @@ func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr s
 	}
 	fmt.Fprint(stderr, adminTokenNotice(token, addr))
 	return nil
+}
+
+// minTokenLength and minTokenDistinct bound an operator token from below:
+// 32 characters of hex, the shortest thing `openssl rand -hex 16` gives, is
+// 128 bits; a token of few distinct characters is not random whatever its
+// length.
+const (
+	minTokenLength   = 32
+	minTokenDistinct = 10
+)
+
+// checkTokenStrength refuses an operator token too weak to guard the catalog.
+func checkTokenStrength(token string) error {
+	if len(token) < minTokenLength {
+		return fmt.Errorf("the admin token is too short (%d characters): use at least %d random characters, e.g. from openssl rand -hex 32", len(token), minTokenLength)
+	}
+	distinct := map[rune]bool{}
+	for _, r := range token {
+		distinct[r] = true
+	}
+	if len(distinct) < minTokenDistinct {
+		return fmt.Errorf("the admin token repeats too few characters (%d distinct) to be random: use e.g. openssl rand -hex 32", len(distinct))
+	}
+	return nil
+}
+
+// readTokenFile reads the operator token from path: its content without
+// surrounding whitespace (a trailing newline is usual in a secret file).
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read --admin-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("--admin-token-file %s is empty", path)
+	}
+	return token, nil
+}
+
+// drainAware answers GET /readyz with 503 while draining, and passes every
+// other request, and /readyz otherwise, to next.
+func drainAware(draining *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() && r.URL.Path == "/readyz" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"code":"draining","message":"This instance is shutting down; requests are still served until it stops."}}`+"\n")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // adminTokenTakenNotice is printed by an instance whose generated token lost

@@ -85,6 +85,12 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"zero_store_timeout", func(c *serveConfig) { c.StoreTimeout = 0 }, "--store-timeout"},
 		{"unknown_database", func(c *serveConfig) { c.Database = "mysql://u:secret@h/db" }, "not supported"},
 		{"short_admin_token", func(c *serveConfig) { c.AdminToken = "short" }, "too short"},
+		{"sixteen_character_admin_token", func(c *serveConfig) { c.AdminToken = "0123456789abcdef" }, "too short"},
+		{"repetitive_admin_token", func(c *serveConfig) { c.AdminToken = strings.Repeat("ab", 20) }, "too few characters"},
+		{"token_and_token_file", func(c *serveConfig) { c.AdminToken, c.AdminTokenFile = strings.Repeat("0123456789", 4), "/x" }, "use one"},
+		{"missing_token_file", func(c *serveConfig) { c.AdminTokenFile = filepath.Join(t.TempDir(), "nope") }, "--admin-token-file"},
+		{"negative_drain_period", func(c *serveConfig) { c.DrainPeriod = -time.Second }, "--drain-period"},
+		{"metrics_on_the_public_listener", func(c *serveConfig) { c.Addr, c.MetricsAddr = "127.0.0.1:18080", "127.0.0.1:18080" }, "--metrics-addr"},
 		{"unknown_log_level", func(c *serveConfig) { c.LogLevel = "loud" }, "log level"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,7 +109,7 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 
 func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 	redis := testenv.Redis(t)
-	const token = "shutdown-test-admin-token"
+	const token = "shutdown-test-admin-token-0123456789"
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
 		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: 10 * time.Second,
 		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
@@ -252,5 +258,81 @@ func TestServeReadsItsFlagsFromTheEnvironment(t *testing.T) {
 	_, _, err := runCLI(t, "serve")
 	if err == nil || !strings.Contains(err.Error(), "--store-timeout must be positive") {
 		t.Fatalf("error %v, want SLUICE_STORE_TIMEOUT=0s refused as --store-timeout", err)
+	}
+}
+
+// TestServeOperationalSafety: the token from a file (never the command line),
+// the SQLite catalog readable by its owner only, /metrics on its own
+// listener when asked, and a drain period on shutdown during which /readyz
+// answers 503 while checks are still served.
+func TestServeOperationalSafety(t *testing.T) {
+	dir := t.TempDir()
+	token := "file-test-admin-token-0123456789abcdef"
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(dir, "sluice.db")
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + dbPath, AdminTokenFile: tokenFile,
+		MetricsAddr: "127.0.0.1:0", StoreTimeout: 50 * time.Millisecond, DefaultFailureMode: "closed",
+		ShutdownTimeout: 5 * time.Second, DrainPeriod: 400 * time.Millisecond, LogLevel: "info"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var output testenv.Buffer
+	svc, err := startService(ctx, cfg, &output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path, auth string) int {
+		req, _ := http.NewRequest("GET", "http://"+svc.Addr+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/v1/tenants", token); code != http.StatusOK {
+		t.Fatalf("the token from the file is refused: %d", code)
+	}
+	if strings.Contains(output.String(), "SLUICE_ADMIN_TOKEN=") {
+		t.Error("a token was generated although one was given in a file")
+	}
+	info, err := os.Stat(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("the SQLite catalog is created with mode %v, readable by others", perm)
+	}
+	if code := get("/metrics", ""); code != http.StatusNotFound {
+		t.Errorf("/metrics on the public listener: %d, want 404 with --metrics-addr", code)
+	}
+	if !strings.Contains(output.String(), `"msg":"metrics listening"`) {
+		t.Errorf("no metrics listener logged:\n%s", output.String())
+	}
+
+	cancel()
+	deadline := time.Now().Add(300 * time.Millisecond)
+	sawDraining := false
+	for time.Now().Before(deadline) {
+		if get("/readyz", "") == http.StatusServiceUnavailable {
+			sawDraining = true
+			// Requests are still served while draining.
+			if code := get("/v1/tenants", token); code != http.StatusOK {
+				t.Fatalf("while draining, an admin call answered %d", code)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !sawDraining {
+		t.Fatal("/readyz never answered 503 during the drain period")
+	}
+	if err := <-svc.done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -67,7 +67,8 @@ func startServe(t *testing.T, dir, addr string, env []string, args ...string) *i
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	// No drain period unless a test asks: every test stops its instances.
+	cmd.Env = append(append(os.Environ(), "SLUICE_DRAIN_PERIOD=0s"), env...)
 	inst := &instance{t: t, url: "http://" + addr, cmd: cmd, stderr: &testenv.Buffer{},
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	cmd.Stdout, cmd.Stderr = inst.stderr, inst.stderr

@@ -89,21 +89,41 @@ type Options struct {
 type Guard struct {
 	primary sluice.Store
 	timeout time.Duration
-	breaker *gobreaker.CircuitBreaker[sluice.Decision]
 	metrics *metrics.Metrics
+	// shards are the breakers of the store's independent parts: one for a
+	// single server, one per slot range of a Redis Cluster (see Sharded),
+	// so that one dead node fails only the checks whose keys live there.
+	shards  []shard
+	sharded Sharded
 
 	// deadline is the deadline context shared by the calls that start
 	// within one deadlineGranularity: one timer per tick rather than one
 	// per call.
 	deadline atomic.Pointer[sharedDeadline]
-	// lastAnswered is when (monotonic nanoseconds since clockBase) the
-	// latest successful store call returned: a call that times out although
-	// the store answered others while it waited was not the store's fault.
-	lastAnswered atomic.Int64
 
 	localOnce sync.Once
 	local     sluice.Store
 	ownLocal  *memory.Store // the default Local store, closed by Close
+}
+
+// Sharded is a store whose keys live on independent servers, such as a
+// Redis Cluster: the guard keeps a breaker per shard.
+type Sharded interface {
+	// Shards is the number of shards, at least 1.
+	Shards() int
+	// Shard is the shard, in [0, Shards()), holding the counters of a
+	// subject of (tenant, rule).
+	Shard(tenant, rule, subject string) int
+}
+
+// shard is the breaker of one part of the store.
+type shard struct {
+	breaker *gobreaker.CircuitBreaker[sluice.Decision]
+	// lastAnswered is when (monotonic nanoseconds since clockBase) this
+	// shard's latest successful call returned: a call that times out
+	// although the shard answered others while it waited was not the
+	// store's fault.
+	lastAnswered atomic.Int64
 }
 
 // New returns a Guard over primary.
@@ -121,31 +141,55 @@ func New(primary sluice.Store, opts Options) *Guard {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
 	g := &Guard{primary: primary, timeout: opts.Timeout, metrics: opts.Metrics, local: opts.Local}
+	n := 1
+	if sh, ok := primary.(Sharded); ok && sh.Shards() > 1 {
+		g.sharded, n = sh, sh.Shards()
+	}
 	threshold := uint32(opts.FailureThreshold)
 	onChange := opts.OnStateChange
-	g.breaker = gobreaker.NewCircuitBreaker[sluice.Decision](gobreaker.Settings{
-		Name:        opts.Name,
-		MaxRequests: 1, // one probe at a time while half-open
-		Timeout:     opts.OpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
-		IsExcluded:  notStoreFailure,
-		OnStateChange: func(name string, from, to gobreaker.State) {
-			g.metrics.SetBreakerState(name, to.String())
-			if onChange != nil {
-				onChange(name, from.String(), to.String())
-			}
-		},
-	})
-	g.metrics.SetBreakerState(opts.Name, metrics.BreakerClosed)
+	g.shards = make([]shard, n)
+	for i := range g.shards {
+		name := opts.Name
+		if n > 1 {
+			name = fmt.Sprintf("%s/%d", opts.Name, i)
+		}
+		g.shards[i].breaker = gobreaker.NewCircuitBreaker[sluice.Decision](gobreaker.Settings{
+			Name:        name,
+			MaxRequests: 1, // one probe at a time while half-open
+			Timeout:     opts.OpenTimeout,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
+			IsExcluded:  notStoreFailure,
+			OnStateChange: func(name string, from, to gobreaker.State) {
+				g.metrics.SetBreakerState(name, to.String())
+				if onChange != nil {
+					onChange(name, from.String(), to.String())
+				}
+			},
+		})
+		g.metrics.SetBreakerState(name, metrics.BreakerClosed)
+	}
 	return g
+}
+
+// shardOf returns the breaker of a subject of (tenant, rule).
+func (g *Guard) shardOf(tenant, rule, subject string) *shard {
+	if g.sharded == nil {
+		return &g.shards[0]
+	}
+	i := g.sharded.Shard(tenant, rule, subject)
+	if i < 0 || i >= len(g.shards) {
+		i = 0
+	}
+	return &g.shards[i]
 }
 
 // Check decides req on the primary store within the deadline, or, when the
 // store fails or the breaker is open, by mode (see the package doc). An
 // unknown or empty mode fails closed.
 func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
-	d, err := g.breaker.Execute(func() (sluice.Decision, error) {
-		return g.checkPrimary(ctx, req)
+	sh := g.shardOf(req.Tenant, req.Rule, req.Subject)
+	d, err := sh.breaker.Execute(func() (sluice.Decision, error) {
+		return g.checkPrimary(ctx, sh, req)
 	})
 	if err == nil {
 		return d, nil
@@ -163,20 +207,20 @@ func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.Failu
 	return g.fallback(ctx, req, mode, err)
 }
 
-func (g *Guard) checkPrimary(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request) (sluice.Decision, error) {
 	start := time.Now()
 	d, err := g.primary.Check(g.callContext(ctx, start), req)
-	return d, g.judge(ctx, start, err)
+	return d, g.judge(ctx, sh, start, err)
 }
 
 // judge classifies the outcome of a store call started at start: nil, an
 // input error, the caller gone, this process overloaded, or a store failure
 // (the only kind the breaker counts).
-func (g *Guard) judge(ctx context.Context, start time.Time, err error) error {
+func (g *Guard) judge(ctx context.Context, sh *shard, start time.Time, err error) error {
 	if err == nil {
 		now := monotonic()
-		if now > g.lastAnswered.Load() {
-			g.lastAnswered.Store(now) // a lost race stores a time just as recent
+		if now > sh.lastAnswered.Load() {
+			sh.lastAnswered.Store(now) // a lost race stores a time just as recent
 		}
 		g.metrics.ObserveStore(time.Since(start), nil)
 		return nil
@@ -187,7 +231,7 @@ func (g *Guard) judge(ctx context.Context, start time.Time, err error) error {
 	if ctx.Err() != nil {
 		return &callerGone{err: ctx.Err()}
 	}
-	if errors.Is(err, context.DeadlineExceeded) && g.selfInflicted(start) {
+	if errors.Is(err, context.DeadlineExceeded) && g.selfInflicted(sh, start) {
 		return &overloaded{cause: err}
 	}
 	g.metrics.ObserveStore(time.Since(start), err)
@@ -195,14 +239,12 @@ func (g *Guard) judge(ctx context.Context, start time.Time, err error) error {
 }
 
 // selfInflicted reports whether a call started at start that missed its
-// deadline did so because of this process: the store answered other calls
-// while it waited, or the process noticed the deadline far too late (it
-// was not running: out of CPU, or paused), so the store cannot be judged.
-func (g *Guard) selfInflicted(start time.Time) bool {
-	if g.lastAnswered.Load() > int64(start.Sub(clockBase)) {
-		return true
-	}
-	return time.Since(start) > g.timeout+max(g.timeout/2, 10*time.Millisecond)
+// deadline did so because of this process: the shard answered other calls
+// while it waited, so the answer was there and this process did not read it
+// in time. (A process frozen for the whole deadline, answering nothing,
+// cannot be told from a hung store this way, and counts as a failure.)
+func (g *Guard) selfInflicted(sh *shard, start time.Time) bool {
+	return sh.lastAnswered.Load() > int64(start.Sub(clockBase))
 }
 
 // clockBase anchors monotonic: durations since it use the monotonic clock.
@@ -311,12 +353,13 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	if err := g.localStore().Reset(ctx, tenant, rule, subject, limits); err != nil && errors.Is(err, sluice.ErrInvalid) {
 		return err
 	}
-	_, err := g.breaker.Execute(func() (sluice.Decision, error) {
+	sh := g.shardOf(tenant, rule, subject)
+	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
 		// A reset is rare: its own timer and the caller's cancellation.
 		callCtx, cancel := context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 		start := time.Now()
-		return sluice.Decision{}, g.judge(ctx, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
+		return sluice.Decision{}, g.judge(ctx, sh, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
 	})
 	if err == nil || errors.Is(err, sluice.ErrInvalid) || errors.Is(err, ErrOverloaded) {
 		return err
@@ -328,8 +371,22 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	return unavailable(err)
 }
 
-// State returns the breaker's state: "closed", "open" or "half-open".
-func (g *Guard) State() string { return g.breaker.State().String() }
+// State returns the breakers' state: "closed", "open" or "half-open" when
+// every shard's breaker is in that state (a single server has one), else
+// "partial": some shards of the store are failing.
+func (g *Guard) State() string {
+	state := g.shards[0].breaker.State()
+	for i := range g.shards[1:] {
+		if g.shards[i+1].breaker.State() != state {
+			return StatePartial
+		}
+	}
+	return state.String()
+}
+
+// StatePartial is the State of a sharded store whose shards' breakers are
+// not all in the same state.
+const StatePartial = "partial"
 
 // Close releases the default Local store, if one was created. It does not
 // close the primary store, which the caller owns.

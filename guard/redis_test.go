@@ -3,6 +3,8 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,5 +107,69 @@ func TestGuardOnRedisOutages(t *testing.T) {
 				t.Fatalf("breaker %s after a successful probe, want closed", s)
 			}
 		})
+	}
+}
+
+// TestDeadClusterMasterFailsOnlyItsKeys kills one master of a three-master
+// Redis Cluster: the checks whose keys lived there fail by their policy, and
+// every other check goes on being decided by Redis, even after the dead
+// master's breakers have opened (one breaker per slot range, not one for the
+// whole cluster).
+func TestDeadClusterMasterFailsOnlyItsKeys(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	rs, err := sluiceredis.Open(cluster.URL(), sluiceredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var opened atomic.Int64
+	g := guard.New(rs, guard.Options{Timeout: 500 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour,
+		OnStateChange: func(_, _, to string) {
+			if to == "open" {
+				opened.Add(1)
+			}
+		}})
+	defer g.Close()
+	ctx := context.Background()
+	subjects := make([]string, 120)
+	for i := range subjects {
+		subjects[i] = fmt.Sprint("user-", i)
+		if _, err := g.Check(ctx, request(subjects[i]), sluice.FailClosed); err != nil {
+			t.Fatalf("healthy cluster, %s: %v", subjects[i], err)
+		}
+	}
+	// Which node holds each subject's keys: the node whose keys carry its tag.
+	dead := cluster.Nodes[1]
+	keys, err := dead.Do("KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDead := map[string]bool{}
+	for _, s := range subjects {
+		if strings.Contains(keys, sluice.SubjectTag("", "api", s)) {
+			onDead[s] = true
+		}
+	}
+	if len(onDead) == 0 || len(onDead) == len(subjects) {
+		t.Fatalf("%d of %d subjects on the node to kill: the test needs some on it and some elsewhere", len(onDead), len(subjects))
+	}
+	dead.Stop()
+
+	for round := range 3 { // past the breaker threshold for every range
+		for _, s := range subjects {
+			d, err := g.Check(ctx, request(s), sluice.FailClosed)
+			switch {
+			case onDead[s] && !errors.Is(err, sluice.ErrStoreUnavailable):
+				t.Fatalf("round %d, %s on the dead master: %v, %v; want ErrStoreUnavailable", round, s, d, err)
+			case !onDead[s] && (err != nil || d.Degraded):
+				t.Fatalf("round %d, %s on a live master: %v, %v; want Redis's own decision", round, s, d, err)
+			}
+		}
+	}
+	if opened.Load() == 0 {
+		t.Fatal("no breaker opened for the dead master's keys")
+	}
+	if st := g.State(); st != guard.StatePartial {
+		t.Fatalf("breaker state %q, want %q", st, guard.StatePartial)
 	}
 }

@@ -249,3 +249,29 @@ func TestSentinelURL(t *testing.T) {
 		t.Fatalf("master holds %s keys, want 1", n)
 	}
 }
+
+// TestShardFollowsClusterSlots: the guard's breakers are per slot range, so
+// the store's idea of a key's slot must be Redis's own (CLUSTER KEYSLOT).
+func TestShardFollowsClusterSlots(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	store := open(t, cluster.URL())
+	if n := store.Shards(); n != 64 {
+		t.Fatalf("a cluster store has %d shards, want 64", n)
+	}
+	for i := range 100 {
+		subject := "user-" + strconv.Itoa(i)
+		tag := sluice.SubjectTag("t", "r", subject)
+		got, err := cluster.Nodes[0].Do("CLUSTER", "KEYSLOT", "{"+tag+"}:x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot, _ := strconv.Atoi(got)
+		if want := slot * 64 / 16384; store.Shard("t", "r", subject) != want {
+			t.Fatalf("subject %q: shard %d, but Redis puts its keys in slot %d (shard %d)", subject, store.Shard("t", "r", subject), slot, want)
+		}
+	}
+	single := open(t, testenv.Redis(t).URL())
+	if n, s := single.Shards(), single.Shard("t", "r", "x"); n != 1 || s != 0 {
+		t.Fatalf("a single server has %d shards (shard %d), want 1 (0)", n, s)
+	}
+}

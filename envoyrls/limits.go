@@ -77,8 +77,8 @@ func validateRequest(req *rlspb.RateLimitRequest) error {
 // every 5 minutes, none without a call in flight) would close an idle Envoy
 // connection that sends keepalives.
 const (
-	// maxConcurrentStreams per connection: calls past it wait for a free
-	// stream on the client (Envoy opens another connection).
+	// maxConcurrentStreams per connection, announced in HTTP/2 SETTINGS:
+	// clients queue further calls or open another connection.
 	maxConcurrentStreams = 1024
 	// maxRecvMsgSize is far above a request within the bounds Envoy needs.
 	maxRecvMsgSize = 1 << 20

@@ -19,8 +19,11 @@ const maxJSONBody = 64 << 10
 // JSONHandler serves POST /json as envoyproxy/ratelimit does: the body is a
 // RateLimitRequest and the answer a RateLimitResponse, both in the protobuf
 // JSON mapping; 200 when OK, 429 when OVER_LIMIT. Errors use Sluice's error
-// body: 400 for a malformed request, 413 for a body over 64 KiB, 503 when
-// the store or the configuration is unavailable.
+// body: 400 for a malformed request or one past the request bounds
+// (MaxDescriptors...), 413 for a body over 64 KiB, 503 when the store or the
+// configuration is unavailable. It takes no credentials, like
+// envoyproxy/ratelimit's: whoever reaches it can spend any descriptor's
+// quota, so serve it only where trusted callers alone can.
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

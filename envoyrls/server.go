@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -237,8 +236,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "the rate limit domain must not be empty")
 	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "the request has no descriptors; Envoy sends at least one per rate limit action")
+	if err := validateRequest(req); err != nil {
+		return nil, err
 	}
 	domain := c.cfg.Domain(req.GetDomain())
 	cd := c.domains[req.GetDomain()]
@@ -248,9 +247,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		items = make([]item, n)
 	}
 	for i, desc := range req.GetDescriptors() {
-		if len(desc.GetEntries()) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
 		it := &items[i]
 		it.cost = hitsOf(req, desc)
 		if domain == nil {
@@ -301,7 +297,7 @@ func hitsOf(req *rlspb.RateLimitRequest, desc *ratelimitv3.RateLimitDescriptor) 
 		return 0
 	}
 	if h := desc.GetHitsAddend(); h != nil {
-		return int64(min(h.GetValue(), math.MaxInt64/2))
+		return int64(h.GetValue()) // at most MaxHitsAddend (validateRequest)
 	}
 	return int64(max(1, req.GetHitsAddend()))
 }
@@ -414,9 +410,9 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, cd *compiledDomain, i
 	}
 	errs := make([]error, len(pending))
 	var wg sync.WaitGroup
-	// A bounded number of workers: a request's descriptor count is the
-	// caller's to choose (POST /json takes thousands in 64 KiB), and must
-	// not become as many goroutines and simultaneous store calls.
+	// A bounded number of workers: a request's descriptors (up to
+	// MaxDescriptors) must not become as many goroutines and simultaneous
+	// store calls.
 	var next atomic.Int64
 	for range min(len(pending), maxConcurrentChecks) {
 		wg.Add(1)
@@ -730,17 +726,4 @@ func responseHeaders(items []item, allowed bool) []*corev3.HeaderValue {
 		out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: h.Get(k)})
 	}
 	return out
-}
-
-// ServerOptions are the gRPC server options fit for the rate limit service:
-// many small unary calls. A fixed pool of stream workers serves them instead
-// of a goroutine per call whose stack grows on every request (profiles under
-// load showed runtime.newstack at 10% of the CPU without it), and small
-// messages need no large read and write buffers.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
-		grpc.ReadBufferSize(16 << 10),
-		grpc.WriteBufferSize(16 << 10),
-	}
 }

@@ -384,9 +384,9 @@ func (f *inFlight) Check(ctx context.Context, req sluice.Request) (sluice.Decisi
 	return f.Store.Check(ctx, req)
 }
 
-// TestManyDescriptorsBoundedFanOut sends one request with hundreds of
-// descriptors: each gets its status, and the store calls run a bounded
-// number at a time rather than one goroutine per descriptor.
+// TestManyDescriptorsBoundedFanOut sends one request with as many
+// descriptors as accepted: each gets its status, and the store calls run a
+// bounded number at a time rather than one goroutine per descriptor.
 func TestManyDescriptorsBoundedFanOut(t *testing.T) {
 	// A fixed clock: the per-second window cannot roll over mid-request.
 	store := memory.New(memory.Options{Clock: newTestClock().Now})
@@ -394,7 +394,7 @@ func TestManyDescriptorsBoundedFanOut(t *testing.T) {
 	f := &inFlight{Store: store}
 	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{Engine: (*observed)(nil).engine(t, f, check.Options{})})
 	c := serve(t, srv)
-	const n = 300
+	const n = envoyrls.MaxDescriptors
 	descs := make([]*ratelimitv3.RateLimitDescriptor, n)
 	for i := range descs {
 		descs[i] = desc("remote_address", "10.0.0.1") // 10 per second

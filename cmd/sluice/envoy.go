@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -23,7 +24,12 @@ type envoyConfig struct {
 	// Engine is the check engine of the shared store.
 	Engine *check.Engine
 	Logger *slog.Logger
-	// Mux, if set, gets POST /json, the HTTP form of ShouldRateLimit.
+	// JSONAddr is --envoy-json-addr: a listener of its own for POST /json,
+	// the HTTP form of ShouldRateLimit, and GET /healthcheck; "" = no
+	// POST /json. It takes no credentials, so it is never on Mux.
+	JSONAddr string
+	// Mux, if set, gets GET /healthcheck, for probes written for
+	// envoyproxy/ratelimit.
 	Mux     *http.ServeMux
 	Metrics *metrics.Metrics // may be nil
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
@@ -35,15 +41,19 @@ type envoyConfig struct {
 const envoyReloadInterval = time.Second
 
 // startEnvoy loads the Envoy rate limit configuration, starts watching it for
-// changes, registers POST /json and GET /healthcheck on cfg.Mux and, when cfg.GRPCAddr is set,
-// serves the gRPC RateLimitService (with health checking) on it. With
-// neither ConfigDir nor GRPCAddr it does nothing. stop shuts the gRPC server
+// changes, registers GET /healthcheck on cfg.Mux, serves POST /json and GET
+// /healthcheck on cfg.JSONAddr when it is set and, when cfg.GRPCAddr is set,
+// the gRPC RateLimitService (with health checking) on it. With neither
+// ConfigDir, GRPCAddr nor JSONAddr it does nothing. stop shuts the servers
 // down gracefully (forcibly once ctx ends) and stops the watcher.
 func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if cfg.ConfigDir == "" {
 		if cfg.GRPCAddr != "" {
 			return nil, errors.New("--grpc-addr serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
+		}
+		if cfg.JSONAddr != "" {
+			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
 		}
 		return noop, nil
 	}
@@ -70,9 +80,24 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	}()
 
 	if cfg.Mux != nil {
-		cfg.Mux.Handle("POST /json", srv.JSONHandler())
-		// envoyproxy/ratelimit's HTTP health path, for existing probes.
+		// envoyproxy/ratelimit's HTTP health path, for existing probes. It
+		// only reads, so it may share the tenant API's listener; POST /json
+		// spends anyone's quota without credentials, so it may not.
 		cfg.Mux.Handle("GET /healthcheck", srv.HealthHandler())
+	}
+
+	var jsonSrv *http.Server
+	jsonDone := make(chan error, 1)
+	if cfg.JSONAddr != "" {
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.JSONAddr)
+		if err != nil {
+			stopWatch()
+			<-watchDone
+			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
+		}
+		jsonSrv = envoyJSONServer(srv, logger)
+		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String())
+		go func() { jsonDone <- jsonSrv.Serve(lis) }()
 	}
 
 	var gs *grpc.Server
@@ -80,6 +105,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if cfg.GRPCAddr != "" {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.GRPCAddr)
 		if err != nil {
+			if jsonSrv != nil {
+				_ = jsonSrv.Close()
+			}
 			stopWatch()
 			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
@@ -96,23 +124,49 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		// NOT_SERVING first, on gRPC and on GET /healthcheck alike, so
 		// probes move traffic away before the listeners close.
 		srv.Shutdown()
-		if gs == nil {
-			return nil
+		var errs []error
+		if jsonSrv != nil {
+			if err := jsonSrv.Shutdown(ctx); err != nil {
+				_ = jsonSrv.Close()
+			}
+			if err := <-jsonDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs = append(errs, fmt.Errorf("envoy JSON server: %w", err))
+			}
 		}
-		stopped := make(chan struct{})
-		go func() {
-			gs.GracefulStop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			gs.Stop()
-			<-stopped
+		if gs != nil {
+			stopped := make(chan struct{})
+			go func() {
+				gs.GracefulStop()
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+				gs.Stop()
+				<-stopped
+			}
+			if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errs = append(errs, fmt.Errorf("envoy gRPC server: %w", err))
+			}
 		}
-		if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			return fmt.Errorf("envoy gRPC server: %w", err)
-		}
-		return nil
+		return errors.Join(errs...)
 	}, nil
+}
+
+// envoyJSONServer serves POST /json and GET /healthcheck, as
+// envoyproxy/ratelimit's HTTP port does, with the same timeouts as the main
+// listener.
+func envoyJSONServer(srv *envoyrls.Server, logger *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("POST /json", srv.JSONHandler())
+	mux.Handle("GET /healthcheck", srv.HealthHandler())
+	return &http.Server{
+		Handler:           httpapi.WithJSONErrors(mux),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }

@@ -51,6 +51,8 @@ func TestStartEnvoyConfigurationErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"grpc_without_config", envoyConfig{GRPCAddr: "127.0.0.1:0", Engine: engine, Logger: quiet}, "--envoy-config"},
+		{"json_without_config", envoyConfig{JSONAddr: "127.0.0.1:0", Engine: engine, Logger: quiet}, "--envoy-config"},
+		{"json_addr_taken", envoyConfig{JSONAddr: "256.0.0.1:1", ConfigDir: envoyTestDir(t, envoyTestConfig)}, "--envoy-json-addr"},
 		{"missing_directory", envoyConfig{ConfigDir: filepath.Join(t.TempDir(), "nope"), Engine: engine, Logger: quiet}, "--envoy-config"},
 		{"broken_file", envoyConfig{ConfigDir: envoyTestDir(t, "domain: [")}, "api.yaml"},
 	}
@@ -81,15 +83,42 @@ func TestStartEnvoyOffWithoutFlags(t *testing.T) {
 	}
 }
 
+// postJSON posts body to url's /json and returns the status.
+func postJSON(t *testing.T, url, body string) int {
+	t.Helper()
+	r, err := http.Post(url+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	return r.StatusCode
+}
+
+// getHealth returns the status of url's GET /healthcheck, and its body.
+func getHealth(t *testing.T, url string) (int, string) {
+	t.Helper()
+	r, err := http.Get(url + "/healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, string(b)
+}
+
+const envoyTestJSONBody = `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "u"}]}]}`
+
 func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 	store := memory.New(memory.Options{})
 	engine := check.New(store, check.Options{})
 	defer engine.Close()
 	t.Cleanup(func() { store.Close() })
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	jsonAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	mux := http.NewServeMux()
 	stop, err := startEnvoy(context.Background(), envoyConfig{
 		GRPCAddr:  addr,
+		JSONAddr:  jsonAddr,
 		ConfigDir: envoyTestDir(t, envoyTestConfig),
 		Engine:    engine,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -124,30 +153,25 @@ func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 		t.Fatalf("gRPC: %v, %v", resp, err)
 	}
 
-	// POST /json shares the counters: one left, then over.
+	// POST /json is not on the tenant API's mux, even when configured.
 	ts := httptest.NewServer(mux)
 	defer ts.Close()
-	body := `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "u"}]}]}`
+	if got := postJSON(t, ts.URL, envoyTestJSONBody); got != http.StatusNotFound && got != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /json on the main mux: %d, want 404 or 405", got)
+	}
+	// On its own listener it shares the counters: one left, then over.
+	jsonURL := "http://" + jsonAddr
 	for _, want := range []int{200, 429} {
-		r, err := http.Post(ts.URL+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != want {
-			t.Fatalf("POST /json: %d, want %d", r.StatusCode, want)
+		if got := postJSON(t, jsonURL, envoyTestJSONBody); got != want {
+			t.Fatalf("POST /json on --envoy-json-addr: %d, want %d", got, want)
 		}
 	}
 
-	// envoyproxy/ratelimit's HTTP health path answers too.
-	hr, err := http.Get(ts.URL + "/healthcheck")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb, _ := io.ReadAll(hr.Body)
-	hr.Body.Close()
-	if hr.StatusCode != 200 || string(hb) != "OK" {
-		t.Fatalf("GET /healthcheck: %d %q, want 200 OK", hr.StatusCode, hb)
+	// envoyproxy/ratelimit's HTTP health path answers on both.
+	for _, url := range []string{ts.URL, jsonURL} {
+		if code, body := getHealth(t, url); code != 200 || body != "OK" {
+			t.Fatalf("GET %s/healthcheck: %d %q, want 200 OK", url, code, body)
+		}
 	}
 
 	stopped = true
@@ -157,17 +181,61 @@ func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
 	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err == nil {
 		t.Fatal("answered after stop")
 	}
+	if r, err := http.Post(jsonURL+"/json", "application/json", strings.NewReader(envoyTestJSONBody)); err == nil {
+		r.Body.Close()
+		t.Fatal("--envoy-json-addr answered after stop")
+	}
 	// The HTTP listener outlives the gRPC one during shutdown; its health
 	// path must not say OK any more.
-	if hr, err := http.Get(ts.URL + "/healthcheck"); err != nil || hr.StatusCode != 500 {
-		t.Fatalf("GET /healthcheck after stop: %v, %v; want 500", hr, err)
-	} else {
-		hr.Body.Close()
+	if code, _ := getHealth(t, ts.URL); code != 500 {
+		t.Fatalf("GET /healthcheck after stop: %d; want 500", code)
 	}
 }
 
-// TestStartEnvoyHTTPOnlyHealth: without --grpc-addr, POST /json still serves,
-// and stopping turns GET /healthcheck to 500 so probes drain the instance.
+// TestServeKeepsEnvoyJSONOffTheTenantListener: POST /json takes no
+// credentials, so sluice serve never mounts it on --addr, only on
+// --envoy-json-addr when asked.
+func TestServeKeepsEnvoyJSONOffTheTenantListener(t *testing.T) {
+	dir := envoyTestDir(t, envoyTestConfig)
+	for _, withJSON := range []bool{false, true} {
+		t.Run(fmt.Sprintf("envoy_json_addr_%v", withJSON), func(t *testing.T) {
+			cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
+				AdminToken: "envoy-json-test-admin-token", EnvoyConfig: dir, StoreTimeout: time.Second,
+				DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "error"}
+			if withJSON {
+				cfg.EnvoyJSONAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			svc, err := startService(ctx, cfg, &testenv.Buffer{})
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			defer func() {
+				cancel()
+				if err := <-svc.done; err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			}()
+			main := "http://" + svc.Addr
+			if got := postJSON(t, main, envoyTestJSONBody); got != http.StatusNotFound && got != http.StatusMethodNotAllowed {
+				t.Fatalf("POST /json on --addr: %d, want 404 or 405", got)
+			}
+			if code, _ := getHealth(t, main); code != 200 {
+				t.Fatalf("GET /healthcheck on --addr: %d, want 200", code)
+			}
+			if withJSON {
+				if got := postJSON(t, "http://"+cfg.EnvoyJSONAddr, envoyTestJSONBody); got != 200 {
+					t.Fatalf("POST /json on --envoy-json-addr: %d, want 200", got)
+				}
+			}
+		})
+	}
+}
+
+// TestStartEnvoyHTTPOnlyHealth: without --grpc-addr, GET /healthcheck still
+// serves on the main mux, and stopping turns it to 500 so probes drain the
+// instance.
 func TestStartEnvoyHTTPOnlyHealth(t *testing.T) {
 	store := memory.New(memory.Options{})
 	engine := check.New(store, check.Options{})

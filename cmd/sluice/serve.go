@@ -43,6 +43,8 @@ type serveConfig struct {
 	// process's command line or environment.
 	AdminTokenFile string
 	EnvoyConfig    string
+	// EnvoyJSONAddr is the listener of Envoy's unauthenticated JSON form.
+	EnvoyJSONAddr string
 	// EnvoyResponseHeaders adds rate-limit headers to Envoy's answers.
 	EnvoyResponseHeaders bool
 	StoreTimeout         time.Duration
@@ -89,6 +91,7 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
+	f.StringVar(&cfg.EnvoyJSONAddr, "envoy-json-addr", "", "listener of its own for POST /json, the Envoy rate-limit service's unauthenticated JSON form, e.g. 127.0.0.1:8082 (off when empty; never on --addr)")
 	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add x-ratelimit-* and RateLimit headers to the Envoy rate-limit service's answers")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call")
 	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
@@ -257,9 +260,11 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	go func() { watchDone <- api.Run(runCtx) }()
 
 	// The Envoy rate-limit server shares the store, guard, logs, metrics and
-	// mux; with neither --grpc-addr nor --envoy-config it does nothing.
+	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
+	// nor --envoy-config it does nothing.
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
 		GRPCAddr:        cfg.GRPCAddr,
+		JSONAddr:        cfg.EnvoyJSONAddr,
 		ConfigDir:       cfg.EnvoyConfig,
 		Engine:          engine,
 		Logger:          log,

@@ -410,7 +410,10 @@ func notStoreFailure(err error) bool {
 		return false
 	}
 	var gone *callerGone
-	return errors.Is(err, sluice.ErrInvalid) || errors.As(err, &gone) || errors.Is(err, ErrOverloaded)
+	// A memory store refusing a tenant past its budget is answering, for
+	// that tenant only: the other tenants must not lose the store for it.
+	return errors.Is(err, sluice.ErrInvalid) || errors.As(err, &gone) || errors.Is(err, ErrOverloaded) ||
+		errors.Is(err, memory.ErrBudgetExhausted)
 }
 
 func unavailable(cause error) error {

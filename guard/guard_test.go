@@ -518,3 +518,33 @@ func TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure(t *testing.T) {
 		t.Fatalf("breaker tripped %d times (state %s) after timeouts with no answers, want open", trips.Load(), g.State())
 	}
 }
+
+// TestGuardBudgetRefusalsDoNotOpenTheBreaker: a tenant flooding the memory
+// store past its budget gets its own checks refused (by their failure
+// policy), and never opens the breaker that every tenant shares: another
+// tenant's exhausted subject stays denied by the store.
+func TestGuardBudgetRefusalsDoNotOpenTheBreaker(t *testing.T) {
+	store := memory.New(memory.Options{MaxKeys: 1000, MaxKeysPerTenant: 10})
+	t.Cleanup(func() { store.Close() })
+	g := guard.New(store, guard.Options{FailureThreshold: 2})
+	defer g.Close()
+	ctx := context.Background()
+	hourly := []sluice.Limit{sluice.FixedWindow(1, time.Hour).Named("hour")}
+	a := sluice.Request{Tenant: "a", Rule: "r", Subject: "s", Limits: hourly, Cost: 1}
+	if d, err := g.Check(ctx, a, sluice.FailOpen); err != nil || !d.Allowed {
+		t.Fatalf("a's first check: %v, %v", d, err)
+	}
+	for i := range 50 {
+		b := sluice.Request{Tenant: "b", Rule: "r", Subject: fmt.Sprint("flood-", i), Limits: hourly, Cost: 1}
+		d, err := g.Check(ctx, b, sluice.FailClosed)
+		if i >= 10 && !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("b's subject %d past its budget: %v, %v; want refused by its policy", i, d, err)
+		}
+	}
+	if st := g.State(); st != "closed" {
+		t.Fatalf("breaker %s after one tenant's budget refusals, want closed", st)
+	}
+	if d, err := g.Check(ctx, a, sluice.FailOpen); err != nil || d.Allowed || d.Degraded {
+		t.Fatalf("a's exhausted subject after b's flood: %v (degraded %v), %v; want the store's deny", d, d.Degraded, err)
+	}
+}

@@ -80,6 +80,7 @@ type Metrics struct {
 	denyCacheHits prometheus.Counter
 	shed          prometheus.Counter
 	inFlight      prometheus.Gauge
+	budgetRefused prometheus.Counter
 }
 
 // Options configure Metrics; the zero value uses the defaults.
@@ -138,6 +139,10 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 			Name: "sluice_checks_in_flight",
 			Help: "Checks waiting for the store right now.",
 		}),
+		budgetRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_memory_budget_refusals_total",
+			Help: "Checks the embedded memory store refused because their tenant (or the store) had no room for a new counter; they got their rule's failure policy.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -150,6 +155,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 	m.denyCacheHits = register(reg, m.denyCacheHits)
 	m.shed = register(reg, m.shed)
 	m.inFlight = register(reg, m.inFlight)
+	m.budgetRefused = register(reg, m.budgetRefused)
 	return m
 }
 
@@ -294,6 +300,14 @@ func (m *Metrics) Shed() {
 		return
 	}
 	m.shed.Inc()
+}
+
+// BudgetRefused counts one check the memory store refused for want of room.
+func (m *Metrics) BudgetRefused() {
+	if m == nil {
+		return
+	}
+	m.budgetRefused.Inc()
 }
 
 // AddInFlight moves the gauge of checks in flight.

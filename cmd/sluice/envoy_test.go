@@ -200,7 +200,7 @@ func TestServeKeepsEnvoyJSONOffTheTenantListener(t *testing.T) {
 	for _, withJSON := range []bool{false, true} {
 		t.Run(fmt.Sprintf("envoy_json_addr_%v", withJSON), func(t *testing.T) {
 			cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
-				AdminToken: "envoy-json-test-admin-token", EnvoyConfig: dir, StoreTimeout: time.Second,
+				AdminToken: "envoy-json-test-admin-token-0123456789abcdef", EnvoyConfig: dir, StoreTimeout: time.Second,
 				DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "error"}
 			if withJSON {
 				cfg.EnvoyJSONAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))

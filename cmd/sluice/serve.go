@@ -54,6 +54,10 @@ type serveConfig struct {
 	LogLevel             string
 	MaxInFlight          int
 	MaxMetricSeries      int
+	// MemoryMaxKeys and MemoryMaxKeysPerTenant bound the embedded memory
+	// store (see memory.Options).
+	MemoryMaxKeys          int
+	MemoryMaxKeysPerTenant int
 	// DrainPeriod is how long, on SIGTERM, /readyz answers 503 while every
 	// request is still served, so load balancers stop sending first.
 	DrainPeriod time.Duration
@@ -100,9 +104,19 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&cfg.DrainPeriod, "drain-period", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while requests are still served, before the listeners close")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "listener for /metrics alone, e.g. 127.0.0.1:9090 (default: /metrics on --addr)")
+	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held; a check that needs one more gets its rule's failure mode")
+	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
+}
+
+// memoryOptions are the memory store's options; refusals are counted in m.
+func (cfg serveConfig) memoryOptions(m *metrics.Metrics) memory.Options {
+	return memory.Options{
+		MaxKeys: cfg.MemoryMaxKeys, MaxKeysPerTenant: cfg.MemoryMaxKeysPerTenant,
+		OnBudgetExhausted: func(string) { m.BudgetRefused() },
+	}
 }
 
 // newLogger returns the JSON logger every command of the service uses.
@@ -136,6 +150,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.MetricsAddr != "" && cfg.MetricsAddr == cfg.Addr && !strings.HasSuffix(cfg.Addr, ":0") {
 		return fmt.Errorf("--metrics-addr %s is --addr too; give metrics a listener of their own or leave --metrics-addr unset", cfg.MetricsAddr)
+	}
+	if err := cfg.memoryOptions(nil).Validate(); err != nil {
+		return fmt.Errorf("--memory-max-keys / --memory-max-keys-per-tenant: %w", err)
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
@@ -216,7 +233,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, rs.Close)
 		store, storePing = rs, rs.Ping
 	} else {
-		ms := memory.New(memory.Options{})
+		ms := memory.New(cfg.memoryOptions(m))
 		closers = append(closers, ms.Close)
 		store = ms
 	}

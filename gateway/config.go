@@ -351,6 +351,14 @@ func (r RouteConfig) validate(c *Config) error {
 	if !strings.HasPrefix(r.PathPrefix, "/") {
 		return fmt.Errorf("path_prefix: %q must start with /", r.PathPrefix)
 	}
+	// Requests are matched on their cleaned path: a prefix that is not clean
+	// could never match, and one with encodings would be refused anyway.
+	if pathProblem(r.PathPrefix) != "" {
+		return fmt.Errorf("path_prefix: %q holds a backslash, an encoded slash or an encoded dot segment, for which requests are refused", r.PathPrefix)
+	}
+	if clean := cleanPath(r.PathPrefix); clean != r.PathPrefix {
+		return fmt.Errorf("path_prefix: %q is not a clean path ('.' or '..' segments, repeated slashes); write %q", r.PathPrefix, clean)
+	}
 	if r.PathPrefix == "/healthz" || r.PathPrefix == "/metrics" {
 		return fmt.Errorf("path_prefix: %s is served by the gateway itself", r.PathPrefix)
 	}
@@ -362,6 +370,11 @@ func (r RouteConfig) validate(c *Config) error {
 	u, err := url.Parse(r.Upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("upstream: %q must be an absolute http:// or https:// URL", r.Upstream)
+	}
+	// The base path is what forwarded paths are kept under, so it must
+	// mean the same thing to every reader.
+	if (u.Path != "" && cleanPath(u.Path) != u.Path) || pathProblem(u.EscapedPath()) != "" || pathProblem(u.Path) != "" {
+		return fmt.Errorf("upstream: the base path of %q is not a clean path (no '.' or '..' segments, repeated slashes, backslashes, or encoded slashes)", r.Upstream)
 	}
 	if r.Timeout < 0 {
 		return errors.New("timeout: must not be negative")

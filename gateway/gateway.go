@@ -4,7 +4,9 @@
 //
 // A request goes through, in order: CORS (preflights are answered here and
 // never reach auth or limits; every answer, 401 and 429 included, carries the
-// CORS headers so browsers can read it), route matching (longest path prefix),
+// CORS headers so browsers can read it), path normalisation (dot segments and
+// repeated slashes resolved; encoded dots and slashes refused with 400),
+// route matching (longest path prefix of the cleaned path),
 // authentication (401 unless the route's JWT verifier accepts the bearer
 // token), rate limiting (keyed by the token's subject when authenticated, else
 // by the client IP found through the trusted proxies), and the reverse proxy.
@@ -247,9 +249,12 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/", http.HandlerFunc(rt.serveRoute))
-	rt.handler = mux
+	// Paths are cleaned before the mux, so the mux never redirects and
+	// routes are matched on the path the upstream will get; CORS wraps the
+	// lot, so a browser can read a 400 too.
+	rt.handler = normalisePaths(mux)
 	if cfg.CORS != nil {
-		rt.handler = newCORS(cfg.CORS).Handler(mux)
+		rt.handler = newCORS(cfg.CORS).Handler(rt.handler)
 	}
 	return rt, nil
 }
@@ -392,11 +397,12 @@ func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxi
 	return &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			if rc.StripPrefix {
-				pr.Out.URL.Path = stripPrefix(pr.Out.URL.Path, rc.PathPrefix)
-				pr.Out.URL.RawPath = ""
-			}
 			pr.SetURL(upstream)
+			// The path is rebuilt from the cleaned request path, never
+			// joined as received: it stays under the upstream's base path,
+			// and RawPath is left empty so it is encoded from Path.
+			pr.Out.URL.Path = forwardedPath(upstream.Path, pr.In.URL.Path, rc.PathPrefix, rc.StripPrefix)
+			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()
 			// Tell the upstream the path the gateway can vouch for: the
 			// client it believes, the trusted proxies that reported it, and
@@ -473,14 +479,6 @@ func validHost(h string) bool {
 		}
 	}
 	return true
-}
-
-func stripPrefix(path, prefix string) string {
-	rest := strings.TrimPrefix(path, strings.TrimSuffix(prefix, "/"))
-	if !strings.HasPrefix(rest, "/") {
-		rest = "/" + rest
-	}
-	return rest
 }
 
 // tokenProblem says in words why a token was refused.

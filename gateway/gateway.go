@@ -66,6 +66,9 @@ type Gateway struct {
 	// the one store, kept across reloads. storeTimeout is its deadline.
 	engine       *check.Engine
 	storeTimeout Duration
+	// server holds the limits NewServer gave the listener; a reload
+	// cannot change them.
+	server ServerConfig
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
@@ -84,7 +87,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server}
 	var closeStore func() error
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
@@ -130,6 +133,9 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if cfg.StoreTimeout != g.storeTimeout {
 		return fmt.Errorf("store_timeout: the store deadline cannot change on reload (%v → %v); restart the gateway to use another", time.Duration(g.storeTimeout), time.Duration(cfg.StoreTimeout))
 	}
+	if cfg.Server != g.server {
+		return errors.New("server: the server limits cannot change on reload; restart the gateway to use new ones")
+	}
 	rt, err := g.build(cfg)
 	if err != nil {
 		return err
@@ -155,6 +161,21 @@ func (g *Gateway) Close() error {
 		rt.close()
 	}
 	return g.close()
+}
+
+// NewServer returns an http.Server serving h with the limits of cfg.Server:
+// without them a few clients that send slowly, read slowly or send huge
+// headers hold the gateway's connections and memory.
+func NewServer(cfg *Config, h http.Handler) *http.Server {
+	s := cfg.Server
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: time.Duration(s.ReadHeaderTimeout),
+		ReadTimeout:       time.Duration(s.ReadTimeout),
+		WriteTimeout:      time.Duration(s.WriteTimeout),
+		IdleTimeout:       time.Duration(s.IdleTimeout),
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+	}
 }
 
 // Listen returns the listen address of the running configuration.
@@ -366,6 +387,13 @@ func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Req
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway"`)
 		middleware.WriteProblem(w, http.StatusUnauthorized, "A bearer token is required: send Authorization: Bearer <JWT>.", 0)
+		return r, false
+	}
+	if len(raw) > rte.verifier.maxTokenBytes {
+		// Refused before parsing: decoding and verifying a token costs in
+		// proportion to its size, and no identity provider issues these.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway", error="invalid_token"`)
+		middleware.WriteProblem(w, http.StatusUnauthorized, fmt.Sprintf("The bearer token was rejected: it is %d bytes, over the %d this gateway accepts.", len(raw), rte.verifier.maxTokenBytes), 0)
 		return r, false
 	}
 	claims, err := rte.verifier.verify(r.Context(), raw)

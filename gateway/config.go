@@ -31,12 +31,36 @@ type Config struct {
 	FailureMode sluice.FailureMode `yaml:"failure_mode"`
 	// StoreTimeout bounds each store call (default 50ms).
 	StoreTimeout Duration `yaml:"store_timeout"`
+	// Server bounds what one connection may hold of the gateway.
+	Server ServerConfig `yaml:"server"`
 
 	TrustedProxies TrustedProxiesConfig `yaml:"trusted_proxies"`
 	CORS           *CORSConfig          `yaml:"cors"`
 	// JWT holds named token verifiers that routes refer to by name.
 	JWT    map[string]JWTConfig `yaml:"jwt"`
 	Routes []RouteConfig        `yaml:"routes"`
+}
+
+// ServerConfig holds the HTTP server's limits. A zero field takes its
+// default; none can be switched off, since a proxy without them can be held
+// by a few slow or bloated clients. They apply from start: a reload cannot
+// change them.
+type ServerConfig struct {
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included (default
+	// 60s).
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its answer (default 120s); it must be longer than every route's
+	// timeout, or the server would cut off answers the route still allows.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle that long (default
+	// 120s).
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line and headers (default 32 KiB);
+	// larger requests get 431.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 }
 
 // TrustedProxiesConfig says which proxies may report the client address.
@@ -76,6 +100,9 @@ type JWTConfig struct {
 	// Algorithms restricts the accepted algorithms (default: those of the
 	// configured keys: HS256, RS256, ES256, EdDSA).
 	Algorithms []string `yaml:"algorithms"`
+	// MaxTokenBytes refuses longer bearer tokens with 401 before any
+	// verification work (default 8 KiB).
+	MaxTokenBytes int `yaml:"max_token_bytes"`
 }
 
 // RouteConfig is one proxied route.
@@ -172,6 +199,16 @@ const (
 	defaultLeeway       = 30 * time.Second
 	maxLeeway           = 5 * time.Minute
 	defaultJWKSRefresh  = 5 * time.Minute
+
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 60 * time.Second
+	defaultWriteTimeout      = 120 * time.Second
+	defaultIdleTimeout       = 120 * time.Second
+	defaultMaxHeaderBytes    = 32 << 10
+	maxMaxHeaderBytes        = 1 << 20
+	minMaxHeaderBytes        = 1 << 10
+	defaultMaxTokenBytes     = 8 << 10
+	maxMaxTokenBytes         = 1 << 20
 )
 
 func (c *Config) fillDefaults() {
@@ -181,6 +218,7 @@ func (c *Config) fillDefaults() {
 	if c.FailureMode == "" {
 		c.FailureMode = sluice.FailOpen
 	}
+	c.Server.fillDefaults()
 	if c.CORS != nil {
 		// Browsers send Origin without a trailing slash; rs/cors compares
 		// strings, so "https://app.example.com/" would never match.
@@ -202,6 +240,48 @@ func (c *Config) fillDefaults() {
 	}
 }
 
+func (s *ServerConfig) fillDefaults() {
+	for _, d := range []struct {
+		field *Duration
+		def   time.Duration
+	}{
+		{&s.ReadHeaderTimeout, defaultReadHeaderTimeout},
+		{&s.ReadTimeout, defaultReadTimeout},
+		{&s.WriteTimeout, defaultWriteTimeout},
+		{&s.IdleTimeout, defaultIdleTimeout},
+	} {
+		if *d.field == 0 {
+			*d.field = Duration(d.def)
+		}
+	}
+	if s.MaxHeaderBytes == 0 {
+		s.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+}
+
+func (s ServerConfig) validate() error {
+	for _, d := range []struct {
+		name  string
+		value Duration
+	}{
+		{"read_header_timeout", s.ReadHeaderTimeout},
+		{"read_timeout", s.ReadTimeout},
+		{"write_timeout", s.WriteTimeout},
+		{"idle_timeout", s.IdleTimeout},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("server.%s: must not be negative (0 or omitted takes the default)", d.name)
+		}
+	}
+	if s.ReadHeaderTimeout > s.ReadTimeout {
+		return fmt.Errorf("server.read_header_timeout: %v is longer than read_timeout (%v), which bounds the headers too", time.Duration(s.ReadHeaderTimeout), time.Duration(s.ReadTimeout))
+	}
+	if s.MaxHeaderBytes < minMaxHeaderBytes || s.MaxHeaderBytes > maxMaxHeaderBytes {
+		return fmt.Errorf("server.max_header_bytes: %d is not between %d and %d", s.MaxHeaderBytes, minMaxHeaderBytes, maxMaxHeaderBytes)
+	}
+	return nil
+}
+
 var routeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 var knownAlgorithms = map[string]bool{"HS256": true, "RS256": true, "ES256": true, "EdDSA": true}
@@ -213,6 +293,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StoreTimeout < 0 {
 		return errors.New("store_timeout: must not be negative")
+	}
+	if err := c.Server.validate(); err != nil {
+		return err
 	}
 	if c.Redis != "" {
 		u, err := url.Parse(c.Redis)
@@ -331,6 +414,9 @@ func (j JWTConfig) validate() error {
 	if j.Leeway != nil && (*j.Leeway < 0 || time.Duration(*j.Leeway) > maxLeeway) {
 		return fmt.Errorf("leeway: must be between 0 and %v", maxLeeway)
 	}
+	if j.MaxTokenBytes < 0 || j.MaxTokenBytes > maxMaxTokenBytes {
+		return fmt.Errorf("max_token_bytes: %d is not between 0 (the default, %d) and %d", j.MaxTokenBytes, defaultMaxTokenBytes, maxMaxTokenBytes)
+	}
 	for i, a := range j.Algorithms {
 		if !knownAlgorithms[a] {
 			return fmt.Errorf("algorithms[%d]: %q is not one of HS256, RS256, ES256, EdDSA", i, a)
@@ -351,6 +437,14 @@ func (r RouteConfig) validate(c *Config) error {
 	if !strings.HasPrefix(r.PathPrefix, "/") {
 		return fmt.Errorf("path_prefix: %q must start with /", r.PathPrefix)
 	}
+	// Requests are matched on their cleaned path: a prefix that is not clean
+	// could never match, and one with encodings would be refused anyway.
+	if pathProblem(r.PathPrefix) != "" {
+		return fmt.Errorf("path_prefix: %q holds a backslash, an encoded slash or an encoded dot segment, for which requests are refused", r.PathPrefix)
+	}
+	if clean := cleanPath(r.PathPrefix); clean != r.PathPrefix {
+		return fmt.Errorf("path_prefix: %q is not a clean path ('.' or '..' segments, repeated slashes); write %q", r.PathPrefix, clean)
+	}
 	if r.PathPrefix == "/healthz" || r.PathPrefix == "/metrics" {
 		return fmt.Errorf("path_prefix: %s is served by the gateway itself", r.PathPrefix)
 	}
@@ -363,8 +457,16 @@ func (r RouteConfig) validate(c *Config) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("upstream: %q must be an absolute http:// or https:// URL", r.Upstream)
 	}
+	// The base path is what forwarded paths are kept under, so it must
+	// mean the same thing to every reader.
+	if (u.Path != "" && cleanPath(u.Path) != u.Path) || pathProblem(u.EscapedPath()) != "" || pathProblem(u.Path) != "" {
+		return fmt.Errorf("upstream: the base path of %q is not a clean path (no '.' or '..' segments, repeated slashes, backslashes, or encoded slashes)", r.Upstream)
+	}
 	if r.Timeout < 0 {
 		return errors.New("timeout: must not be negative")
+	}
+	if r.Timeout >= c.Server.WriteTimeout {
+		return fmt.Errorf("timeout: %v is not shorter than server.write_timeout (%v), which would cut the answer off before the upstream's or the gateway's 504; raise server.write_timeout", time.Duration(r.Timeout), time.Duration(c.Server.WriteTimeout))
 	}
 	if r.Auth != "" {
 		if _, ok := c.JWT[r.Auth]; !ok {

@@ -12,7 +12,7 @@ import (
 // fieldNamed matches an error that says where the problem is: a field of
 // gateway.yaml (as "routes[1] (a).limits[0]: ..." or "cors.max_age: ...") or,
 // for YAML that does not decode, the line.
-var fieldNamed = regexp.MustCompile(`(^|[ .])(listen|redis|redis_prefix|failure_mode|store_timeout|trusted_proxies|cidrs|hops|header|cors|allowed_origins|allowed_methods|allowed_headers|exposed_headers|allow_credentials|max_age|jwt|issuer|audience|leeway|hs256_secret_env|public_keys|jwks_url|jwks_refresh|algorithms|routes|name|path_prefix|methods|upstream|strip_prefix|timeout|auth|auth_optional|limits|cost|algorithm|capacity|refill_per_second|limit|window)(\[\d+\])?( \([^)]*\))?[.:]|line \d+`)
+var fieldNamed = regexp.MustCompile(`(^|[ .])(listen|redis|redis_prefix|failure_mode|store_timeout|server|read_header_timeout|read_timeout|write_timeout|idle_timeout|max_header_bytes|max_token_bytes|trusted_proxies|cidrs|hops|header|cors|allowed_origins|allowed_methods|allowed_headers|exposed_headers|allow_credentials|max_age|jwt|issuer|audience|leeway|hs256_secret_env|public_keys|jwks_url|jwks_refresh|algorithms|routes|name|path_prefix|methods|upstream|strip_prefix|timeout|auth|auth_optional|limits|cost|algorithm|capacity|refill_per_second|limit|window)(\[\d+\])?( \([^)]*\))?[.:]|line \d+`)
 
 // FuzzParseConfig parses arbitrary gateway.yaml contents: no panic, and
 // every rejection names the field (or line) at fault, but for YAML syntax
@@ -37,6 +37,9 @@ func FuzzParseConfig(f *testing.F) {
 		"trusted_proxies: {cidrs: ['10.0.0.0/33'], hops: -1, header: Forwarded}\n" + route,
 		"cors: {allowed_origins: ['https://*.example.com'], max_age: -1s}\n" + route,
 		"store_timeout: 1x\n" + route,
+		"server: {read_header_timeout: 2m, read_timeout: 1m, write_timeout: -1s, max_header_bytes: 10}\n" + route,
+		"server: {write_timeout: 5s}\nroutes: [{name: a, path_prefix: /a/../b, upstream: 'http://h/x/%2e%2e', timeout: 10s}]",
+		"jwt: {main: {hs256_secret_env: GW_FUZZ_SECRET, max_token_bytes: -1}}\n" + route,
 		"redis: 'redis://[::1'\n" + route,
 		"routes: [{name: a, path_prefix: /a, upstream: 'http://h', methods: [get, 'P T'], timeout: -1s}]",
 		"routes: [{name: a, path_prefix: /a, upstream: 'http://h', cost: 1, limits: [{name: m, algorithm: token_bucket, capacity: 5, refill_per_second: .nan}]}]",

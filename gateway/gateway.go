@@ -4,7 +4,9 @@
 //
 // A request goes through, in order: CORS (preflights are answered here and
 // never reach auth or limits; every answer, 401 and 429 included, carries the
-// CORS headers so browsers can read it), route matching (longest path prefix),
+// CORS headers so browsers can read it), path normalisation (dot segments and
+// repeated slashes resolved; encoded dots and slashes refused with 400),
+// route matching (longest path prefix of the cleaned path),
 // authentication (401 unless the route's JWT verifier accepts the bearer
 // token), rate limiting (keyed by the token's subject when authenticated, else
 // by the client IP found through the trusted proxies), and the reverse proxy.
@@ -64,6 +66,9 @@ type Gateway struct {
 	// the one store, kept across reloads. storeTimeout is its deadline.
 	engine       *check.Engine
 	storeTimeout Duration
+	// server holds the limits NewServer gave the listener; a reload
+	// cannot change them.
+	server ServerConfig
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
@@ -82,7 +87,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server}
 	var closeStore func() error
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
@@ -128,6 +133,9 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if cfg.StoreTimeout != g.storeTimeout {
 		return fmt.Errorf("store_timeout: the store deadline cannot change on reload (%v → %v); restart the gateway to use another", time.Duration(g.storeTimeout), time.Duration(cfg.StoreTimeout))
 	}
+	if cfg.Server != g.server {
+		return errors.New("server: the server limits cannot change on reload; restart the gateway to use new ones")
+	}
 	rt, err := g.build(cfg)
 	if err != nil {
 		return err
@@ -153,6 +161,21 @@ func (g *Gateway) Close() error {
 		rt.close()
 	}
 	return g.close()
+}
+
+// NewServer returns an http.Server serving h with the limits of cfg.Server:
+// without them a few clients that send slowly, read slowly or send huge
+// headers hold the gateway's connections and memory.
+func NewServer(cfg *Config, h http.Handler) *http.Server {
+	s := cfg.Server
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: time.Duration(s.ReadHeaderTimeout),
+		ReadTimeout:       time.Duration(s.ReadTimeout),
+		WriteTimeout:      time.Duration(s.WriteTimeout),
+		IdleTimeout:       time.Duration(s.IdleTimeout),
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+	}
 }
 
 // Listen returns the listen address of the running configuration.
@@ -247,9 +270,12 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/", http.HandlerFunc(rt.serveRoute))
-	rt.handler = mux
+	// Paths are cleaned before the mux, so the mux never redirects and
+	// routes are matched on the path the upstream will get; CORS wraps the
+	// lot, so a browser can read a 400 too.
+	rt.handler = normalisePaths(mux)
 	if cfg.CORS != nil {
-		rt.handler = newCORS(cfg.CORS).Handler(mux)
+		rt.handler = newCORS(cfg.CORS).Handler(rt.handler)
 	}
 	return rt, nil
 }
@@ -363,6 +389,13 @@ func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Req
 		middleware.WriteProblem(w, http.StatusUnauthorized, "A bearer token is required: send Authorization: Bearer <JWT>.", 0)
 		return r, false
 	}
+	if len(raw) > rte.verifier.maxTokenBytes {
+		// Refused before parsing: decoding and verifying a token costs in
+		// proportion to its size, and no identity provider issues these.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway", error="invalid_token"`)
+		middleware.WriteProblem(w, http.StatusUnauthorized, fmt.Sprintf("The bearer token was rejected: it is %d bytes, over the %d this gateway accepts.", len(raw), rte.verifier.maxTokenBytes), 0)
+		return r, false
+	}
 	claims, err := rte.verifier.verify(r.Context(), raw)
 	if err != nil {
 		// The reason (expired, wrong audience...) helps the caller fix its
@@ -392,11 +425,12 @@ func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxi
 	return &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			if rc.StripPrefix {
-				pr.Out.URL.Path = stripPrefix(pr.Out.URL.Path, rc.PathPrefix)
-				pr.Out.URL.RawPath = ""
-			}
 			pr.SetURL(upstream)
+			// The path is rebuilt from the cleaned request path, never
+			// joined as received: it stays under the upstream's base path,
+			// and RawPath is left empty so it is encoded from Path.
+			pr.Out.URL.Path = forwardedPath(upstream.Path, pr.In.URL.Path, rc.PathPrefix, rc.StripPrefix)
+			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()
 			// Tell the upstream the path the gateway can vouch for: the
 			// client it believes, the trusted proxies that reported it, and
@@ -473,14 +507,6 @@ func validHost(h string) bool {
 		}
 	}
 	return true
-}
-
-func stripPrefix(path, prefix string) string {
-	rest := strings.TrimPrefix(path, strings.TrimSuffix(prefix, "/"))
-	if !strings.HasPrefix(rest, "/") {
-		rest = "/" + rest
-	}
-	return rest
 }
 
 // tokenProblem says in words why a token was refused.

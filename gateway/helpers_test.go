@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -11,12 +12,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +45,7 @@ var (
 	rotatedA, rotatedB *rsa.PrivateKey
 )
 
-func keys(t *testing.T) {
+func keys(t testing.TB) {
 	t.Helper()
 	keysOnce.Do(func() {
 		gen := func() *rsa.PrivateKey {
@@ -125,7 +129,7 @@ func claims(sub string) jwt.MapClaims {
 		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(time.Hour).Unix()}
 }
 
-func sign(t *testing.T, method jwt.SigningMethod, key any, c jwt.MapClaims, kid string) string {
+func sign(t testing.TB, method jwt.SigningMethod, key any, c jwt.MapClaims, kid string) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(method, c)
 	if kid != "" {
@@ -146,8 +150,11 @@ type upstream struct {
 }
 
 type echo struct {
-	Upstream      string `json:"upstream"`
-	Path          string `json:"path"`
+	Upstream string `json:"upstream"`
+	Path     string `json:"path"`
+	// RequestURI is the request target as the upstream received it, before
+	// any decoding.
+	RequestURI    string `json:"request_uri"`
 	XForwardedFor string `json:"x_forwarded_for"`
 	// XForwardedProto and XForwardedHost are "scheme host" as the upstream
 	// was told them.
@@ -156,7 +163,7 @@ type echo struct {
 	Authorization   bool   `json:"authorization"`
 }
 
-func newUpstream(t *testing.T, name string) *upstream {
+func newUpstream(t testing.TB, name string) *upstream {
 	u := &upstream{name: name}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
@@ -168,7 +175,7 @@ func newUpstream(t *testing.T, name string) *upstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(echo{Upstream: name, Path: r.URL.Path, XForwardedFor: r.Header.Get("X-Forwarded-For"),
+		json.NewEncoder(w).Encode(echo{Upstream: name, Path: r.URL.Path, RequestURI: r.RequestURI, XForwardedFor: r.Header.Get("X-Forwarded-For"),
 			XForwardedProto: r.Header.Get("X-Forwarded-Proto"), XForwardedHost: r.Header.Get("X-Forwarded-Host"), Authorization: r.Header.Get("Authorization") != ""})
 	}))
 	t.Cleanup(u.Close)
@@ -176,7 +183,7 @@ func newUpstream(t *testing.T, name string) *upstream {
 }
 
 // startGateway serves the YAML config on a real listener.
-func startGateway(t *testing.T, yamlConfig string) (*gateway.Gateway, *httptest.Server) {
+func startGateway(t testing.TB, yamlConfig string) (*gateway.Gateway, *httptest.Server) {
 	t.Helper()
 	cfg, err := gateway.ParseConfig([]byte(yamlConfig))
 	if err != nil {
@@ -219,6 +226,36 @@ func do(t *testing.T, method, url string, header map[string]string) response {
 	b, _ := io.ReadAll(resp.Body)
 	r := response{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	json.Unmarshal(b, &r.echo)
+	return r
+}
+
+// doRaw sends target as the request target, byte for byte: http.Client
+// would re-encode some paths (a backslash as %5C) before sending them.
+func doRaw(t *testing.T, addr, method, target string, header map[string]string) response {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(addr, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n", method, target)
+	for k, v := range header {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header, body: string(body)}
+	json.Unmarshal(body, &r.echo)
 	return r
 }
 

@@ -32,10 +32,15 @@ type verifier struct {
 	hsSecret []byte
 	static   []crypto.PublicKey // from PEM files
 	jwks     *jwks              // nil without jwks_url
+	// maxTokenBytes bounds what verify is asked to parse.
+	maxTokenBytes int
 }
 
 func newVerifier(ctx context.Context, name string, c JWTConfig, log *slog.Logger) (*verifier, error) {
-	v := &verifier{name: name}
+	v := &verifier{name: name, maxTokenBytes: c.MaxTokenBytes}
+	if v.maxTokenBytes == 0 {
+		v.maxTokenBytes = defaultMaxTokenBytes
+	}
 	methods := map[string]bool{}
 	if c.HS256SecretEnv != "" {
 		v.hsSecret = []byte(os.Getenv(c.HS256SecretEnv))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -84,7 +83,8 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 	if err != nil {
 		return fmt.Errorf("listen on %s (the listen field of %s): %w", cfg.Listen, flags.Config, err)
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := gateway.NewServer(cfg, gw)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("gateway listening", "addr", ln.Addr().String(), "routes", len(cfg.Routes), "config", flags.Config)

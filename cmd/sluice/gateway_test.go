@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,5 +105,49 @@ func TestGatewayCommandRequiresConfig(t *testing.T) {
 	err := cmd.ExecuteContext(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "--config is required") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestGatewayCommandAppliesServerLimits: the listener `sluice gateway` runs
+// carries the server limits of its file (issue 10: a client sending its
+// headers slowly held a connection for as long as it liked).
+func TestGatewayCommandAppliesServerLimits(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	config := fmt.Sprintf("listen: %q\nserver: {read_header_timeout: 100ms}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n", addr)
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, gatewayFlags{Config: path, ShutdownTimeout: 5 * time.Second},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runGateway: %v", err)
+		}
+	}()
+	var conn net.Conn
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if conn, err = net.Dial("tcp", addr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never listened: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /api HTTP/1.1\r\nHost: gateway.test\r\n")
+	start := time.Now()
+	conn.SetReadDeadline(start.Add(5 * time.Second))
+	io.Copy(io.Discard, conn)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("a request with unfinished headers held its connection %v; read_header_timeout is 100ms", took)
 	}
 }

@@ -123,6 +123,21 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		// the same way. Eviction is check.TestDenyCacheIsExact's business.
 		engine := check.New(store, check.Options{Clock: clock.Now})
 		defer engine.Close()
+		// The rules are in the catalog before the API reads it, so a run
+		// never depends on what the one before left there.
+		rules := []*propRule{
+			{name: "a", route: "/a*", limits: drawPropLimits(t)},
+			{name: "b", route: "/b*", limits: drawPropLimits(t)},
+		}
+		for _, r := range rules {
+			if !reflect.DeepEqual(stored[r.name], r.limits) {
+				rule := sluice.Rule{Tenant: "acme", Name: r.name, Route: r.route, Limits: r.limits, FailureMode: sluice.FailClosed}
+				if _, err := catalog.PutRule(ctx, rule); err != nil {
+					t.Fatal(err)
+				}
+				stored[r.name] = r.limits
+			}
+		}
 		api, err := New(ctx, Options{Catalog: catalog, Engine: engine, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
@@ -156,15 +171,6 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 				t.Fatalf("PUT %s: %d %s", r.name, rec.Code, rec.Body)
 			}
 			stored[r.name] = r.limits
-		}
-		rules := []*propRule{
-			{name: "a", route: "/a*", limits: drawPropLimits(t)},
-			{name: "b", route: "/b*", limits: drawPropLimits(t)},
-		}
-		for _, r := range rules {
-			if !reflect.DeepEqual(stored[r.name], r.limits) {
-				put(r)
-			}
 		}
 
 		hits, storeAnswered := 0, 0

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/memory"
 )
 
@@ -98,9 +99,12 @@ func TestDenyCacheIsExactThroughEnvoy(t *testing.T) {
 		store := memory.New(memory.Options{Clock: clock.Now})
 		defer store.Close()
 		obs := newObserved()
-		engine := check.New(store, check.Options{Clock: clock.Now, Metrics: obs.metrics})
+		// No store deadline to miss on a loaded machine: the memory store
+		// never hangs, and a timeout is not what this test is about.
+		patient := guard.Options{Timeout: time.Minute}
+		engine := check.New(store, check.Options{Clock: clock.Now, Metrics: obs.metrics, Guard: patient})
 		defer engine.Close()
-		twinEngine := check.New(store, check.Options{Clock: clock.Now, DenyCacheSize: -1})
+		twinEngine := check.New(store, check.Options{Clock: clock.Now, DenyCacheSize: -1, Guard: patient})
 		defer twinEngine.Close()
 		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ResponseHeaders: true})
 		twin := envoyrls.NewServer(envoyrls.Options{Engine: twinEngine, ResponseHeaders: true})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
 )
@@ -121,7 +122,9 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		// A cache large enough never to evict: which entry a full shard
 		// drops depends on a random hash seed, and a failure must replay
 		// the same way. Eviction is check.TestDenyCacheIsExact's business.
-		engine := check.New(store, check.Options{Clock: clock.Now})
+		// No store deadline to miss on a loaded machine either: the memory
+		// store never hangs, and a timeout is not what this test is about.
+		engine := check.New(store, check.Options{Clock: clock.Now, Guard: guard.Options{Timeout: time.Minute}})
 		defer engine.Close()
 		// The rules are in the catalog before the API reads it, so a run
 		// never depends on what the one before left there.

@@ -166,8 +166,10 @@ func (c *denyCache) len() int {
 }
 
 // aged returns d as it reads elapsed later: the waits shortened by elapsed.
-// Remaining is left as it was; it can only have grown, so the figure errs on
-// the side of caution.
+// RetryAfter stays exact (an upper bound: only time adds quota). ResetAfter
+// and Remaining are the deny's figures aged, not the store's: a sliding
+// window's reset time jumps at a window boundary, and smaller checks allowed
+// since may have taken some of what is left, so they are indications only.
 func aged(d sluice.Decision, elapsed time.Duration) sluice.Decision {
 	shorten := func(x time.Duration) time.Duration { return max(0, x-elapsed) }
 	d.RetryAfter = shorten(d.RetryAfter)

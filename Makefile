@@ -5,10 +5,15 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1 -timeout 30m
 
-.PHONY: test deps fmt-check vet bench run
+.PHONY: test deps fmt-check vet bench run fuzz-short
 
 test: deps fmt-check vet
 	$(GO) test $(GOFLAGS_TEST) ./...
+	@scripts/fuzz-short.sh
+
+# Every fuzz target for FUZZTIME (default 5s) past its committed seeds.
+fuzz-short:
+	@scripts/fuzz-short.sh
 
 deps:
 	@scripts/ensure-test-deps.sh

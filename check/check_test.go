@@ -1,0 +1,157 @@
+package check_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// gateStore holds every check until its gate opens, counting the calls.
+type gateStore struct {
+	sluice.Store
+	gate    chan struct{}
+	entered chan struct{}
+	calls   atomic.Int64
+}
+
+func (s *gateStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	s.calls.Add(1)
+	if s.gate != nil {
+		s.entered <- struct{}{}
+		<-s.gate
+	}
+	return s.Store.Check(ctx, req)
+}
+
+func newMemory(t *testing.T) *memory.Store {
+	m := memory.New(memory.Options{})
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func hourly(n int64) []sluice.Limit {
+	return []sluice.Limit{sluice.FixedWindow(n, time.Hour).Named("hour")}
+}
+
+// TestShedPastMaxInFlight: with MaxInFlight checks waiting for the store,
+// one more is answered at once, without a store call, by its rule's mode:
+// refused with ErrOverloaded when failing closed, allowed (degraded) when
+// failing open, and decided in process when failing local.
+func TestShedPastMaxInFlight(t *testing.T) {
+	store := &gateStore{Store: newMemory(t), gate: make(chan struct{}), entered: make(chan struct{}, 2)}
+	reg := prometheus.NewRegistry()
+	e := check.New(store, check.Options{MaxInFlight: 2, Metrics: metrics.New(reg)})
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	rule := func(mode sluice.FailureMode) *check.Rule {
+		return e.NewRule(metrics.Labels{Source: "test", Rule: string(mode)}, check.Rule{Namespace: "t", Name: string(mode), Limits: hourly(5), Mode: mode})
+	}
+	closed, open, local := rule(sluice.FailClosed), rule(sluice.FailOpen), rule(sluice.FailLocal)
+
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := e.Check(ctx, check.Query{Rule: closed, Subject: "waiting", Cost: 1})
+			done <- err
+		}()
+		<-store.entered
+	}
+	calls := store.calls.Load()
+	if _, err := e.Check(ctx, check.Query{Rule: closed, Subject: "s", Cost: 1}); !errors.Is(err, check.ErrOverloaded) {
+		t.Fatalf("fail closed past the bound: %v, want ErrOverloaded", err)
+	}
+	if res, err := e.Check(ctx, check.Query{Rule: open, Subject: "s", Cost: 1}); err != nil || res.Outcome != check.Degraded || !res.Pass() {
+		t.Fatalf("fail open past the bound: %+v, %v; want a degraded pass", res, err)
+	}
+	res, err := e.Check(ctx, check.Query{Rule: local, Subject: "s", Cost: 1})
+	if err != nil || res.Outcome != check.Degraded || res.Decision.Limit != 5 || res.Decision.Remaining != 4 {
+		t.Fatalf("fail local past the bound: %+v, %v; want the in-process limiter's decision", res, err)
+	}
+	if n := store.calls.Load() - calls; n != 0 {
+		t.Fatalf("%d store calls for shed checks, want 0", n)
+	}
+	close(store.gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("a check within the bound: %v", err)
+		}
+	}
+	expected := `
+# HELP sluice_shed_total Checks refused because this process was past its capacity (too many checks in flight, or store calls missing their deadline while the store answered others).
+# TYPE sluice_shed_total counter
+sluice_shed_total 1
+`
+	// Only the fail-closed check was refused.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sluice_shed_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOutcomesAndMetrics: each outcome counted once under its rule, a shadow
+// rule's deny passes, and a deny answered by the deny cache makes no store
+// call until a reset.
+func TestOutcomesAndMetrics(t *testing.T) {
+	store := &gateStore{Store: newMemory(t)}
+	reg := prometheus.NewRegistry()
+	e := check.New(store, check.Options{Metrics: metrics.New(reg)})
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	enforced := e.NewRule(metrics.Labels{Source: "http", Tenant: "acme", Rule: "enforced"}, check.Rule{Namespace: "acme@1", Name: "enforced", Limits: hourly(1)})
+	shadow := e.NewRule(metrics.Labels{Source: "http", Tenant: "acme", Rule: "shadow"}, check.Rule{Namespace: "acme@1", Name: "shadow", Limits: hourly(1), Shadow: true})
+
+	want := []struct {
+		rule    *check.Rule
+		outcome check.Outcome
+		pass    bool
+	}{
+		{enforced, check.Allowed, true},
+		{enforced, check.Denied, false},
+		{enforced, check.Denied, false}, // from the deny cache
+		{shadow, check.Allowed, true},
+		{shadow, check.ShadowDenied, true},
+	}
+	for i, w := range want {
+		res, err := e.Check(ctx, check.Query{Rule: w.rule, Subject: "s", Cost: 1})
+		if err != nil || res.Outcome != w.outcome || res.Pass() != w.pass {
+			t.Fatalf("check %d: %+v, %v; want outcome %v, pass %v", i, res, err, w.outcome, w.pass)
+		}
+	}
+	if n := store.calls.Load(); n != 4 {
+		t.Fatalf("%d store calls, want 4 (the repeated deny answered in process)", n)
+	}
+	if _, err := e.Check(ctx, check.Query{Rule: enforced, Subject: "s", Cost: -1}); !errors.Is(err, sluice.ErrInvalid) {
+		t.Fatalf("negative cost: %v, want ErrInvalid", err)
+	}
+	if err := e.Reset(ctx, enforced, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Check(ctx, check.Query{Rule: enforced, Subject: "s", Cost: 1}); err != nil || res.Outcome != check.Allowed || res.Cached {
+		t.Fatalf("after a reset: %+v, %v; want a fresh allow from the store", res, err)
+	}
+	expected := `
+# HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).
+# TYPE sluice_decisions_total counter
+sluice_decisions_total{domain="",result="allowed",rule="enforced",source="http",tenant="acme"} 2
+sluice_decisions_total{domain="",result="denied",rule="enforced",source="http",tenant="acme"} 2
+sluice_decisions_total{domain="",result="error",rule="enforced",source="http",tenant="acme"} 1
+sluice_decisions_total{domain="",result="allowed",rule="shadow",source="http",tenant="acme"} 1
+sluice_decisions_total{domain="",result="shadow_denied",rule="shadow",source="http",tenant="acme"} 1
+# HELP sluice_deny_cache_hits_total Checks denied from the local deny cache without a store round trip.
+# TYPE sluice_deny_cache_hits_total counter
+sluice_deny_cache_hits_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sluice_decisions_total", "sluice_deny_cache_hits_total"); err != nil {
+		t.Fatal(err)
+	}
+}

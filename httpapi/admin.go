@@ -70,6 +70,13 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 		a.fail(w, errOperatorOnly)
 		return
 	}
+	if aerr := validatePath(r); aerr != nil {
+		// Before anything is read or changed: a value the catalog cannot
+		// store must not fail halfway through a call (a reset of the store
+		// that other instances are never told of).
+		a.fail(w, aerr)
+		return
+	}
 	if tenant := r.PathValue("tenant"); tenant != "" && !p.mayManage(tenant) {
 		a.fail(w, errOtherTenant)
 		return
@@ -101,6 +108,26 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 		return
 	}
 	writeJSON(w, status, body)
+}
+
+// validatePath checks the values of an admin call's path: the names are
+// slugs, a key ID and a subject are text without NUL, within bounds.
+// ServeMux has already unescaped them, so %00 and %FF arrive as bytes.
+func validatePath(r *http.Request) *apiError {
+	if tenant := r.PathValue("tenant"); tenant != "" {
+		if err := sluice.ValidateTenantName(tenant); err != nil {
+			return errorFor(err)
+		}
+	}
+	if name := r.PathValue("name"); name != "" {
+		if err := sluice.ValidateRuleName(name); err != nil {
+			return errorFor(err)
+		}
+	}
+	if aerr := validText("key ID", r.PathValue("id"), sluice.MaxNameBytes); aerr != nil {
+		return aerr
+	}
+	return validText("subject", r.PathValue("subject"), MaxSubjectBytes)
 }
 
 // --- tenants

@@ -71,7 +71,7 @@ func badRequest(format string, args ...any) *apiError {
 }
 
 // decodeBody reads r's JSON body into v: at most MaxBodyBytes, one JSON
-// value, no unknown fields. Errors are *apiError with a sentence saying what
+// value, no unknown fields, and the strict rules (see strictJSON). Errors are *apiError with a sentence saying what
 // is wrong.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
@@ -97,6 +97,9 @@ func bodyReadError(err error) *apiError {
 func decodeBytes(body []byte, v any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return &apiError{http.StatusBadRequest, "malformed_json", "The request body is empty; a JSON object is required."}
+	}
+	if aerr := strictJSON(body, v); aerr != nil {
+		return aerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -1,0 +1,253 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/internal/catalogtest"
+	"github.com/sluicelabs/sluice/memory"
+)
+
+func TestStrictJSONOnAdminBodies(t *testing.T) {
+	limit := `{"name": "burst", "algorithm": "token_bucket", "capacity": 10, "refill_per_second": 1}`
+	cases := []struct {
+		name, body string
+		code       string // "" when the body is accepted
+		says       string // part of the message
+	}{
+		{"plain", `{"route": "/a", "limits": [` + limit + `]}`, "", ""},
+		{"escaped_names_are_exact_names", `{"r\u006fute": "/a", "limits": [` + limit + `]}`, "", ""},
+		{"top_level_case", `{"Route": "/a", "limits": [` + limit + `]}`, "unknown_field", `"Route"; field names are case-sensitive (did you mean "route"?)`},
+		{"nested_case", `{"route": "/a", "limits": [{"name": "b", "algorithm": "token_bucket", "CAPACITY": 1, "refill_per_second": 1}]}`, "unknown_field", `"limits[0].CAPACITY"`},
+		{"top_level_duplicate", `{"route": "/a", "route": "/b", "limits": [` + limit + `]}`, "duplicate_field", `Field "route" appears more than once`},
+		{"nested_duplicate", `{"route": "/a", "limits": [` + limit + `, {"name": "x", "name": "y"}]}`, "duplicate_field", `Field "limits[1].name"`},
+		{"nested_nul", `{"route": "/a", "limits": [{"name": "b\u0000", "algorithm": "token_bucket"}]}`, "invalid_request", `Field "limits[0].name" contains a NUL`},
+		{"invalid_utf8_value", "{\"route\": \"/a\xc3\", \"limits\": []}", "invalid_request", `Field "route" is not valid UTF-8`},
+		{"unpaired_surrogate", `{"route": "/a", "failure_mode": "\udfff"}`, "invalid_request", `Field "failure_mode" is not valid Unicode`},
+		{"strings_inside_unknown_fields_too", `{"route": "/a", "x": {"y": "\u0000"}}`, "invalid_request", `Field "x.y"`},
+		{"syntax_errors_stay_encoding_json_s", `{"route": "/a", "route": }`, "malformed_json", "not valid JSON"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var in putRuleRequest
+			aerr := decodeBytes([]byte(c.body), &in)
+			if c.code == "" {
+				if aerr != nil {
+					t.Fatalf("refused: %v", aerr)
+				}
+				return
+			}
+			if aerr == nil || aerr.status != http.StatusBadRequest || aerr.code != c.code || !strings.Contains(aerr.message, c.says) {
+				t.Fatalf("got %+v, want 400 %s saying %s", aerr, c.code, c.says)
+			}
+			if !strings.HasSuffix(aerr.message, ".") {
+				t.Errorf("message %q is not a sentence", aerr.message)
+			}
+		})
+	}
+}
+
+// spyCatalog passes every call to a real catalog after before (if set)
+// had its say, and counts the calls.
+type spyCatalog struct {
+	sluice.Catalog
+	mu     sync.Mutex
+	calls  []string
+	before func(ctx context.Context, method string) error
+}
+
+func (s *spyCatalog) hook(ctx context.Context, method string) error {
+	s.mu.Lock()
+	s.calls = append(s.calls, method)
+	before := s.before
+	s.mu.Unlock()
+	if before != nil {
+		return before(ctx, method)
+	}
+	return nil
+}
+
+func (s *spyCatalog) setBefore(fn func(ctx context.Context, method string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.before = fn
+}
+
+func (s *spyCatalog) takeCalls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls
+	s.calls = nil
+	return c
+}
+
+func (s *spyCatalog) Tenant(ctx context.Context, name string) (sluice.Tenant, error) {
+	if err := s.hook(ctx, "Tenant"); err != nil {
+		return sluice.Tenant{}, err
+	}
+	return s.Catalog.Tenant(ctx, name)
+}
+
+func (s *spyCatalog) Tenants(ctx context.Context) ([]sluice.Tenant, error) {
+	if err := s.hook(ctx, "Tenants"); err != nil {
+		return nil, err
+	}
+	return s.Catalog.Tenants(ctx)
+}
+
+func (s *spyCatalog) Rule(ctx context.Context, tenant, name string) (sluice.Rule, error) {
+	if err := s.hook(ctx, "Rule"); err != nil {
+		return sluice.Rule{}, err
+	}
+	return s.Catalog.Rule(ctx, tenant, name)
+}
+
+func (s *spyCatalog) Rules(ctx context.Context, tenant string) ([]sluice.Rule, error) {
+	if err := s.hook(ctx, "Rules"); err != nil {
+		return nil, err
+	}
+	return s.Catalog.Rules(ctx, tenant)
+}
+
+func (s *spyCatalog) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error) {
+	if err := s.hook(ctx, "Keys"); err != nil {
+		return nil, err
+	}
+	return s.Catalog.Keys(ctx, tenant)
+}
+
+func (s *spyCatalog) PutRule(ctx context.Context, rule sluice.Rule) (sluice.Rule, error) {
+	if err := s.hook(ctx, "PutRule"); err != nil {
+		return sluice.Rule{}, err
+	}
+	return s.Catalog.PutRule(ctx, rule)
+}
+
+func (s *spyCatalog) CreateKey(ctx context.Context, tenant, name string, role sluice.Role, hash []byte) (sluice.APIKey, error) {
+	if err := s.hook(ctx, "CreateKey"); err != nil {
+		return sluice.APIKey{}, err
+	}
+	return s.Catalog.CreateKey(ctx, tenant, name, role, hash)
+}
+
+func (s *spyCatalog) PublishReset(ctx context.Context, tenant, rule, subject string) error {
+	if err := s.hook(ctx, "PublishReset"); err != nil {
+		return err
+	}
+	return s.Catalog.PublishReset(ctx, tenant, rule, subject)
+}
+
+func (s *spyCatalog) Snapshot(ctx context.Context) (*sluice.Snapshot, error) {
+	if err := s.hook(ctx, "Snapshot"); err != nil {
+		return nil, err
+	}
+	return s.Catalog.Snapshot(ctx)
+}
+
+func (s *spyCatalog) Version(ctx context.Context) (int64, error) {
+	if err := s.hook(ctx, "Version"); err != nil {
+		return 0, err
+	}
+	return s.Catalog.Version(ctx)
+}
+
+// spyAPI is an API over a SQLite catalog (tenant acme, one check key, rule
+// payments: one request per hour) seen through a spyCatalog, and a memory
+// store.
+type spyAPI struct {
+	api     *API
+	handler http.Handler
+	catalog *spyCatalog
+	store   *memory.Store
+	key     string
+}
+
+func newSpyAPI(t *testing.T, opts Options) *spyAPI {
+	t.Helper()
+	ctx := context.Background()
+	real, key := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "payments", Route: "/api/payments*",
+		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}, FailureMode: sluice.FailClosed})
+	if err := real.SetAdminTokenHash(ctx, sluice.HashAPIKey(testAdminToken)); err != nil {
+		t.Fatal(err)
+	}
+	spy := &spyCatalog{Catalog: real}
+	store := memory.New(memory.Options{})
+	t.Cleanup(func() { store.Close() })
+	engine := check.New(store, check.Options{})
+	t.Cleanup(func() { engine.Close() })
+	opts.Catalog, opts.Engine = spy, engine
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	api, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy.takeCalls()
+	return &spyAPI{api: api, handler: api.Handler(), catalog: spy, store: store, key: key}
+}
+
+func (s *spyAPI) do(method, target, auth, body string) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	rec := httptest.NewRecorder()
+	s.handler.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestResetValidatesBeforeTouchingAnything sends resets whose path values
+// the catalog could not store: each must be a 400 naming the value, with no
+// catalog call at all (so neither the store nor the deny cache was reached:
+// the handler calls them only after reading the tenant and the rule).
+func TestResetValidatesBeforeTouchingAnything(t *testing.T) {
+	s := newSpyAPI(t, Options{})
+	// Fill the subject's window so a reset would show.
+	if rec := s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "u"}`); rec.Code != http.StatusOK {
+		t.Fatalf("check: %d %s", rec.Code, rec.Body)
+	}
+	s.catalog.takeCalls()
+	for _, c := range []struct{ name, path, says string }{
+		{"nul_subject", "/v1/tenants/acme/rules/payments/subjects/u%00", "The subject contains a NUL"},
+		{"invalid_utf8_subject", "/v1/tenants/acme/rules/payments/subjects/u%FF", "The subject is not valid UTF-8"},
+		{"long_subject", "/v1/tenants/acme/rules/payments/subjects/" + strings.Repeat("u", MaxSubjectBytes+1), "at most 1024"},
+		{"nul_tenant", "/v1/tenants/acme%00/rules/payments/subjects/u", "Tenant name"},
+		{"nul_rule", "/v1/tenants/acme/rules/pay%00ments/subjects/u", "Rule name"},
+		{"invalid_utf8_rule", "/v1/tenants/acme/rules/pay%C3/subjects/u", "Rule name"},
+		{"nul_key_id", "/v1/tenants/acme/keys/key%00", "The key ID contains a NUL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			method := "DELETE"
+			rec := s.do(method, c.path, testAdminToken, "")
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"invalid_request"`) || !strings.Contains(rec.Body.String(), c.says) {
+				t.Errorf("got %d %s, want 400 invalid_request saying %q", rec.Code, rec.Body, c.says)
+			}
+			if calls := s.catalog.takeCalls(); len(calls) != 0 {
+				t.Errorf("catalog called before the path was validated: %v", calls)
+			}
+		})
+	}
+	// The subject's window is still full: nothing was reset.
+	if rec := s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "u"}`); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("after the refused resets, check: %d %s, want 429", rec.Code, rec.Body)
+	}
+	// A valid reset does reset (the control).
+	if rec := s.do("DELETE", "/v1/tenants/acme/rules/payments/subjects/u", testAdminToken, ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("valid reset: %d %s", rec.Code, rec.Body)
+	}
+	if rec := s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "u"}`); rec.Code != http.StatusOK {
+		t.Errorf("after the reset, check: %d %s, want 200", rec.Code, rec.Body)
+	}
+}

@@ -40,17 +40,26 @@ type Options struct {
 	// StorePing reports whether the rate-limit store answers, for /readyz;
 	// nil means always ready (an in-process store).
 	StorePing func(context.Context) error
+	// AdminTimeout bounds each admin call, catalog reads and writes
+	// included (default DefaultAdminTimeout). Past it the call answers 503
+	// catalog_unavailable. Keep it below the server's write timeout, or a
+	// slow call ends in an empty reply.
+	AdminTimeout time.Duration
 }
+
+// DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
+const DefaultAdminTimeout = 5 * time.Second
 
 // API serves the check and admin API. Create it with New, start following
 // catalog changes with Run, and mount it with Register.
 type API struct {
-	catalog     sluice.Catalog
-	engine      *check.Engine
-	metrics     *metrics.Metrics
-	log         *slog.Logger
-	defaultMode sluice.FailureMode
-	storePing   func(context.Context) error
+	catalog      sluice.Catalog
+	engine       *check.Engine
+	metrics      *metrics.Metrics
+	log          *slog.Logger
+	defaultMode  sluice.FailureMode
+	storePing    func(context.Context) error
+	adminTimeout time.Duration
 
 	state atomic.Pointer[state]
 	// reloadMu serialises snapshot reloads so an older read never replaces
@@ -87,12 +96,16 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		return nil, errors.New("httpapi: a catalog and a check engine are required")
 	}
 	a := &API{
-		catalog:     opts.Catalog,
-		engine:      opts.Engine,
-		metrics:     opts.Metrics,
-		log:         opts.Logger,
-		defaultMode: opts.DefaultFailureMode,
-		storePing:   opts.StorePing,
+		catalog:      opts.Catalog,
+		engine:       opts.Engine,
+		metrics:      opts.Metrics,
+		log:          opts.Logger,
+		defaultMode:  opts.DefaultFailureMode,
+		storePing:    opts.StorePing,
+		adminTimeout: opts.AdminTimeout,
+	}
+	if a.adminTimeout <= 0 {
+		a.adminTimeout = DefaultAdminTimeout
 	}
 	if a.log == nil {
 		a.log = slog.Default()

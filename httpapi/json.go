@@ -2,12 +2,15 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -178,8 +181,33 @@ func errorFor(err error) *apiError {
 		return &apiError{http.StatusConflict, "conflict", sentence(err.Error())}
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store is unavailable; retry shortly."}
+	case catalogUnavailable(err):
+		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", "The catalog database is unavailable or did not answer in time; retry shortly."}
 	}
 	return &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
+}
+
+// catalogUnavailable reports whether err says the catalog database could not
+// be reached or did not answer, rather than that the call was wrong. The
+// catalogs return their drivers' errors, so this looks for what they wrap:
+// the admin deadline, a network error (refused, reset, unreachable, DNS), or
+// a PostgreSQL SQLSTATE of class 08 (connection), 53 (insufficient
+// resources, e.g. too many connections) or 57P01-57P03 (shutting down,
+// starting up), read through the SQLState method of pgconn.PgError so that
+// this package need not import the driver.
+func catalogUnavailable(err error) bool {
+	var netErr net.Error
+	var state interface{ SQLState() string }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		return true
+	case errors.As(err, &state):
+		code := state.SQLState()
+		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") ||
+			code == "57P01" || code == "57P02" || code == "57P03"
+	}
+	return false
 }
 
 // sentence capitalises msg and ends it with a period.

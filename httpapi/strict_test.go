@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -249,5 +252,122 @@ func TestResetValidatesBeforeTouchingAnything(t *testing.T) {
 	}
 	if rec := s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "u"}`); rec.Code != http.StatusOK {
 		t.Errorf("after the reset, check: %d %s, want 200", rec.Code, rec.Body)
+	}
+}
+
+// refusedError is what a catalog driver returns when the database refuses
+// the connection: a real *net.OpError, wrapped as pgx wraps it.
+func refusedError(t *testing.T) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there now
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		conn.Close()
+		t.Skip("the closed port accepted a connection")
+	}
+	return fmt.Errorf("failed to connect to `host=127.0.0.1 user=sluice database=sluice`: %w", err)
+}
+
+// sqlStateError is a server error with a SQLSTATE, like pgconn.PgError.
+type sqlStateError struct{ code string }
+
+func (e *sqlStateError) Error() string {
+	return "FATAL: the database system is shutting down (SQLSTATE " + e.code + ")"
+}
+func (e *sqlStateError) SQLState() string { return e.code }
+
+// TestAdminCallsHaveTheirOwnDeadline runs admin calls against a catalog that
+// hangs until its context ends, refuses connections, or is shutting down:
+// each must answer 503 catalog_unavailable with Retry-After, within the
+// admin deadline, never 500 or an empty reply.
+func TestAdminCallsHaveTheirOwnDeadline(t *testing.T) {
+	const adminTimeout = 200 * time.Millisecond
+	s := newSpyAPI(t, Options{AdminTimeout: adminTimeout})
+	refused := refusedError(t)
+	rule := `{"route": "/api/x*", "limits": [{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 1}]}`
+	calls := []struct{ method, path, body string }{
+		{"GET", "/v1/tenants", ""},
+		{"GET", "/v1/tenants/acme", ""},
+		{"GET", "/v1/tenants/acme/rules", ""},
+		{"GET", "/v1/tenants/acme/keys", ""},
+		{"PUT", "/v1/tenants/acme/rules/x", rule},
+		{"POST", "/v1/tenants/acme/keys", `{"role": "check"}`},
+		{"DELETE", "/v1/tenants/acme/rules/payments/subjects/u", ""},
+	}
+	for _, mode := range []struct {
+		name   string
+		before func(ctx context.Context, method string) error
+	}{
+		{"hung", func(ctx context.Context, method string) error {
+			<-ctx.Done()
+			return fmt.Errorf("read: %w", ctx.Err())
+		}},
+		{"refused", func(context.Context, string) error { return refused }},
+		{"shutting_down", func(context.Context, string) error { return &sqlStateError{"57P01"} }},
+	} {
+		s.catalog.setBefore(mode.before)
+		for _, c := range calls {
+			t.Run(mode.name+"/"+c.method+c.path, func(t *testing.T) {
+				start := time.Now()
+				rec := s.do(c.method, c.path, testAdminToken, c.body)
+				took := time.Since(start)
+				if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"catalog_unavailable"`) ||
+					rec.Header().Get("Retry-After") == "" {
+					t.Errorf("got %d %v %s, want 503 catalog_unavailable with Retry-After", rec.Code, rec.Header(), rec.Body)
+				}
+				// The answer's own reload is bounded by the same deadline.
+				if took > 3*adminTimeout {
+					t.Errorf("took %v, want about the admin deadline (%v)", took, adminTimeout)
+				}
+			})
+		}
+	}
+	s.catalog.setBefore(nil)
+	if rec := s.do("GET", "/v1/tenants/acme", testAdminToken, ""); rec.Code != http.StatusOK {
+		t.Errorf("catalog back: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestResetThatCannotBePublishedSaysSo: the store is reset, but other
+// instances cannot be told; the answer says exactly that.
+func TestResetThatCannotBePublishedSaysSo(t *testing.T) {
+	s := newSpyAPI(t, Options{AdminTimeout: 200 * time.Millisecond})
+	refused := refusedError(t)
+	s.catalog.setBefore(func(_ context.Context, method string) error {
+		if method == "PublishReset" {
+			return refused
+		}
+		return nil
+	})
+	rec := s.do("DELETE", "/v1/tenants/acme/rules/payments/subjects/u", testAdminToken, "")
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "counters were reset, but") {
+		t.Errorf("got %d %s, want 503 saying the counters were reset but others were not told", rec.Code, rec.Body)
+	}
+}
+
+func TestCatalogUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
+		{refusedError(t), true},
+		{&net.DNSError{Err: "no such host", Name: "db"}, true},
+		{&sqlStateError{"08006"}, true},
+		{&sqlStateError{"53300"}, true},
+		{&sqlStateError{"57P03"}, true},
+		{&sqlStateError{"23505"}, false},
+		{errors.New("boom"), false},
+		{fmt.Errorf("tenant: %w", sluice.ErrNotFound), false},
+	} {
+		if got := catalogUnavailable(c.err); got != c.want {
+			t.Errorf("catalogUnavailable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -62,6 +62,10 @@ type API struct {
 	adminTimeout time.Duration
 
 	state atomic.Pointer[state]
+	// confirmedAt is when the served snapshot was last known to be the
+	// catalog's current one (unix nanoseconds), for /readyz.
+	confirmedAt atomic.Int64
+	ready       readyCache
 	// reloadMu serialises snapshot reloads so an older read never replaces
 	// a newer one.
 	reloadMu sync.Mutex
@@ -167,6 +171,8 @@ func (a *API) Run(ctx context.Context) error {
 		if ev.Version != a.state.Load().snap.Version {
 			// Reload outside the callback, which must return quickly.
 			signal()
+		} else {
+			a.confirm()
 		}
 	})
 	cancel()
@@ -187,9 +193,11 @@ func (a *API) reload(ctx context.Context) error {
 	}
 	old := a.state.Load()
 	if old != nil && snap.Version < old.snap.Version {
+		a.confirm() // what is served is newer still
 		return nil
 	}
 	a.state.Store(a.compile(snap, old))
+	a.confirm()
 	return nil
 }
 
@@ -290,28 +298,6 @@ func (a *API) Handler() http.Handler {
 
 func (a *API) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// handleReady answers 200 only when both the store and the catalog answer:
-// a service that would fail every check closed is not ready.
-func (a *API) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if a.storePing != nil {
-		if err := a.storePing(ctx); err != nil {
-			a.log.Warn("not ready: the rate-limit store does not answer", "error", err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store does not answer.")
-			return
-		}
-	}
-	if _, err := a.catalog.Version(ctx); err != nil {
-		a.log.Warn("not ready: the catalog database does not answer", "error", err)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "The catalog database does not answer.")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // WithJSONErrors answers what mux has no route for (404) or no method for

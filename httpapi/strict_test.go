@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,4 +372,118 @@ func TestCatalogUnavailable(t *testing.T) {
 			t.Errorf("catalogUnavailable(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
+}
+
+// readyz asks /readyz afresh (past the cache) and decodes the answer.
+func (s *spyAPI) readyz(t *testing.T, fresh bool) (int, map[string]any) {
+	t.Helper()
+	if fresh {
+		s.api.ready.mu.Lock()
+		s.api.ready.body = nil
+		s.api.ready.mu.Unlock()
+	}
+	rec := s.do("GET", "/readyz", "", "")
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("readyz: %d %q is not JSON", rec.Code, rec.Body)
+	}
+	return rec.Code, body
+}
+
+func TestReadyzIsAboutAnsweringChecks(t *testing.T) {
+	ctx := context.Background()
+	var pings atomic.Int64
+	var storeDown atomic.Bool
+	s := newSpyAPI(t, Options{StorePing: func(ctx context.Context) error {
+		pings.Add(1)
+		if storeDown.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		return nil
+	}})
+	versionCalls := func() int {
+		n := 0
+		for _, c := range s.catalog.takeCalls() {
+			if c == "Version" {
+				n++
+			}
+		}
+		return n
+	}
+
+	t.Run("all_well", func(t *testing.T) {
+		status, body := s.readyz(t, true)
+		if status != http.StatusOK || body["status"] != "ready" || body["store"] != "ok" || body["catalog"] != "current" {
+			t.Errorf("got %d %v", status, body)
+		}
+		if age, ok := body["snapshot_age_seconds"].(float64); !ok || age < 0 || age > 1 {
+			t.Errorf("snapshot_age_seconds = %v, want about 0", body["snapshot_age_seconds"])
+		}
+	})
+
+	t.Run("probes_are_answered_from_a_cache", func(t *testing.T) {
+		s.readyz(t, true)
+		pings.Store(0)
+		versionCalls()
+		for range 50 {
+			if status, _ := s.readyz(t, false); status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+		}
+		if p, v := pings.Load(), versionCalls(); p != 0 || v != 0 {
+			t.Errorf("50 probes within the cache interval: %d pings, %d catalog queries; want 0 and 0", p, v)
+		}
+	})
+
+	t.Run("catalog_hung_is_ready_and_stale", func(t *testing.T) {
+		s.catalog.setBefore(func(ctx context.Context, method string) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		defer s.catalog.setBefore(nil)
+		time.Sleep(50 * time.Millisecond) // let the snapshot age show
+		start := time.Now()
+		status, body := s.readyz(t, true)
+		if took := time.Since(start); took > 2*readyProbeTimeout {
+			t.Errorf("readyz took %v with the catalog hung", took)
+		}
+		if status != http.StatusOK || body["catalog"] != "stale" || body["snapshot_age_seconds"].(float64) < 0.05 {
+			t.Errorf("got %d %v, want 200, catalog stale, an age of at least 0.05", status, body)
+		}
+	})
+
+	t.Run("store_down_with_a_rule_failing_closed", func(t *testing.T) {
+		storeDown.Store(true)
+		defer storeDown.Store(false)
+		status, body := s.readyz(t, true)
+		e, _ := body["error"].(map[string]any)
+		if status != http.StatusServiceUnavailable || e["code"] != "store_unavailable" || !strings.Contains(e["message"].(string), "1 of this instance's rules fail closed") {
+			t.Errorf("got %d %v, want 503 store_unavailable", status, body)
+		}
+	})
+
+	t.Run("store_down_with_every_rule_covered", func(t *testing.T) {
+		rule, err := s.catalog.Rule(ctx, "acme", "payments")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule.FailureMode = sluice.FailLocal
+		if _, err := s.catalog.PutRule(ctx, rule); err != nil {
+			t.Fatal(err)
+		}
+		open := sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*", FailureMode: sluice.FailOpen,
+			Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}}
+		if _, err := s.catalog.PutRule(ctx, open); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.api.reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		storeDown.Store(true)
+		defer storeDown.Store(false)
+		status, body := s.readyz(t, true)
+		if status != http.StatusOK || body["store"] != "unavailable" {
+			t.Errorf("got %d %v, want 200 with the store unavailable", status, body)
+		}
+	})
 }

@@ -487,3 +487,49 @@ func TestReadyzIsAboutAnsweringChecks(t *testing.T) {
 		}
 	})
 }
+
+func TestTenantCaps(t *testing.T) {
+	s := newSpyAPI(t, Options{MaxRulesPerTenant: 2, MaxKeysPerTenant: 2}) // acme has 1 rule, 1 key
+	rule := func(route string) string {
+		return `{"route": "` + route + `", "limits": [{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 1}]}`
+	}
+	expect := func(want int, method, path, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		rec := s.do(method, path, testAdminToken, body)
+		if rec.Code != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, rec.Code, rec.Body, want)
+		}
+		return rec
+	}
+	capReached := func(rec *httptest.ResponseRecorder, says string) {
+		t.Helper()
+		if !strings.Contains(rec.Body.String(), `"tenant_cap_reached"`) || !strings.Contains(rec.Body.String(), says) {
+			t.Errorf("answer %s, want tenant_cap_reached saying %q", rec.Body, says)
+		}
+	}
+
+	expect(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/b", rule("/b"))
+	capReached(expect(http.StatusConflict, "PUT", "/v1/tenants/acme/rules/c", rule("/c")),
+		`Tenant \"acme\" already has 2 rules, the most this server allows per tenant (2)`)
+	expect(http.StatusOK, "PUT", "/v1/tenants/acme/rules/b", rule("/b2")) // replacing is not creating
+	expect(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/b", "")
+	expect(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/c", rule("/c"))
+
+	expect(http.StatusCreated, "POST", "/v1/tenants/acme/keys", `{"role": "admin"}`)
+	capReached(expect(http.StatusConflict, "POST", "/v1/tenants/acme/keys", `{"role": "check"}`),
+		`2 active API keys, the most this server allows per tenant (2)`)
+	keys, err := s.catalog.Keys(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(http.StatusNoContent, "DELETE", "/v1/tenants/acme/keys/"+keys[0].ID, "")
+	expect(http.StatusCreated, "POST", "/v1/tenants/acme/keys", `{"role": "check"}`) // revoked keys do not count
+}
+
+func TestCapOptions(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, 7}, {3, 3}, {-5, -1}} {
+		if got := capOrDefault(c.in, 7); got != c.want {
+			t.Errorf("capOrDefault(%d, 7) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

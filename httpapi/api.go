@@ -81,6 +81,7 @@ type API struct {
 	// catalog's current one (unix nanoseconds), for /readyz.
 	confirmedAt atomic.Int64
 	ready       readyCache
+	draining    atomic.Bool
 	// reloadMu serialises snapshot reloads so an older read never replaces
 	// a newer one.
 	reloadMu sync.Mutex

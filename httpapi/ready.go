@@ -57,7 +57,18 @@ type readyBody struct {
 // confirm records that the served snapshot is current now.
 func (a *API) confirm() { a.confirmedAt.Store(time.Now().UnixNano()) }
 
+// Drain makes /readyz answer 503 from now on, so load balancers stop
+// sending this instance new requests while it finishes the ones in flight
+// (call it on SIGTERM, before http.Server.Shutdown). Checks are still
+// answered.
+func (a *API) Drain() { a.draining.Store(true) }
+
 func (a *API) handleReady(w http.ResponseWriter, r *http.Request) {
+	if a.draining.Load() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "draining", "This instance is shutting down; send requests to another.")
+		return
+	}
 	c := &a.ready
 	c.mu.Lock()
 	if c.body == nil || time.Since(c.at) >= readyCacheTTL {

@@ -533,3 +533,18 @@ func TestCapOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestReadyzWhileDraining(t *testing.T) {
+	s := newSpyAPI(t, Options{})
+	if status, _ := s.readyz(t, true); status != http.StatusOK {
+		t.Fatalf("before draining: %d", status)
+	}
+	s.api.Drain()
+	status, body := s.readyz(t, false) // the cached 200 must not hide it
+	if e, _ := body["error"].(map[string]any); status != http.StatusServiceUnavailable || e["code"] != "draining" {
+		t.Errorf("while draining: %d %v, want 503 draining", status, body)
+	}
+	if rec := s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "d"}`); rec.Code != http.StatusOK {
+		t.Errorf("a check while draining: %d %s", rec.Code, rec.Body)
+	}
+}

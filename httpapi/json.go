@@ -182,10 +182,12 @@ func errorFor(err error) *apiError {
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store is unavailable; retry shortly."}
 	case catalogUnavailable(err):
-		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", "The catalog database is unavailable or did not answer in time; retry shortly."}
+		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", msgCatalogUnavailable}
 	}
 	return &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
 }
+
+const msgCatalogUnavailable = "The catalog database is unavailable or did not answer in time; retry shortly."
 
 // catalogUnavailable reports whether err says the catalog database could not
 // be reached or did not answer, rather than that the call was wrong. The

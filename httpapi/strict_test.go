@@ -322,11 +322,12 @@ func TestAdminCallsHaveTheirOwnDeadline(t *testing.T) {
 					rec.Header().Get("Retry-After") == "" {
 					t.Errorf("got %d %v %s, want 503 catalog_unavailable with Retry-After", rec.Code, rec.Header(), rec.Body)
 				}
-				// The answer's own reload is bounded by the same deadline.
 				if c.method != "GET" && !strings.Contains(rec.Body.String(), "may have been made") && !strings.Contains(rec.Body.String(), "counters were reset") {
 					t.Errorf("a write's 503 does not say the change may have been made: %s", rec.Body)
 				}
-				if took > 3*adminTimeout {
+				// Loose, for loaded machines: the point is a deadline well
+				// inside the server's 15 s write timeout.
+				if took > adminTimeout+2*time.Second {
 					t.Errorf("took %v, want about the admin deadline (%v)", took, adminTimeout)
 				}
 			})
@@ -448,7 +449,7 @@ func TestReadyzIsAboutAnsweringChecks(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // let the snapshot age show
 		start := time.Now()
 		status, body := s.readyz(t, true)
-		if took := time.Since(start); took > 2*readyProbeTimeout {
+		if took := time.Since(start); took > readyProbeTimeout+time.Second {
 			t.Errorf("readyz took %v with the catalog hung", took)
 		}
 		if status != http.StatusOK || body["catalog"] != "stale" || body["snapshot_age_seconds"].(float64) < 0.05 {

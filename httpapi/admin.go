@@ -59,8 +59,10 @@ func (a *API) authorize(r *http.Request) (principal, *apiError) {
 }
 
 // admin runs fn for an authorized caller allowed to manage the {tenant} of
-// the path (any tenant when operatorOnly is false and the path has none).
-func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, fn func(principal) (int, any, error)) {
+// the path (any tenant when operatorOnly is false and the path has none),
+// under the API's admin deadline: a hung catalog is answered with a 503 well
+// before the server's write timeout, not with an empty reply.
+func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, fn func(context.Context, principal) (int, any, error)) {
 	p, aerr := a.authorize(r)
 	if aerr != nil {
 		a.fail(w, aerr)
@@ -70,17 +72,30 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 		a.fail(w, errOperatorOnly)
 		return
 	}
+	if aerr := validatePath(r); aerr != nil {
+		// Before anything is read or changed: a value the catalog cannot
+		// store must not fail halfway through a call (a reset of the store
+		// that other instances are never told of).
+		a.fail(w, aerr)
+		return
+	}
 	if tenant := r.PathValue("tenant"); tenant != "" && !p.mayManage(tenant) {
 		a.fail(w, errOtherTenant)
 		return
 	}
-	status, body, err := fn(p)
+	ctx, cancel := context.WithTimeout(r.Context(), a.adminTimeout)
+	defer cancel()
+	status, body, err := fn(ctx, p)
 	if err != nil {
 		e := errorFor(err)
-		if e.status == http.StatusInternalServerError {
-			a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		if e.message == msgCatalogUnavailable && r.Method != http.MethodGet {
+			e = &apiError{e.status, e.code, e.message + " If it stopped answering mid-call, the change may have been made: read it back before repeating a create."}
 		}
-		if e.status == http.StatusServiceUnavailable {
+		switch e.status {
+		case http.StatusInternalServerError:
+			a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		case http.StatusServiceUnavailable:
+			a.log.Warn("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
 			w.Header().Set("Retry-After", "1")
 		}
 		a.fail(w, e)
@@ -89,18 +104,85 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 	if r.Method != http.MethodGet {
 		// Read-your-writes on this instance: the next call (a check with
 		// the key just created, say) sees the change at once. Other
-		// instances see it through Watch.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-		if err := a.reload(ctx); err != nil {
+		// instances see it through Watch. The change is made: a client
+		// gone now must not stop the reload, but the deadline still holds.
+		deadline, _ := ctx.Deadline()
+		reloadCtx, cancelReload := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+		if err := a.reload(reloadCtx); err != nil {
 			a.log.Warn("catalog snapshot reload after a change failed; Watch will retry", "error", err)
 		}
-		cancel()
+		cancelReload()
 	}
 	if status == http.StatusNoContent {
 		w.WriteHeader(status)
 		return
 	}
 	writeJSON(w, status, body)
+}
+
+// validatePath checks the values of an admin call's path: the names are
+// slugs, a key ID and a subject are text without NUL, within bounds.
+// ServeMux has already unescaped them, so %00 and %FF arrive as bytes.
+func validatePath(r *http.Request) *apiError {
+	if tenant := r.PathValue("tenant"); tenant != "" {
+		if err := sluice.ValidateTenantName(tenant); err != nil {
+			return errorFor(err)
+		}
+	}
+	if name := r.PathValue("name"); name != "" {
+		if err := sluice.ValidateRuleName(name); err != nil {
+			return errorFor(err)
+		}
+	}
+	if aerr := validText("key ID", r.PathValue("id"), sluice.MaxNameBytes); aerr != nil {
+		return aerr
+	}
+	return validText("subject", r.PathValue("subject"), MaxSubjectBytes)
+}
+
+// Per-tenant caps. They are counted in the catalog before the create, so
+// creates racing on several instances may pass a cap by as many as race;
+// exact enforcement would need the catalog to count inside its transaction.
+// 409 rather than 422: the request is valid and conflicts with the tenant's
+// current state, and succeeds once a rule or key is deleted (RFC 9110 15.5.10),
+// like a name already taken.
+
+func (a *API) checkRuleCap(ctx context.Context, tenant string) error {
+	if a.maxRules < 0 {
+		return nil
+	}
+	rules, err := a.catalog.Rules(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if len(rules) >= a.maxRules {
+		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
+			"Tenant %q already has %d rules, the most this server allows per tenant (%d); delete one or ask the operator to raise the cap.",
+			tenant, len(rules), a.maxRules)}
+	}
+	return nil
+}
+
+func (a *API) checkKeyCap(ctx context.Context, tenant string) error {
+	if a.maxKeys < 0 {
+		return nil
+	}
+	keys, err := a.catalog.Keys(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	active := 0
+	for _, k := range keys {
+		if k.RevokedAt == nil { // revoked keys are history, not capacity
+			active++
+		}
+	}
+	if active >= a.maxKeys {
+		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
+			"Tenant %q already has %d active API keys, the most this server allows per tenant (%d); revoke one or ask the operator to raise the cap.",
+			tenant, active, a.maxKeys)}
+	}
+	return nil
 }
 
 // --- tenants
@@ -116,7 +198,7 @@ func newTenantBody(t sluice.Tenant) tenantBody {
 }
 
 func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, true, func(principal) (int, any, error) {
+	a.admin(w, r, true, func(ctx context.Context, _ principal) (int, any, error) {
 		var in struct {
 			Name string `json:"name"`
 		}
@@ -126,7 +208,7 @@ func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		if err := sluice.ValidateTenantName(in.Name); err != nil {
 			return 0, nil, err
 		}
-		t, err := a.catalog.CreateTenant(r.Context(), in.Name)
+		t, err := a.catalog.CreateTenant(ctx, in.Name)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -135,16 +217,16 @@ func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(p principal) (int, any, error) {
+	a.admin(w, r, false, func(ctx context.Context, p principal) (int, any, error) {
 		var ts []sluice.Tenant
 		if p.operator {
 			var err error
-			if ts, err = a.catalog.Tenants(r.Context()); err != nil {
+			if ts, err = a.catalog.Tenants(ctx); err != nil {
 				return 0, nil, err
 			}
 		} else {
 			// A tenant key sees its own tenant only.
-			t, err := a.catalog.Tenant(r.Context(), p.tenant)
+			t, err := a.catalog.Tenant(ctx, p.tenant)
 			if err != nil {
 				return 0, nil, err
 			}
@@ -159,8 +241,8 @@ func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleGetTenant(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		t, err := a.catalog.Tenant(r.Context(), r.PathValue("tenant"))
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		t, err := a.catalog.Tenant(ctx, r.PathValue("tenant"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -169,7 +251,7 @@ func (a *API) handleGetTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, true, func(principal) (int, any, error) {
+	a.admin(w, r, true, func(ctx context.Context, _ principal) (int, any, error) {
 		var in struct {
 			Status *string `json:"status"`
 		}
@@ -183,7 +265,7 @@ func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
 		if !status.Valid() {
 			return 0, nil, badRequest("Unknown status %q (want active or suspended).", *in.Status)
 		}
-		t, err := a.catalog.SetTenantStatus(r.Context(), r.PathValue("tenant"), status)
+		t, err := a.catalog.SetTenantStatus(ctx, r.PathValue("tenant"), status)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -192,10 +274,10 @@ func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, true, func(principal) (int, any, error) {
+	a.admin(w, r, true, func(ctx context.Context, _ principal) (int, any, error) {
 		tenant := r.PathValue("tenant")
 		t, known := a.state.Load().snap.Tenants[tenant]
-		if err := a.catalog.DeleteTenant(r.Context(), tenant); err != nil {
+		if err := a.catalog.DeleteTenant(ctx, tenant); err != nil {
 			return 0, nil, err
 		}
 		if known {
@@ -236,7 +318,7 @@ func DefaultKeyName(role sluice.Role) string {
 }
 
 func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
 		var in struct {
 			Name string `json:"name"`
 			Role string `json:"role"`
@@ -254,8 +336,11 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 		if err := sluice.ValidateKeyName(in.Name); err != nil {
 			return 0, nil, err
 		}
+		if err := a.checkKeyCap(ctx, r.PathValue("tenant")); err != nil {
+			return 0, nil, err
+		}
 		secret, hash := sluice.NewAPIKeySecret()
-		k, err := a.catalog.CreateKey(r.Context(), r.PathValue("tenant"), in.Name, role, hash)
+		k, err := a.catalog.CreateKey(ctx, r.PathValue("tenant"), in.Name, role, hash)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -266,8 +351,8 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		ks, err := a.catalog.Keys(r.Context(), r.PathValue("tenant"))
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		ks, err := a.catalog.Keys(ctx, r.PathValue("tenant"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -280,8 +365,8 @@ func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		if _, err := a.catalog.RevokeKey(r.Context(), r.PathValue("tenant"), r.PathValue("id")); err != nil {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		if _, err := a.catalog.RevokeKey(ctx, r.PathValue("tenant"), r.PathValue("id")); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil
@@ -407,7 +492,7 @@ func (a *API) ruleFromRequest(tenant, name string, in putRuleRequest) (sluice.Ru
 }
 
 func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
 		var in putRuleRequest
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
@@ -420,12 +505,16 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 		// replaced. Two PUTs racing to create one rule may both answer 201;
 		// the rule stored is the same either way.
 		status := http.StatusOK
-		if _, err := a.catalog.Rule(r.Context(), rule.Tenant, rule.Name); errors.Is(err, sluice.ErrNotFound) {
+		if _, err := a.catalog.Rule(ctx, rule.Tenant, rule.Name); errors.Is(err, sluice.ErrNotFound) {
 			status = http.StatusCreated
+			// Only a create counts: replacing a rule at the cap is fine.
+			if err := a.checkRuleCap(ctx, rule.Tenant); err != nil {
+				return 0, nil, err
+			}
 		} else if err != nil {
 			return 0, nil, err
 		}
-		stored, err := a.catalog.PutRule(r.Context(), rule)
+		stored, err := a.catalog.PutRule(ctx, rule)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -434,8 +523,8 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		rs, err := a.catalog.Rules(r.Context(), r.PathValue("tenant"))
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		rs, err := a.catalog.Rules(ctx, r.PathValue("tenant"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -448,8 +537,8 @@ func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleGetRule(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		rule, err := a.catalog.Rule(r.Context(), r.PathValue("tenant"), r.PathValue("name"))
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		rule, err := a.catalog.Rule(ctx, r.PathValue("tenant"), r.PathValue("name"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -458,8 +547,8 @@ func (a *API) handleGetRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
-		if err := a.catalog.DeleteRule(r.Context(), r.PathValue("tenant"), r.PathValue("name")); err != nil {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		if err := a.catalog.DeleteRule(ctx, r.PathValue("tenant"), r.PathValue("name")); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil
@@ -469,21 +558,28 @@ func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
 // handleResetSubject forgets a subject's counters under a rule, on the store
 // and in every instance's deny cache.
 func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(principal) (int, any, error) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
 		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
-		t, err := a.catalog.Tenant(r.Context(), tenant)
+		t, err := a.catalog.Tenant(ctx, tenant)
 		if err != nil {
 			return 0, nil, err
 		}
-		rule, err := a.catalog.Rule(r.Context(), tenant, name)
+		rule, err := a.catalog.Rule(ctx, tenant, name)
 		if err != nil {
 			return 0, nil, err
 		}
 		target := &check.Rule{Namespace: counterNamespace(t), Name: name, Limits: rule.Limits}
-		if err := a.engine.Reset(r.Context(), target, subject); err != nil {
+		if err := a.engine.Reset(ctx, target, subject); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}
-		if err := a.catalog.PublishReset(r.Context(), tenant, name, subject); err != nil {
+		// After the store: an instance told first could cache a deny from
+		// the counters about to go.
+		if err := a.catalog.PublishReset(ctx, tenant, name, subject); err != nil {
+			if e := errorFor(err); e.code == "catalog_unavailable" {
+				return 0, nil, &apiError{e.status, e.code, "The subject's counters were reset, but the catalog database, " +
+					"through which other instances learn of it, is unavailable: their deny caches may refuse this subject " +
+					"until its retry time. Repeat the reset shortly."}
+			}
 			return 0, nil, fmt.Errorf("tell other instances of the reset: %w", err)
 		}
 		return http.StatusNoContent, nil, nil

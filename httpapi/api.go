@@ -40,19 +40,48 @@ type Options struct {
 	// StorePing reports whether the rate-limit store answers, for /readyz;
 	// nil means always ready (an in-process store).
 	StorePing func(context.Context) error
+	// AdminTimeout bounds each admin call, catalog reads and writes
+	// included (default DefaultAdminTimeout). Past it the call answers 503
+	// catalog_unavailable. Keep it below the server's write timeout, or a
+	// slow call ends in an empty reply.
+	AdminTimeout time.Duration
+	// MaxRulesPerTenant and MaxKeysPerTenant cap what one tenant may
+	// create: rules, and active (unrevoked) API keys. 0 means the default
+	// (DefaultMaxRulesPerTenant, DefaultMaxKeysPerTenant); a negative
+	// value, no cap. Past a cap a create answers 409 tenant_cap_reached.
+	MaxRulesPerTenant int
+	MaxKeysPerTenant  int
 }
+
+// Default per-tenant caps: every rule is in every instance's memory and
+// every key in every snapshot, so one tenant must not grow them unbounded.
+const (
+	DefaultMaxRulesPerTenant = 1000
+	DefaultMaxKeysPerTenant  = 100
+)
+
+// DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
+const DefaultAdminTimeout = 5 * time.Second
 
 // API serves the check and admin API. Create it with New, start following
 // catalog changes with Run, and mount it with Register.
 type API struct {
-	catalog     sluice.Catalog
-	engine      *check.Engine
-	metrics     *metrics.Metrics
-	log         *slog.Logger
-	defaultMode sluice.FailureMode
-	storePing   func(context.Context) error
+	catalog      sluice.Catalog
+	engine       *check.Engine
+	metrics      *metrics.Metrics
+	log          *slog.Logger
+	defaultMode  sluice.FailureMode
+	storePing    func(context.Context) error
+	adminTimeout time.Duration
+	maxRules     int
+	maxKeys      int
 
 	state atomic.Pointer[state]
+	// confirmedAt is when the served snapshot was last known to be the
+	// catalog's current one (unix nanoseconds), for /readyz.
+	confirmedAt atomic.Int64
+	ready       readyCache
+	draining    atomic.Bool
 	// reloadMu serialises snapshot reloads so an older read never replaces
 	// a newer one.
 	reloadMu sync.Mutex
@@ -87,12 +116,18 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		return nil, errors.New("httpapi: a catalog and a check engine are required")
 	}
 	a := &API{
-		catalog:     opts.Catalog,
-		engine:      opts.Engine,
-		metrics:     opts.Metrics,
-		log:         opts.Logger,
-		defaultMode: opts.DefaultFailureMode,
-		storePing:   opts.StorePing,
+		catalog:      opts.Catalog,
+		engine:       opts.Engine,
+		metrics:      opts.Metrics,
+		log:          opts.Logger,
+		defaultMode:  opts.DefaultFailureMode,
+		storePing:    opts.StorePing,
+		adminTimeout: opts.AdminTimeout,
+		maxRules:     capOrDefault(opts.MaxRulesPerTenant, DefaultMaxRulesPerTenant),
+		maxKeys:      capOrDefault(opts.MaxKeysPerTenant, DefaultMaxKeysPerTenant),
+	}
+	if a.adminTimeout <= 0 {
+		a.adminTimeout = DefaultAdminTimeout
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -107,6 +142,17 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		return nil, fmt.Errorf("read the catalog: %w", err)
 	}
 	return a, nil
+}
+
+// capOrDefault reads a cap option: 0 is the default, negative is no cap (-1).
+func capOrDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
 }
 
 // Run follows catalog changes until ctx ends: it reloads the snapshot when
@@ -154,6 +200,8 @@ func (a *API) Run(ctx context.Context) error {
 		if ev.Version != a.state.Load().snap.Version {
 			// Reload outside the callback, which must return quickly.
 			signal()
+		} else {
+			a.confirm()
 		}
 	})
 	cancel()
@@ -174,9 +222,11 @@ func (a *API) reload(ctx context.Context) error {
 	}
 	old := a.state.Load()
 	if old != nil && snap.Version < old.snap.Version {
+		a.confirm() // what is served is newer still
 		return nil
 	}
 	a.state.Store(a.compile(snap, old))
+	a.confirm()
 	return nil
 }
 
@@ -277,28 +327,6 @@ func (a *API) Handler() http.Handler {
 
 func (a *API) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// handleReady answers 200 only when both the store and the catalog answer:
-// a service that would fail every check closed is not ready.
-func (a *API) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if a.storePing != nil {
-		if err := a.storePing(ctx); err != nil {
-			a.log.Warn("not ready: the rate-limit store does not answer", "error", err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store does not answer.")
-			return
-		}
-	}
-	if _, err := a.catalog.Version(ctx); err != nil {
-		a.log.Warn("not ready: the catalog database does not answer", "error", err)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "The catalog database does not answer.")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // WithJSONErrors answers what mux has no route for (404) or no method for

@@ -57,6 +57,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"check_cost_that_can_never_fit", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": 11}`, 400, "invalid_request"},
 		{"check_oversized_subject", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "` + strings.Repeat("s", 1100) + `"}`, 400, "invalid_request"},
 		{"check_route_wrong_type", "POST", "/v1/check", "key", `{"route": 17}`, 400, "invalid_request"},
+		{"check_field_in_other_case", "POST", "/v1/check", "key", `{"ROUTE": "/api/payments"}`, 400, "unknown_field"},
+		{"check_duplicate_field", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "a", "subject": "b"}`, 400, "duplicate_field"},
+		{"check_invalid_utf8_subject", "POST", "/v1/check", "key", "{\"route\": \"/api/payments\", \"subject\": \"\xff\"}", 400, "invalid_request"},
+		{"check_unpaired_surrogate_subject", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "\ud800"}`, 400, "invalid_request"},
+		{"check_nul_subject", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "a\u0000"}`, 400, "invalid_request"},
 
 		// tenants
 		{"tenant_duplicate_name", "POST", "/v1/tenants", "", `{"name": "acme"}`, 409, "conflict"},
@@ -69,6 +74,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"tenant_unknown_suspend", "PATCH", "/v1/tenants/nobody", "", `{"status": "suspended"}`, 404, "not_found"},
 		{"tenant_unknown_get", "GET", "/v1/tenants/nobody", "", ``, 404, "not_found"},
 		{"tenant_unknown_delete", "DELETE", "/v1/tenants/nobody", "", ``, 404, "not_found"},
+		{"tenant_nul_name", "POST", "/v1/tenants", "", `{"name": "x\u0000"}`, 400, "invalid_request"},
+		{"tenant_duplicate_field", "POST", "/v1/tenants", "", `{"name": "x", "name": "y"}`, 400, "duplicate_field"},
+		{"tenant_status_in_other_case", "PATCH", "/v1/tenants/acme", "", `{"Status": "suspended"}`, 400, "unknown_field"},
 		{"tenant_oversized_body", "POST", "/v1/tenants", "", `{"name": "` + strings.Repeat("a", 70<<10) + `"}`, 413, "body_too_large"},
 
 		// keys
@@ -113,6 +121,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"rule_unknown_delete", "DELETE", "/v1/tenants/acme/rules/nope", "", ``, 404, "not_found"},
 		{"unknown_endpoint", "GET", "/v1/nothing", "", ``, 404, "not_found"},
 		{"wrong_method", "GET", "/v1/check", "key", ``, 405, "method_not_allowed"},
+		{"rule_field_in_other_case", "PUT", "/v1/tenants/acme/rules/r", "", `{"route": "/x", "Limits": [{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 1}]}`, 400, "unknown_field"},
+		{"rule_duplicate_field", "PUT", "/v1/tenants/acme/rules/r", "", `{"route": "/x", "route": "/y", "limits": [{"algorithm": "token_bucket", "capacity": 1, "refill_per_second": 1}]}`, 400, "duplicate_field"},
+		{"rule_nul_limit_name", "PUT", "/v1/tenants/acme/rules/r", "", tb(`, "capacity": 1, "refill_per_second": 1, "window": "\u0000"`), 400, "invalid_request"},
+		{"reset_nul_subject", "DELETE", "/v1/tenants/acme/rules/payments/subjects/a%00b", "", ``, 400, "invalid_request"},
+		{"reset_invalid_utf8_subject", "DELETE", "/v1/tenants/acme/rules/payments/subjects/%FF%FE", "", ``, 400, "invalid_request"},
+		{"reset_invalid_tenant", "DELETE", "/v1/tenants/ac%00me/rules/payments/subjects/u", "", ``, 400, "invalid_request"},
+		{"get_tenant_invalid_utf8", "GET", "/v1/tenants/%C3", "", ``, 400, "invalid_request"},
 		{"rule_unknown_subject_reset", "DELETE", "/v1/tenants/acme/rules/nope/subjects/u", "", ``, 404, "not_found"},
 	}
 

@@ -5,9 +5,10 @@ package httpapi
 //
 // Decoding has a fast path for the shape clients send and no error handling
 // of its own: on anything it does not fully understand (an error, an escaped
-// field name, an unusual number) it gives up and the body it already read goes
-// to decodeBytes, the encoding/json path every other endpoint uses. Accepting
-// and rejecting therefore cannot drift from encoding/json, and neither can the
+// field name, an unusual number, anything the strict rules refuse) it gives
+// up and the body it already read goes to decodeBytes, the path every other
+// endpoint uses: the strict rules (strict.go), then encoding/json. Accepting
+// and rejecting therefore cannot drift from that path, and neither can the
 // error messages. Encoding has no fallback: it writes the same bytes as
 // writeJSON(newDecisionBody(...)), which the tests and the fuzz test compare.
 
@@ -115,17 +116,19 @@ const (
 
 // parseCheckFast parses a check body of the common shape: one object whose
 // members are route, subject (strings or null) and cost (an integer or null),
-// names in any ASCII case, any JSON whitespace, any string escapes. ok is
-// false for anything else, errors included; whatever it accepts,
-// encoding/json accepts with the same values. Strings with escapes or
-// invalid UTF-8 are unescaped into scratch, whose spare capacity is used
-// before anything is allocated.
+// each at most once, names exactly so, any JSON whitespace, any string
+// escapes but \u0000 and unpaired surrogates, valid UTF-8. ok is false for
+// anything else, errors included; whatever it accepts, decodeBytes (the
+// strict rules and encoding/json) accepts with the same values. Strings with
+// escapes are unescaped into scratch, whose spare capacity is used before
+// anything is allocated.
 func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
 	// The strings' last values, in b or in scratch: both become one string,
 	// one allocation.
 	var route, subject []byte
 	var cost int64
 	hasCost := false
+	var seen [fieldCost + 1]bool // a duplicate is for decodeBytes to refuse
 
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -137,9 +140,10 @@ func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
 	} else {
 		for {
 			field, next, ok := parseFieldName(b, i)
-			if !ok {
+			if !ok || seen[field] {
 				return req, false
 			}
+			seen[field] = true
 			i = skipSpace(b, next)
 			if i >= len(b) || b[i] != ':' {
 				return req, false
@@ -153,12 +157,7 @@ func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
 				if len(b)-i < 4 || string(b[i:i+4]) != "null" {
 					return req, false
 				}
-				i += 4
-				// encoding/json sets a pointer to nil on null but leaves a
-				// string as it was, even if set by an earlier duplicate.
-				if field == fieldCost {
-					hasCost = false
-				}
+				i += 4 // each field is seen once: null leaves it absent
 			case field == fieldCost:
 				if cost, i, ok = parseInt64(b, i); !ok {
 					return req, false
@@ -223,10 +222,9 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// parseFieldName parses the quoted member name at b[i]. Only unescaped ASCII
-// names are handled, so that encoding/json's case folding (which maps
-// U+017F to s and U+212A to k) reduces to ASCII case-insensitivity; unknown
-// names are errors, left to encoding/json to explain.
+// parseFieldName parses the quoted member name at b[i]. Only unescaped names
+// spelt exactly as the fields are handled; anything else (an unknown name,
+// one in another case) is an error or an escape, left to decodeBytes.
 func parseFieldName(b []byte, i int) (field, next int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return fieldUnknown, i, false
@@ -242,34 +240,17 @@ func parseFieldName(b []byte, i int) (field, next int, ok bool) {
 		return fieldUnknown, i, false
 	}
 	name := b[start:end]
-	switch {
-	case equalFoldASCII(name, "route"):
+	switch string(name) { // no allocation: the compiler compares in place
+	case "route":
 		field = fieldRoute
-	case equalFoldASCII(name, "subject"):
+	case "subject":
 		field = fieldSubject
-	case equalFoldASCII(name, "cost"):
+	case "cost":
 		field = fieldCost
 	default:
 		return fieldUnknown, i, false
 	}
 	return field, end + 1, true
-}
-
-// equalFoldASCII reports whether name equals lower, a lower-case ASCII word,
-// ignoring ASCII case.
-func equalFoldASCII(name []byte, lower string) bool {
-	if len(name) != len(lower) {
-		return false
-	}
-	for k, c := range name {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[k] {
-			return false
-		}
-	}
-	return true
 }
 
 // parseInt64 parses the JSON integer at b[i] if it fits an int64. A fraction
@@ -309,8 +290,8 @@ func parseInt64(b []byte, i int) (v int64, next int, ok bool) {
 }
 
 // parseString returns the value of the JSON string at b[i]: a slice of b if
-// it holds neither escapes nor invalid UTF-8, else its unescaped value
-// appended to scratch.
+// it holds no escapes, else its unescaped value appended to scratch. ok is
+// false for invalid UTF-8, \u0000 and unpaired surrogates too.
 func parseString(b []byte, i int, scratch []byte) (s, scratchOut []byte, next int, ok bool) {
 	start := i + 1
 	for j := start; j < len(b); {
@@ -327,7 +308,7 @@ func parseString(b []byte, i int, scratch []byte) (s, scratchOut []byte, next in
 		}
 		r, size := utf8.DecodeRune(b[j:])
 		if r == utf8.RuneError && size == 1 {
-			break
+			return nil, scratch, j, false
 		}
 		j += size
 	}
@@ -337,9 +318,10 @@ func parseString(b []byte, i int, scratch []byte) (s, scratchOut []byte, next in
 }
 
 // appendUnquoted appends the value of the JSON string at b[i] to dst as
-// encoding/json decodes it: escapes resolved, a \u escape that is half a
-// surrogate pair and each byte of invalid UTF-8 replaced by U+FFFD. ok is
-// false if the string is not valid JSON.
+// encoding/json decodes it: escapes resolved. ok is false if the string is
+// not valid JSON or breaks a strict rule: invalid UTF-8, a \u0000, a \u
+// escape that is half a surrogate pair (which encoding/json would replace
+// with U+FFFD, merging distinct subjects).
 func appendUnquoted(dst, b []byte, i int) (out []byte, next int, ok bool) {
 	i++ // the opening quote
 	for {
@@ -378,19 +360,19 @@ func appendUnquoted(dst, b []byte, i int) (out []byte, next int, ok bool) {
 				dst = append(dst, '\t')
 			case 'u':
 				r := hex4(b, i)
-				if r < 0 {
+				if r <= 0 { // not an escape, or a NUL
 					return dst, i, false
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
-					// A valid pair is one rune; anything else makes this
-					// half U+FFFD and leaves what follows to be read anew.
-					if dec := utf16.DecodeRune(r, hex4(b, i)); dec != utf8.RuneError {
-						dst = utf8.AppendRune(dst, dec)
-						i += 6
-						continue
+					// Only a valid pair is a rune.
+					dec := utf16.DecodeRune(r, hex4(b, i))
+					if dec == utf8.RuneError {
+						return dst, i, false
 					}
-					r = utf8.RuneError
+					dst = utf8.AppendRune(dst, dec)
+					i += 6
+					continue
 				}
 				dst = utf8.AppendRune(dst, r)
 				continue
@@ -401,10 +383,9 @@ func appendUnquoted(dst, b []byte, i int) (out []byte, next int, ok bool) {
 		default:
 			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && size == 1 {
-				dst = utf8.AppendRune(dst, utf8.RuneError)
-			} else {
-				dst = append(dst, b[i:i+size]...)
+				return dst, i, false
 			}
+			dst = append(dst, b[i:i+size]...)
 			i += size
 		}
 	}

@@ -12,17 +12,61 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicelabs/sluice"
 )
 
 // decodeReference decodes body the way every endpoint but the check codec
-// does: decodeBody, which is encoding/json.
+// does: decodeBody, which is encoding/json plus the strict rules (strictJSON,
+// a pass over encoding/json's own tokens). What the strict rules promise is
+// checked independently of strictJSON by checkStrictPromises.
 func decodeReference(body []byte) (checkRequest, *apiError) {
 	var req checkRequest
 	r := httptest.NewRequest("POST", "/v1/check", bytes.NewReader(body))
 	aerr := decodeBody(httptest.NewRecorder(), r, &req)
 	return req, aerr
+}
+
+// checkStrictPromises fails t if body, accepted as req, breaks a strict rule,
+// judged without strictJSON: raw bytes that are not UTF-8, a decoded string
+// with a NUL or a U+FFFD the body does not spell, a field name not spelt
+// exactly, a field given twice.
+func checkStrictPromises(t *testing.T, body []byte, req checkRequest) {
+	t.Helper()
+	if !utf8.Valid(body) {
+		t.Fatalf("body %s is not UTF-8, yet accepted as %s", shorten(body), describeDecode(req, nil))
+	}
+	// A U+FFFD is text the body may spell, raw or as an escape.
+	literalFFFD := bytes.ContainsRune(body, utf8.RuneError) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+	for _, s := range []string{req.Route, req.Subject} {
+		if strings.IndexByte(s, 0) >= 0 || (strings.ContainsRune(s, utf8.RuneError) && !literalFFFD) {
+			t.Fatalf("body %s accepted as %s: a NUL or a replaced character", shorten(body), describeDecode(req, nil))
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return // null: no fields
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("body %s accepted, yet: %v", shorten(body), err)
+		}
+		name := tok.(string)
+		if name != "route" && name != "subject" && name != "cost" {
+			t.Fatalf("body %s accepted with field name %q", shorten(body), name)
+		}
+		if seen[name] {
+			t.Fatalf("body %s accepted with field %q twice", shorten(body), name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatalf("body %s accepted, yet: %v", shorten(body), err)
+		}
+	}
 }
 
 // decodeCodec decodes body with readCheckRequest and a pooled buffer, as the
@@ -48,11 +92,16 @@ func describeDecode(req checkRequest, aerr *apiError) string {
 	return fmt.Sprintf("route %q subject %q cost %s", req.Route, req.Subject, cost)
 }
 
-// checkDecodeAgrees fails t unless the codec decodes body as encoding/json
-// does, and unless the fast path, whenever it answers, agrees too.
+// checkDecodeAgrees fails t unless the codec decodes body as the reference
+// (encoding/json plus the strict rules) does, and unless the fast path,
+// whenever it answers, agrees too.
 func checkDecodeAgrees(t *testing.T, body []byte) {
 	t.Helper()
-	want := describeDecode(decodeReference(body))
+	ref, refErr := decodeReference(body)
+	if refErr == nil {
+		checkStrictPromises(t, body, ref)
+	}
+	want := describeDecode(ref, refErr)
 	if got := describeDecode(decodeCodec(body)); got != want {
 		t.Fatalf("body %s:\ncodec:         %.200s\nencoding/json: %.200s", shorten(body), got, want)
 	}
@@ -90,33 +139,41 @@ func TestReadCheckRequest(t *testing.T) {
 		{"whitespace_everywhere", " \t\r\n{ \n\"route\" \t: \r\"/a\" ,\n\"cost\"\n:\n7\n}\n\n ", true, checkRequest{Route: "/a", Cost: cost(7)}, 0, ""},
 		{"empty_object", `{}`, true, checkRequest{}, 0, ""},
 		{"empty_object_spaced", `{ }`, true, checkRequest{}, 0, ""},
-		{"field_names_fold_case", `{"ROUTE":"/a","Subject":"s","cOsT":2}`, true, checkRequest{Route: "/a", Subject: "s", Cost: cost(2)}, 0, ""},
-		{"later_duplicate_wins", `{"route":"/a","route":"/b","cost":1,"COST":2}`, true, checkRequest{Route: "/b", Cost: cost(2)}, 0, ""},
-		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkRequest{Route: "/a"}, 0, ""},
-		{"null_cost_clears_earlier_cost", `{"route":"/a","cost":5,"cost":null}`, true, checkRequest{Route: "/a"}, 0, ""},
-		{"null_string_keeps_earlier_value", `{"route":"/a","route":null,"subject":null}`, true, checkRequest{Route: "/a"}, 0, ""},
-		{"negative_cost_decodes", `{"route":"/a","cost":-1}`, true, checkRequest{Route: "/a", Cost: cost(-1)}, 0, ""},
-		{"negative_zero_cost", `{"route":"/a","cost":-0}`, true, checkRequest{Route: "/a", Cost: cost(0)}, 0, ""},
-		{"max_int64_cost", `{"route":"/a","cost":9223372036854775807}`, true, checkRequest{Route: "/a", Cost: cost(math.MaxInt64)}, 0, ""},
-		{"min_int64_cost", `{"route":"/a","cost":-9223372036854775808}`, true, checkRequest{Route: "/a", Cost: cost(math.MinInt64)}, 0, ""},
 		{"escapes", `{"route":"\/api\/x\"y\\z\b\f\n\r\t","subject":"\u00e9\u00E9"}`, true, checkRequest{Route: "/api/x\"y\\z\b\f\n\r\t", Subject: "éé"}, 0, ""},
 		{"surrogate_pair", `{"route":"/a","subject":"\ud83d\ude00"}`, true, checkRequest{Route: "/a", Subject: "😀"}, 0, ""},
-		{"lone_high_surrogate", `{"route":"/a","subject":"x\ud83dy"}`, true, checkRequest{Route: "/a", Subject: "x\uFFFDy"}, 0, ""},
-		{"high_surrogate_then_non_low", `{"route":"/a","subject":"\ud83d\u0041"}`, true, checkRequest{Route: "/a", Subject: "\uFFFDA"}, 0, ""},
-		{"two_high_surrogates_then_low", `{"route":"/a","subject":"\ud83d\ud83d\ude00"}`, true, checkRequest{Route: "/a", Subject: "\uFFFD😀"}, 0, ""},
-		{"lone_low_surrogate", `{"route":"/a","subject":"\ude00"}`, true, checkRequest{Route: "/a", Subject: "\uFFFD"}, 0, ""},
+		{"replacement_char_is_text", "{\"route\":\"/a\",\"subject\":\"\\ufffd\xef\xbf\xbd\"}", true, checkRequest{Route: "/a", Subject: "\uFFFD\uFFFD"}, 0, ""},
 		{"raw_utf8", `{"route":"/café","subject":"日本"}`, true, checkRequest{Route: "/café", Subject: "日本"}, 0, ""},
-		{"invalid_utf8_replaced", "{\"route\":\"/a\xff\xfeb\",\"subject\":\"\xe2\x82\"}", true, checkRequest{Route: "/a\uFFFD\uFFFDb", Subject: "\uFFFD\uFFFD"}, 0, ""},
-		{"utf8_surrogate_replaced", "{\"route\":\"/\xed\xa0\x80\"}", true, checkRequest{Route: "/\uFFFD\uFFFD\uFFFD"}, 0, ""},
 		{"del_and_html_kept", "{\"route\":\"/<a>&\x7f\"}", true, checkRequest{Route: "/<a>&\x7f"}, 0, ""},
-		{"duplicates_with_escapes", `{"route":"\/a","subject":"\/b","route":"\/c","subject":"d"}`, true, checkRequest{Route: "/c", Subject: "d"}, 0, ""},
+		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkRequest{Route: "/a"}, 0, ""},
+		{"null_subject_is_absent", `{"route":"/a","subject":null}`, true, checkRequest{Route: "/a"}, 0, ""},
+
+		// The strict rules: names exact, each once, strings valid text
+		// without NUL (encoding/json alone folds case, keeps the last
+		// duplicate and replaces invalid UTF-8 with U+FFFD).
+		{"field_names_are_case_sensitive", `{"ROUTE":"/a"}`, false, checkRequest{}, 400, "unknown_field"},
+		{"case_variant_after_exact_name", `{"route":"/a","Route":"/b"}`, false, checkRequest{}, 400, "unknown_field"},
+		{"long_s_does_not_fold_to_s", `{"route":"/a","ſubject":"u"}`, false, checkRequest{}, 400, "unknown_field"},
+		{"long_s_in_cost", `{"route":"/a","coſt":1}`, false, checkRequest{}, 400, "unknown_field"},
+		{"duplicate_route", `{"route":"/a","route":"/b"}`, false, checkRequest{}, 400, "duplicate_field"},
+		{"duplicate_cost_with_null", `{"route":"/a","cost":5,"cost":null}`, false, checkRequest{}, 400, "duplicate_field"},
+		{"duplicate_null_string", `{"route":"/a","subject":null,"subject":"s"}`, false, checkRequest{}, 400, "duplicate_field"},
+		{"duplicate_escaped_name", `{"route":"/a","\u0072oute":"/b"}`, false, checkRequest{}, 400, "duplicate_field"},
+		{"lone_high_surrogate", `{"route":"/a","subject":"x\ud83dy"}`, false, checkRequest{}, 400, "invalid_request"},
+		{"high_surrogate_then_non_low", `{"route":"/a","subject":"\ud83d\u0041"}`, false, checkRequest{}, 400, "invalid_request"},
+		{"two_high_surrogates_then_low", `{"route":"/a","subject":"\ud83d\ud83d\ude00"}`, false, checkRequest{}, 400, "invalid_request"},
+		{"lone_low_surrogate", `{"route":"/a","subject":"\ude00"}`, false, checkRequest{}, 400, "invalid_request"},
+		{"invalid_utf8", "{\"route\":\"/a\xff\xfeb\"}", false, checkRequest{}, 400, "invalid_request"},
+		{"truncated_utf8", "{\"route\":\"/a\",\"subject\":\"\xe2\x82\"}", false, checkRequest{}, 400, "invalid_request"},
+		{"utf8_encoded_surrogate", "{\"route\":\"/\xed\xa0\x80\"}", false, checkRequest{}, 400, "invalid_request"},
+		{"invalid_utf8_after_escape", "{\"route\":\"/a\",\"subject\":\"\\n\xff\"}", false, checkRequest{}, 400, "invalid_request"},
+		{"nul_escape", `{"route":"/a","subject":"a\u0000b"}`, false, checkRequest{}, 400, "invalid_request"},
+		{"invalid_utf8_in_name", "{\"route\":\"/a\",\"\xff\":1}", false, checkRequest{}, 400, "invalid_request"},
 		{"long_subject", `{"route":"/a","subject":"` + strings.Repeat("s", 3000) + `"}`, true, checkRequest{Route: "/a", Subject: strings.Repeat("s", 3000)}, 0, ""},
 
 		// Shapes the fast path leaves to encoding/json but which are fine.
 		{"escaped_field_name", `{"\u0072oute":"/a"}`, false, checkRequest{Route: "/a"}, 0, ""},
-		{"long_s_folds_to_s", `{"route":"/a","ſubject":"u"}`, false, checkRequest{Route: "/a", Subject: "u"}, 0, ""},
 
-		// Errors: always encoding/json's answer.
+		// Errors: always decodeBytes's answer.
 		{"empty_body", ``, false, checkRequest{}, 400, "malformed_json"},
 		{"blank_body", " \n\t", false, checkRequest{}, 400, "malformed_json"},
 		{"unicode_blank_body", "\u00a0\v", false, checkRequest{}, 400, "malformed_json"},
@@ -349,9 +406,10 @@ func TestCheckCodecAllocs(t *testing.T) {
 	}
 }
 
-// FuzzCheckCodec compares the codec with encoding/json: the body decoded by
-// both (same answer, same error, same values; and the fast path, when it
-// answers, agrees) and a decision built from the other arguments encoded by
+// FuzzCheckCodec compares the codec with the reference, encoding/json plus
+// the strict rules: the body decoded by both (same answer, same error, same
+// values; the fast path, when it answers, agrees; nothing accepted breaks a
+// strict rule) and a decision built from the other arguments encoded by
 // both (same bytes).
 func FuzzCheckCodec(f *testing.F) {
 	bodies := []string{
@@ -363,6 +421,8 @@ func FuzzCheckCodec(f *testing.F) {
 		`{"route":"/a","tenant":"x"}`,
 		`{"route":17}`,
 		`{"ſubject":"x","\u0072oute":"/r"}`,
+		`{"route":"/a","route":"/b","subject":"\u0000"}`,
+		`{"route":"/a","subject":"\ud83d\ude00\ufffd"}`,
 		" {\"route\" : \"/a\\/b\\n\" }\n{",
 		"{\"route\":\"\xff\xed\xa0\x80\"}",
 		`[]`,

@@ -2,12 +2,15 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -71,7 +74,7 @@ func badRequest(format string, args ...any) *apiError {
 }
 
 // decodeBody reads r's JSON body into v: at most MaxBodyBytes, one JSON
-// value, no unknown fields. Errors are *apiError with a sentence saying what
+// value, no unknown fields, and the strict rules (see strictJSON). Errors are *apiError with a sentence saying what
 // is wrong.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
@@ -97,6 +100,9 @@ func bodyReadError(err error) *apiError {
 func decodeBytes(body []byte, v any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return &apiError{http.StatusBadRequest, "malformed_json", "The request body is empty; a JSON object is required."}
+	}
+	if aerr := strictJSON(body, v); aerr != nil {
+		return aerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -175,8 +181,35 @@ func errorFor(err error) *apiError {
 		return &apiError{http.StatusConflict, "conflict", sentence(err.Error())}
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store is unavailable; retry shortly."}
+	case catalogUnavailable(err):
+		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", msgCatalogUnavailable}
 	}
 	return &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
+}
+
+const msgCatalogUnavailable = "The catalog database is unavailable or did not answer in time; retry shortly."
+
+// catalogUnavailable reports whether err says the catalog database could not
+// be reached or did not answer, rather than that the call was wrong. The
+// catalogs return their drivers' errors, so this looks for what they wrap:
+// the admin deadline, a network error (refused, reset, unreachable, DNS), or
+// a PostgreSQL SQLSTATE of class 08 (connection), 53 (insufficient
+// resources, e.g. too many connections) or 57P01-57P03 (shutting down,
+// starting up), read through the SQLState method of pgconn.PgError so that
+// this package need not import the driver.
+func catalogUnavailable(err error) bool {
+	var netErr net.Error
+	var state interface{ SQLState() string }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		return true
+	case errors.As(err, &state):
+		code := state.SQLState()
+		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") ||
+			code == "57P01" || code == "57P02" || code == "57P03"
+	}
+	return false
 }
 
 // sentence capitalises msg and ends it with a period.

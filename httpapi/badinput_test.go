@@ -43,6 +43,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"check_malformed_json", "POST", "/v1/check", "key", `{"route": "/api/payments"`, 400, "malformed_json"},
 		{"check_not_json", "POST", "/v1/check", "key", `route=/api`, 400, "malformed_json"},
 		{"check_empty_body", "POST", "/v1/check", "key", ``, 400, "malformed_json"},
+		{"check_route_without_leading_slash", "POST", "/v1/check", "key", `{"route": "api/payments/1", "subject": "u"}`, 400, "invalid_request"},
 		{"check_array_body", "POST", "/v1/check", "key", `[1]`, 400, "malformed_json"},
 		{"check_two_objects", "POST", "/v1/check", "key", `{"route": "/a"} {"route": "/b"}`, 400, "malformed_json"},
 		{"check_unknown_field", "POST", "/v1/check", "key", `{"route": "/api/payments", "tenant": "other"}`, 400, "unknown_field"},

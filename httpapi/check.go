@@ -196,6 +196,10 @@ func (req checkRequest) validate() *apiError {
 		return badRequest("Field \"route\" is required: the path of the request being checked, like /api/orders/17.")
 	case len(req.Route) > sluice.MaxRouteBytes:
 		return badRequest("Field \"route\" is %d bytes long; at most %d are allowed.", len(req.Route), sluice.MaxRouteBytes)
+	case req.Route[0] != '/':
+		// Rule patterns are paths: a route without its leading slash
+		// would match no rule and pass unlimited, hiding a client bug.
+		return badRequest("Field \"route\" must be a path starting with '/', like /api/orders/17; got %q.", req.Route)
 	case len(req.Subject) > MaxSubjectBytes:
 		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:

@@ -14,7 +14,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +57,11 @@ type serveConfig struct {
 	// store (see memory.Options).
 	MemoryMaxKeys          int
 	MemoryMaxKeysPerTenant int
+	// AdminTimeout bounds each admin call; the caps bound a tenant's rules
+	// and keys (see httpapi.Options).
+	AdminTimeout      time.Duration
+	MaxRulesPerTenant int
+	MaxKeysPerTenant  int
 	// DrainPeriod is how long, on SIGTERM, /readyz answers 503 while every
 	// request is still served, so load balancers stop sending first.
 	DrainPeriod time.Duration
@@ -106,6 +110,9 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "listener for /metrics alone, e.g. 127.0.0.1:9090 (default: /metrics on --addr)")
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held; a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
+	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", httpapi.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
+	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", httpapi.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
@@ -153,6 +160,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if err := cfg.memoryOptions(nil).Validate(); err != nil {
 		return fmt.Errorf("--memory-max-keys / --memory-max-keys-per-tenant: %w", err)
+	}
+	if cfg.AdminTimeout < 0 {
+		return fmt.Errorf("--admin-timeout must not be negative, got %v", cfg.AdminTimeout)
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
@@ -254,6 +264,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	api, err := httpapi.New(ctx, httpapi.Options{
 		Catalog:            catalog,
 		Engine:             engine,
+		AdminTimeout:       cfg.AdminTimeout,
+		MaxRulesPerTenant:  cfg.MaxRulesPerTenant,
+		MaxKeysPerTenant:   cfg.MaxKeysPerTenant,
 		Metrics:            m,
 		Logger:             log,
 		DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
@@ -269,7 +282,6 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if cfg.MetricsAddr == "" {
 		mux.Handle("GET /metrics", metricsHandler)
 	}
-	var draining atomic.Bool
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	closers = append(closers, func() error { stopRun(); return nil })
@@ -305,7 +317,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
-		Handler:           drainAware(&draining, httpapi.WithJSONErrors(mux)),
+		Handler:           httpapi.WithJSONErrors(mux),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,
@@ -357,7 +369,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		case <-ctx.Done():
 			// Readiness fails first while everything is still served, so
 			// load balancers stop sending before the listener closes.
-			draining.Store(true)
+			api.Drain()
 			log.Info("draining: /readyz answers 503, requests are still served", "period", cfg.DrainPeriod.String())
 			select {
 			case <-time.After(cfg.DrainPeriod):
@@ -505,21 +517,6 @@ func readTokenFile(path string) (string, error) {
 		return "", fmt.Errorf("--admin-token-file %s is empty", path)
 	}
 	return token, nil
-}
-
-// drainAware answers GET /readyz with 503 while draining, and passes every
-// other request, and /readyz otherwise, to next.
-func drainAware(draining *atomic.Bool, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if draining.Load() && r.URL.Path == "/readyz" {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"error":{"code":"draining","message":"This instance is shutting down; requests are still served until it stops."}}`+"\n")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // adminTokenTakenNotice is printed by an instance whose generated token lost

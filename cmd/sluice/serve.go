@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -200,6 +201,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if err != nil {
 		return nil, err
 	}
+	ver, rev := buildVersion()
+	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
 
 	var closers []func() error
 	closeAll := func() {
@@ -230,7 +233,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
 	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
 
 	var store sluice.Store

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sluicelabs/sluice"
 )
 
 // Sources: which face of Sluice answered a check.
@@ -288,12 +287,6 @@ func (s *Series) Labels() Labels {
 	return s.labels
 }
 
-// ObserveDecision counts one decision of a rule outside any tenant or domain
-// (the middleware's). Faces with rules of their own hold a Series instead.
-func (m *Metrics) ObserveDecision(source, rule, result string) {
-	m.Series(Labels{Source: source, Rule: rule}).Count(result)
-}
-
 // Shed counts one check refused for overload.
 func (m *Metrics) Shed() {
 	if m == nil {
@@ -316,14 +309,6 @@ func (m *Metrics) AddInFlight(delta float64) {
 		return
 	}
 	m.inFlight.Add(delta)
-}
-
-// ObserveCheck records how long a whole check took.
-func (m *Metrics) ObserveCheck(source string, d time.Duration) {
-	if m == nil {
-		return
-	}
-	m.checkDuration.WithLabelValues(source).Observe(d.Seconds())
 }
 
 // ObserveStore records one store call: its duration, and an error if it
@@ -361,16 +346,4 @@ func (m *Metrics) DenyCacheHit() {
 		return
 	}
 	m.denyCacheHits.Inc()
-}
-
-// Result names the result of decision d for sluice_decisions_total:
-// degraded when the failure policy answered, else allowed or denied.
-func Result(d sluice.Decision) string {
-	switch {
-	case d.Degraded:
-		return ResultDegraded
-	case d.Allowed:
-		return ResultAllowed
-	}
-	return ResultDenied
 }

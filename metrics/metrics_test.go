@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -16,10 +15,11 @@ func TestMetrics(t *testing.T) {
 	t.Run("records_each_family_by_its_labels", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m := metrics.New(reg)
-		m.ObserveDecision(metrics.SourceGateway, "orders", metrics.ResultAllowed)
-		m.ObserveDecision(metrics.SourceGateway, "orders", metrics.ResultAllowed)
-		m.ObserveDecision(metrics.SourceHTTP, "", metrics.ResultNoRule)
-		m.ObserveCheck(metrics.SourceGateway, 300*time.Microsecond)
+		orders := m.Series(metrics.Labels{Source: metrics.SourceGateway, Rule: "orders"})
+		orders.Count(metrics.ResultAllowed)
+		orders.Count(metrics.ResultAllowed)
+		m.Series(metrics.Labels{Source: metrics.SourceHTTP}).Count(metrics.ResultNoRule)
+		orders.ObserveCheck(300 * time.Microsecond)
 		m.ObserveStore(time.Millisecond, nil)
 		m.ObserveStore(50*time.Millisecond, errors.New("timeout"))
 		m.SetBreakerState("redis", metrics.BreakerOpen)
@@ -52,8 +52,8 @@ sluice_deny_cache_hits_total 1
 	t.Run("second_New_on_one_registry_shares_collectors", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		a, b := metrics.New(reg), metrics.New(reg)
-		a.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
-		b.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultDenied)
+		a.Series(metrics.Labels{Source: metrics.SourceHTTP, Rule: "r"}).Count(metrics.ResultDenied)
+		b.Series(metrics.Labels{Source: metrics.SourceHTTP, Rule: "r"}).Count(metrics.ResultDenied)
 		want := `
 # HELP sluice_decisions_total Rate-limit decisions, by source (http, envoy, gateway, middleware), tenant (HTTP service), domain (Envoy), rule and result (allowed, denied, degraded, shadow_denied, shed, no_rule, error).
 # TYPE sluice_decisions_total counter
@@ -104,8 +104,10 @@ sluice_decisions_total{domain="acme",result="denied",rule="a",source="envoy",ten
 
 	t.Run("nil_metrics_record_nothing_without_panicking", func(t *testing.T) {
 		var m *metrics.Metrics
-		m.ObserveDecision(metrics.SourceHTTP, "r", metrics.ResultAllowed)
-		m.ObserveCheck(metrics.SourceHTTP, time.Millisecond)
+		m.Series(metrics.Labels{Source: metrics.SourceHTTP, Rule: "r"}).Count(metrics.ResultAllowed)
+		var none *metrics.Series
+		none.Count(metrics.ResultAllowed)
+		none.ObserveCheck(time.Millisecond)
 		m.ObserveStore(time.Millisecond, nil)
 		m.SetBreakerState("b", metrics.BreakerClosed)
 		m.DenyCacheHit()
@@ -131,24 +133,4 @@ sluice_decisions_total{domain="acme",result="denied",rule="a",source="envoy",ten
 			}
 		}
 	})
-}
-
-func TestResult(t *testing.T) {
-	tests := []struct {
-		name string
-		d    sluice.Decision
-		want string
-	}{
-		{"allowed", sluice.Decision{Allowed: true}, metrics.ResultAllowed},
-		{"denied", sluice.Decision{}, metrics.ResultDenied},
-		{"degraded_allow", sluice.Decision{Allowed: true, Degraded: true}, metrics.ResultDegraded},
-		{"degraded_local_deny", sluice.Decision{Degraded: true}, metrics.ResultDegraded},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := metrics.Result(tt.d); got != tt.want {
-				t.Fatalf("Result = %q, want %q", got, tt.want)
-			}
-		})
-	}
 }

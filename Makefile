@@ -5,9 +5,11 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1 -timeout 30m
 
-.PHONY: test deps fmt-check vet bench run fuzz-short
+.PHONY: test deps fmt-check vet lint bench run fuzz-short
 
-test: deps fmt-check vet
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+test: deps fmt-check vet lint
 	$(GO) test $(GOFLAGS_TEST) ./...
 	@scripts/fuzz-short.sh
 
@@ -24,6 +26,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck clean, and go.mod/go.sum exactly what the code needs.
+lint:
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy -diff
 
 # Benchmarks of both stores, with their same-run references (see BENCHMARKS.md).
 bench: deps

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,5 +170,47 @@ func TestServeOverTLS(t *testing.T) {
 	}
 	if _, err := call(insecure.NewCredentials()); err == nil {
 		t.Error("a plaintext gRPC client was answered")
+	}
+}
+
+// TestGatewayCommandServesTLS: a tls section puts `sluice gateway`'s
+// listener behind (here mutual) TLS.
+func TestGatewayCommandServesTLS(t *testing.T) {
+	f := newTLSFixture(t, "gateway-ca")
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	config := fmt.Sprintf("listen: %q\ntls: {cert_file: %s, key_file: %s, client_ca_file: %s}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n",
+		addr, f.cert, f.key, f.caFile)
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, gatewayFlags{Config: path, ShutdownTimeout: 5 * time.Second},
+			slog.New(slog.NewJSONHandler(&logs, nil)), nil, nil)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runGateway: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(logs.String(), "gateway listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not start:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, err := httpsGet("https://"+addr+"/healthz", f.clientConfig(false)); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /healthz with a client certificate: %d, %v", code, err)
+	}
+	if _, err := httpsGet("https://"+addr+"/healthz", f.clientConfig(true)); err == nil {
+		t.Error("a client without a certificate was answered")
+	}
+	if !strings.Contains(logs.String(), `"tls":"mutual"`) {
+		t.Errorf("the listener's TLS is not logged:\n%s", logs.String())
 	}
 }

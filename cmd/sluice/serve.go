@@ -90,6 +90,8 @@ func newServeCmd() *cobra.Command {
 With no flags it runs on an in-process memory store and a SQLite catalog in
 ./sluice.db, and prints a generated admin token once. In production, give
 --redis and --database postgres://... and run as many instances as needed.
+With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
+--tls-client-ca); --grpc-tls-* do the same for --grpc-addr (docs/service.md).
 
 Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,

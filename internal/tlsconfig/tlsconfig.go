@@ -250,7 +250,11 @@ func (r *Reloader) maybeReload() {
 				"cert", r.files.Cert, "key", r.files.Key, "error", err.Error())
 		} else {
 			r.cert = cert
-			r.log.Info("TLS certificate reloaded", "cert", r.files.Cert, "not_after", cert.Leaf.NotAfter)
+			attrs := []any{"cert", r.files.Cert}
+			if cert.Leaf != nil {
+				attrs = append(attrs, "not_after", cert.Leaf.NotAfter)
+			}
+			r.log.Info("TLS certificate reloaded", attrs...)
 		}
 	}
 	if r.files.ClientCA == "" {

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/middleware"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	StoreTimeout Duration `yaml:"store_timeout"`
 	// Server bounds what one connection may hold of the gateway.
 	Server ServerConfig `yaml:"server"`
+	// TLS, if set, serves the listener over TLS.
+	TLS *TLSConfig `yaml:"tls"`
 
 	TrustedProxies TrustedProxiesConfig `yaml:"trusted_proxies"`
 	CORS           *CORSConfig          `yaml:"cors"`
@@ -61,6 +64,63 @@ type ServerConfig struct {
 	// MaxHeaderBytes bounds the request line and headers (default 32 KiB);
 	// larger requests get 431.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+}
+
+// TLSConfig names the listener's PEM files. The files are reread when they
+// change (see tlsconfig); a reload cannot name other files.
+type TLSConfig struct {
+	// CertFile holds the certificate, then any intermediates.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile holds its private key.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, if set, holds the CAs client certificates must chain
+	// to: every client must present one (mutual TLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+func (t *TLSConfig) files() tlsconfig.Files {
+	return tlsconfig.Files{Cert: t.CertFile, Key: t.KeyFile, ClientCA: t.ClientCAFile}
+}
+
+// tlsField names the field of a file's role, for errors.
+func tlsField(role tlsconfig.Role) string {
+	switch role {
+	case tlsconfig.RoleCert:
+		return "tls.cert_file"
+	case tlsconfig.RoleKey:
+		return "tls.key_file"
+	default:
+		return "tls.client_ca_file"
+	}
+}
+
+// tlsError names the field of the file a tlsconfig error is about.
+func tlsError(err error) error {
+	var fe *tlsconfig.FileError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", tlsField(fe.Role), err)
+	}
+	return fmt.Errorf("tls: %w", err)
+}
+
+// validate reads the files, so a wrong path or a key that does not match
+// is reported at load, like a JWT key file.
+func (t *TLSConfig) validate() error {
+	if t.CertFile == "" {
+		return errors.New("tls.cert_file: the server certificate (PEM) is required; remove the tls section to serve plain HTTP")
+	}
+	if t.KeyFile == "" {
+		return errors.New("tls.key_file: the certificate's private key (PEM) is required with cert_file")
+	}
+	if _, err := tlsconfig.LoadKeyPair(t.CertFile, t.KeyFile); err != nil {
+		return tlsError(err)
+	}
+	if t.ClientCAFile != "" {
+		if _, err := tlsconfig.LoadCAPool(t.ClientCAFile); err != nil {
+			return tlsError(err)
+		}
+	}
+	return nil
 }
 
 // TrustedProxiesConfig says which proxies may report the client address.
@@ -296,6 +356,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Server.validate(); err != nil {
 		return err
+	}
+	if c.TLS != nil {
+		if err := c.TLS.validate(); err != nil {
+			return err
+		}
 	}
 	if c.Redis != "" {
 		u, err := url.Parse(c.Redis)

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/middleware"
@@ -66,9 +67,10 @@ type Gateway struct {
 	// the one store, kept across reloads. storeTimeout is its deadline.
 	engine       *check.Engine
 	storeTimeout Duration
-	// server holds the limits NewServer gave the listener; a reload
-	// cannot change them.
+	// server holds the limits NewServer gave the listener, and tls its
+	// TLS files; a reload cannot change them.
 	server ServerConfig
+	tls    *TLSConfig
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
@@ -87,7 +89,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server, tls: cfg.TLS}
 	var closeStore func() error
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
@@ -136,6 +138,12 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if cfg.Server != g.server {
 		return errors.New("server: the server limits cannot change on reload; restart the gateway to use new ones")
 	}
+	// The listener was started with TLS or without, on given files: a
+	// reload naming others would report a change that did not happen. The
+	// files' contents need no reload: they are reread when they change.
+	if !sameTLS(cfg.TLS, g.tls) {
+		return errors.New("tls: the TLS section cannot change on reload; replace the contents of the files instead (they are reread within seconds), or restart the gateway")
+	}
 	rt, err := g.build(cfg)
 	if err != nil {
 		return err
@@ -163,19 +171,41 @@ func (g *Gateway) Close() error {
 	return g.close()
 }
 
+func sameTLS(a, b *TLSConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
 // NewServer returns an http.Server serving h with the limits of cfg.Server:
 // without them a few clients that send slowly, read slowly or send huge
-// headers hold the gateway's connections and memory.
-func NewServer(cfg *Config, h http.Handler) *http.Server {
+// headers hold the gateway's connections and memory. With cfg.TLS, its
+// TLSConfig serves the files of cfg.TLS, reread when they change: serve it
+// with ServeTLS(ln, "", ""). logger (nil: slog.Default()) gets the server's
+// errors and the certificate reloads.
+func NewServer(cfg *Config, h http.Handler, logger *slog.Logger) (*http.Server, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	s := cfg.Server
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: time.Duration(s.ReadHeaderTimeout),
 		ReadTimeout:       time.Duration(s.ReadTimeout),
 		WriteTimeout:      time.Duration(s.WriteTimeout),
 		IdleTimeout:       time.Duration(s.IdleTimeout),
 		MaxHeaderBytes:    s.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	if cfg.TLS != nil {
+		r, err := tlsconfig.New(cfg.TLS.files(), tlsconfig.Options{Logger: logger})
+		if err != nil {
+			return nil, tlsError(err)
+		}
+		srv.TLSConfig = r.ServerConfig("h2", "http/1.1")
+	}
+	return srv, nil
 }
 
 // Listen returns the listen address of the running configuration.

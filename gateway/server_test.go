@@ -35,7 +35,10 @@ func serveLimited(t *testing.T, yamlConfig string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gateway.NewServer(cfg, gw)
+	srv, err := gateway.NewServer(cfg, gw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		srv.Close()
@@ -155,7 +158,10 @@ func TestGatewayServerLimitDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gateway.NewServer(cfg, http.NotFoundHandler())
+	srv, err := gateway.NewServer(cfg, http.NotFoundHandler(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if srv.ReadHeaderTimeout != 10*time.Second || srv.ReadTimeout != 60*time.Second || srv.WriteTimeout != 120*time.Second ||
 		srv.IdleTimeout != 120*time.Second || srv.MaxHeaderBytes != 32<<10 {
 		t.Fatalf("defaults: header %v, read %v, write %v, idle %v, max header bytes %d",

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -35,6 +37,10 @@ type envoyConfig struct {
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
 	// responses (--envoy-response-headers).
 	ResponseHeaders bool
+	// JSONTLS, if set, serves JSONAddr over TLS (--tls-*).
+	JSONTLS *tlsconfig.Reloader
+	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
+	GRPCTLS *tlsconfig.Reloader
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -96,8 +102,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
 		}
 		jsonSrv = envoyJSONServer(srv, logger)
-		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String())
-		go func() { jsonDone <- jsonSrv.Serve(lis) }()
+		jsonSrv.TLSConfig = httpTLS(cfg.JSONTLS)
+		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String(), "tls", tlsMode(cfg.JSONTLS))
+		go func() { jsonDone <- serveHTTP(jsonSrv, lis) }()
 	}
 
 	var gs *grpc.Server
@@ -112,9 +119,13 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
 		}
-		gs = grpc.NewServer(envoyrls.ServerOptions()...)
+		opts := envoyrls.ServerOptions()
+		if cfg.GRPCTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS.ServerConfig("h2"))))
+		}
+		gs = grpc.NewServer(opts...)
 		srv.Register(gs)
-		logger.Info("envoy rate limit service listening", "addr", lis.Addr().String())
+		logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "tls", tlsMode(cfg.GRPCTLS))
 		go func() { serveDone <- gs.Serve(lis) }()
 	}
 

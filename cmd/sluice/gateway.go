@@ -83,11 +83,14 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 	if err != nil {
 		return fmt.Errorf("listen on %s (the listen field of %s): %w", cfg.Listen, flags.Config, err)
 	}
-	srv := gateway.NewServer(cfg, gw)
-	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	srv, err := gateway.NewServer(cfg, gw, log)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("gateway listening", "addr", ln.Addr().String(), "routes", len(cfg.Routes), "config", flags.Config)
+	go func() { served <- serveHTTP(srv, ln) }()
+	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", gatewayTLSMode(cfg.TLS), "routes", len(cfg.Routes), "config", flags.Config)
 
 	for {
 		select {
@@ -112,6 +115,18 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 			}
 			return nil
 		}
+	}
+}
+
+// gatewayTLSMode says, for logs, how the gateway's listener is served.
+func gatewayTLSMode(t *gateway.TLSConfig) string {
+	switch {
+	case t == nil:
+		return "off"
+	case t.ClientCAFile != "":
+		return "mutual"
+	default:
+		return "on"
 	}
 }
 

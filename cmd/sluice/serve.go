@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
@@ -69,6 +71,10 @@ type serveConfig struct {
 	// MetricsAddr, if set, serves /metrics on its own listener instead of
 	// the public one.
 	MetricsAddr string
+	// TLSCert, TLSKey and TLSClientCA put every HTTP listener behind TLS
+	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
+	TLSCert, TLSKey, TLSClientCA             string
+	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -84,6 +90,8 @@ func newServeCmd() *cobra.Command {
 With no flags it runs on an in-process memory store and a SQLite catalog in
 ./sluice.db, and prints a generated admin token once. In production, give
 --redis and --database postgres://... and run as many instances as needed.
+With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
+--tls-client-ca); --grpc-tls-* do the same for --grpc-addr (docs/service.md).
 
 Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
@@ -115,6 +123,12 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", httpapi.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", httpapi.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (then intermediates) of every HTTP listener: --addr, --metrics-addr, --envoy-json-addr, --pprof-addr (plain HTTP when empty); reloaded when the file changes")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA certificates: the HTTP listeners then require a client certificate signed by one of them (mutual TLS)")
+	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate of --grpc-addr (plaintext gRPC when empty; like envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT)")
+	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY)")
+	f.StringVar(&cfg.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA certificates: gRPC clients must then present a certificate signed by one of them (mutual TLS; GRPC_CLIENT_TLS_CACERT)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
@@ -171,7 +185,103 @@ func (cfg serveConfig) validate() error {
 	if cfg.MaxMetricSeries < 0 {
 		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
 	}
+	if err := validateTLSFlags(cfg.tlsFiles(), tlsFlagNames); err != nil {
+		return err
+	}
+	if err := validateTLSFlags(cfg.grpcTLSFiles(), grpcTLSFlagNames); err != nil {
+		return err
+	}
+	if cfg.GRPCAddr == "" && cfg.GRPCTLSCert != "" {
+		return errors.New("--grpc-tls-cert is set but --grpc-addr is not: there is no gRPC listener to serve it on")
+	}
 	return nil
+}
+
+// tlsFlags names the flags of one set of TLS files, for errors.
+type tlsFlags struct{ cert, key, clientCA string }
+
+var (
+	tlsFlagNames     = tlsFlags{"--tls-cert", "--tls-key", "--tls-client-ca"}
+	grpcTLSFlagNames = tlsFlags{"--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-client-ca"}
+)
+
+func (f tlsFlags) name(role tlsconfig.Role) string {
+	switch role {
+	case tlsconfig.RoleCert:
+		return f.cert
+	case tlsconfig.RoleKey:
+		return f.key
+	default:
+		return f.clientCA
+	}
+}
+
+func (cfg serveConfig) tlsFiles() tlsconfig.Files {
+	return tlsconfig.Files{Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA}
+}
+
+func (cfg serveConfig) grpcTLSFiles() tlsconfig.Files {
+	return tlsconfig.Files{Cert: cfg.GRPCTLSCert, Key: cfg.GRPCTLSKey, ClientCA: cfg.GRPCTLSClientCA}
+}
+
+// validateTLSFlags checks that a set of TLS flags is complete, before any
+// file is read.
+func validateTLSFlags(files tlsconfig.Files, names tlsFlags) error {
+	switch {
+	case files.Cert != "" && files.Key == "":
+		return fmt.Errorf("%s is set but %s is not: give the certificate's private key too", names.cert, names.key)
+	case files.Cert == "" && files.Key != "":
+		return fmt.Errorf("%s is set but %s is not: give the key's certificate too", names.key, names.cert)
+	case files.Cert == "" && files.ClientCA != "":
+		return fmt.Errorf("%s verifies client certificates, which needs TLS: set %s and %s too", names.clientCA, names.cert, names.key)
+	}
+	return nil
+}
+
+// loadTLS loads a set of TLS files; nil when TLS is off. Errors name the
+// flag of the file at fault.
+func loadTLS(files tlsconfig.Files, names tlsFlags, log *slog.Logger) (*tlsconfig.Reloader, error) {
+	if files.Cert == "" {
+		return nil, nil
+	}
+	r, err := tlsconfig.New(files, tlsconfig.Options{Logger: log})
+	if err != nil {
+		var fe *tlsconfig.FileError
+		if errors.As(err, &fe) {
+			return nil, fmt.Errorf("%s: %w", names.name(fe.Role), err)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// tlsMode says, for logs, how a listener is served.
+func tlsMode(r *tlsconfig.Reloader) string {
+	switch {
+	case r == nil:
+		return "off"
+	case r.MutualTLS():
+		return "mutual"
+	default:
+		return "on"
+	}
+}
+
+// httpTLS returns the TLS configuration of one HTTP listener; nil when TLS
+// is off.
+func httpTLS(r *tlsconfig.Reloader) *tls.Config {
+	if r == nil {
+		return nil
+	}
+	return r.ServerConfig("h2", "http/1.1")
+}
+
+// serveHTTP serves srv on ln, over TLS when srv has a TLS configuration.
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
 }
 
 // service is a running sluice serve, as tests drive it in-process.
@@ -203,6 +313,20 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
+	// Certificates are read before anything is opened, so a wrong file
+	// fails the start at once.
+	httpTLSFiles, err := loadTLS(cfg.tlsFiles(), tlsFlagNames, log)
+	if err != nil {
+		return nil, err
+	}
+	grpcTLSFiles, err := loadTLS(cfg.grpcTLSFiles(), grpcTLSFlagNames, log)
+	if err != nil {
+		return nil, err
+	}
+	scheme := "http"
+	if httpTLSFiles != nil {
+		scheme = "https"
+	}
 
 	var closers []func() error
 	closeAll := func() {
@@ -228,7 +352,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			return nil, err
 		}
 	}
-	if err := ensureAdminToken(ctx, catalog, token, cfg.Addr, stderr); err != nil {
+	if err := ensureAdminToken(ctx, catalog, token, baseURL(scheme, cfg.Addr), stderr); err != nil {
 		return nil, err
 	}
 
@@ -303,6 +427,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		Mux:             mux,
 		Metrics:         m,
 		ResponseHeaders: cfg.EnvoyResponseHeaders,
+		JSONTLS:         httpTLSFiles,
+		GRPCTLS:         grpcTLSFiles,
 	})
 	if err != nil {
 		return nil, err
@@ -327,9 +453,10 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         httpTLS(httpTLSFiles),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- serveHTTP(srv, ln) }()
 
 	var metricsSrv *http.Server
 	if cfg.MetricsAddr != "" {
@@ -340,9 +467,10 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("GET /metrics", metricsHandler)
-		metricsSrv = &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = metricsSrv.Serve(mln) }()
-		log.Info("metrics listening", "addr", mln.Addr().String())
+		metricsSrv = &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(httpTLSFiles),
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { _ = serveHTTP(metricsSrv, mln) }()
+		log.Info("metrics listening", "addr", mln.Addr().String(), "tls", tlsMode(httpTLSFiles))
 	}
 
 	var pprofSrv *http.Server
@@ -352,16 +480,17 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			_ = srv.Close()
 			return nil, fmt.Errorf("listen on --pprof-addr %s: %w", cfg.PprofAddr, err)
 		}
-		pprofSrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = pprofSrv.Serve(pln) }()
-		log.Info("pprof listening", "addr", pln.Addr().String())
+		pprofSrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(httpTLSFiles),
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { _ = serveHTTP(pprofSrv, pln) }()
+		log.Info("pprof listening", "addr", pln.Addr().String(), "tls", tlsMode(httpTLSFiles))
 	}
 
 	storeName := "memory"
 	if cfg.Redis != "" {
 		storeName = "redis"
 	}
-	log.Info("sluice serve listening", "addr", ln.Addr().String(), "store", storeName,
+	log.Info("sluice serve listening", "addr", ln.Addr().String(), "tls", tlsMode(httpTLSFiles), "store", storeName,
 		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 
 	svc := &service{Addr: ln.Addr().String(), done: make(chan error, 1)}
@@ -441,7 +570,7 @@ const adminTokenPrefix = "sat_"
 // token given by flag replaces the stored one. With none given and none
 // stored, one is generated, its hash stored, and the token printed once to
 // stderr (never logged).
-func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr string, stderr io.Writer) error {
+func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, base string, stderr io.Writer) error {
 	if token != "" {
 		if err := checkTokenStrength(token); err != nil {
 			return err
@@ -480,7 +609,7 @@ func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, addr s
 		fmt.Fprint(stderr, adminTokenTakenNotice)
 		return nil
 	}
-	fmt.Fprint(stderr, adminTokenNotice(token, addr))
+	fmt.Fprint(stderr, adminTokenNotice(token, base))
 	return nil
 }
 
@@ -531,12 +660,17 @@ restart with --admin-token (or SLUICE_ADMIN_TOKEN) set to replace it.
 
 `
 
-// adminTokenNotice tells the operator the generated token and how to use it.
-func adminTokenNotice(token, addr string) string {
-	base := "http://localhost" + addr
+// baseURL is the URL the operator reaches the listener addr at.
+func baseURL(scheme, addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
-		base = "http://" + net.JoinHostPort(host, port)
+		return scheme + "://" + net.JoinHostPort(host, port)
 	}
+	return scheme + "://localhost" + addr
+}
+
+// adminTokenNotice tells the operator the generated token and how to use it
+// on the API at base.
+func adminTokenNotice(token, base string) string {
 	return fmt.Sprintf(`
 Sluice generated an admin token. It is shown only this once (only its hash is
 stored); keep it somewhere safe:

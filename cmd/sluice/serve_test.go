@@ -200,7 +200,7 @@ func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
 		defer c.Close()
 		wg.Go(func() {
 			rc := &raceCatalog{Catalog: c, firstReads: &firstReads}
-			if err := ensureAdminToken(ctx, rc, "", ":8080", &outputs[i]); err != nil {
+			if err := ensureAdminToken(ctx, rc, "", baseURL("http", ":8080"), &outputs[i]); err != nil {
 				t.Error(err)
 			}
 		})

@@ -26,8 +26,9 @@ fi
 # Optional: promtool (Debian package prometheus) validates the alert rules in
 # deploy/deploy_test.go, which otherwise only parses them and says so. An
 # install that fails, or a machine without apt-get, never fails this script.
-# (The package's service is not started: Debian's policy in containers, and
-# no test needs it.)
+# Only the promtool binary is used; in a container with the usual
+# /usr/sbin/policy-rc.d (exit 101) the package's Prometheus service is not
+# started, and no test listens on its port (9090) anyway.
 if ! command -v promtool >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "ensure-test-deps: installing prometheus (for promtool; optional)" >&2

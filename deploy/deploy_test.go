@@ -362,6 +362,15 @@ func TestKubernetesDeployment(t *testing.T) {
 		t.Errorf("resources %+v lack cpu and memory requests or a memory limit", c.Resources)
 	}
 
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			soft, limit := quantity(t, e.Value), quantity(t, c.Resources.Limits["memory"])
+			if soft <= 0 || soft >= limit {
+				t.Errorf("GOMEMLIMIT %s is not below the memory limit %s", e.Value, c.Resources.Limits["memory"])
+			}
+		}
+	}
+
 	// The admin token is a file from a Secret, never a value in the manifest.
 	tokenFile, ok := flagValue(c.Args, "admin-token-file")
 	if !ok {
@@ -515,6 +524,27 @@ func durationFlag(t *testing.T, args []string, name string, def time.Duration) t
 		t.Fatalf("--%s=%s: %v", name, v, err)
 	}
 	return d
+}
+
+// quantity reads a memory size in the binary units Kubernetes (Mi, Gi) and
+// Go's GOMEMLIMIT (MiB, GiB) use.
+func quantity(t *testing.T, s string) int64 {
+	t.Helper()
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			var v int64
+			if err := json.Unmarshal([]byte(n), &v); err != nil {
+				t.Fatalf("memory size %q: %v", s, err)
+			}
+			return v * u.mult
+		}
+	}
+	t.Fatalf("memory size %q has no binary unit (Mi, Gi, MiB, GiB)", s)
+	return 0
 }
 
 func itoa(n int) string {

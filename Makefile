@@ -5,7 +5,7 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1 -timeout 30m
 
-.PHONY: test deps fmt-check vet lint bench run fuzz-short
+.PHONY: test deps fmt-check vet lint bench run fuzz-short image
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -38,3 +38,12 @@ bench: deps
 
 run:
 	$(GO) run ./cmd/sluice serve
+
+# The container image (Dockerfile), stamped with the git version and revision.
+# Needs a Docker engine, so it is not part of `make test`; there the Dockerfile's
+# shape is checked by deploy/deploy_test.go. IMAGE=registry/sluice:tag to name it.
+IMAGE ?= sluice:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .

@@ -2,7 +2,8 @@
 # Makes sure the real servers the tests talk to are available:
 #   - redis-server and redis-cli on PATH (tests start private instances of them);
 #   - PostgreSQL reachable at $SLUICE_TEST_POSTGRES (default 127.0.0.1:5432, user
-#     postgres, trust auth), where each test creates and drops its own database.
+#     postgres, trust auth), where each test creates and drops its own database;
+#   - optionally promtool (Debian package prometheus), for deploy/'s alert rule checks.
 # On Debian/Ubuntu, as root, missing packages are installed; elsewhere the script
 # says what to install and fails.
 set -euo pipefail
@@ -19,6 +20,23 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 	else
 		echo "ensure-test-deps: the tests need ${need_apt[*]} (Debian: apt-get install ${need_apt[*]})" >&2
 		exit 1
+	fi
+fi
+
+# Optional: promtool (Debian package prometheus) validates the alert rules in
+# deploy/deploy_test.go, which otherwise only parses them and says so. An
+# install that fails, or a machine without apt-get, never fails this script.
+# Only the promtool binary is used; in a container with the usual
+# /usr/sbin/policy-rc.d (exit 101) the package's Prometheus service is not
+# started, and no test listens on its port (9090) anyway.
+if ! command -v promtool >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "ensure-test-deps: installing prometheus (for promtool; optional)" >&2
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } 2>/dev/null; then
+			echo "ensure-test-deps: prometheus could not be installed; the deploy tests will not run promtool" >&2
+		fi
+	else
+		echo "ensure-test-deps: promtool not found (Debian: apt-get install prometheus); the deploy tests will not run it" >&2
 	fi
 fi
 

@@ -1,8 +1,9 @@
 package main
 
 // The admin subcommands work directly on the catalog database (--database),
-// which is what an operator on the box wants; running instances see the
-// changes through the catalog's change feed within a second.
+// which is what an operator bootstrapping a box wants (running instances see
+// the changes through the catalog's change feed within a second), or, with
+// --server and --token, through a running server's admin API (backend.go).
 
 import (
 	"context"
@@ -66,7 +67,7 @@ func newTenantCmd() *cobra.Command {
 		return &cobra.Command{
 			Use: use + " <tenant>", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if _, err := c.SetTenantStatus(cmd.Context(), args[0], status); err != nil {
 						return err
 					}
@@ -80,7 +81,7 @@ func newTenantCmd() *cobra.Command {
 		&cobra.Command{
 			Use: "create <tenant>", Short: "Create an active tenant", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					t, err := c.CreateTenant(cmd.Context(), args[0])
 					if err != nil {
 						return err
@@ -93,7 +94,7 @@ func newTenantCmd() *cobra.Command {
 		&cobra.Command{
 			Use: "list", Short: "List tenants", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 					ts, err := c.Tenants(cmd.Context())
 					if err != nil {
 						return err
@@ -108,7 +109,7 @@ func newTenantCmd() *cobra.Command {
 		&cobra.Command{
 			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteTenant(cmd.Context(), args[0]); err != nil {
 						return err
 					}
@@ -153,9 +154,8 @@ func newKeyCmd() *cobra.Command {
 			if err := sluice.ValidateKeyName(name); err != nil {
 				return fmt.Errorf("--name: %w", err)
 			}
-			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-				secret, hash := sluice.NewAPIKeySecret()
-				k, err := c.CreateKey(cmd.Context(), args[0], name, r, hash)
+			return withBackend(cmd, database, readWrite, func(c adminBackend) error {
+				k, secret, err := c.NewKey(cmd.Context(), args[0], name, r)
 				if err != nil {
 					return err
 				}
@@ -174,7 +174,7 @@ func newKeyCmd() *cobra.Command {
 		&cobra.Command{
 			Use: "list <tenant>", Short: "List a tenant's keys (never their secrets)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 					ks, err := c.Keys(cmd.Context(), args[0])
 					if err != nil {
 						return err
@@ -187,8 +187,8 @@ func newKeyCmd() *cobra.Command {
 		&cobra.Command{
 			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					if _, err := c.RevokeKey(cmd.Context(), args[0], args[1]); err != nil {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
+					if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
 						return err
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s of tenant %s.\n", args[1], args[0])
@@ -252,7 +252,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 			if err != nil {
 				return err
 			}
-			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+			return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 				stored, err := c.PutRule(cmd.Context(), rule)
 				if err != nil {
 					return err
@@ -274,7 +274,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 		&cobra.Command{
 			Use: "list <tenant>", Short: "List a tenant's rules", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 					rs, err := c.Rules(cmd.Context(), args[0])
 					if err != nil {
 						return err
@@ -287,7 +287,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 		&cobra.Command{
 			Use: "get <tenant> <rule>", Short: "Show a rule as JSON", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 					r, err := c.Rule(cmd.Context(), args[0], args[1])
 					if err != nil {
 						return err
@@ -301,7 +301,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 		&cobra.Command{
 			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteRule(cmd.Context(), args[0], args[1]); err != nil {
 						return err
 					}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/sqlite"
+)
+
+const testToken = "cli-test-admin-token-0123456789"
+
+// server is a real admin API over a SQLite catalog the CLI can also open
+// directly, so one test can run a command both ways on the same data.
+type server struct {
+	url      string
+	database string // --database of the same catalog
+}
+
+func startServer(t *testing.T) server {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	catalog, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { catalog.Close() })
+	if err := catalog.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(testToken)); err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(memory.Options{})
+	t.Cleanup(func() { store.Close() })
+	engine := check.New(store, check.Options{})
+	t.Cleanup(func() { engine.Close() })
+	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = api.Run(runCtx) }()
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return server{url: srv.URL, database: "sqlite://" + path}
+}
+
+// modes are the two ways the catalog commands run.
+var modes = []string{"database", "server"}
+
+// runIn runs a sluice command in a mode against s.
+func (s server) runIn(t *testing.T, mode string, args ...string) (string, string, error) {
+	t.Helper()
+	if mode == "database" {
+		return runCLI(t, append(args, "--database", s.database)...)
+	}
+	return runCLI(t, append(args, "--server", s.url, "--token", testToken)...)
+}
+
+func (s server) mustRunIn(t *testing.T, mode string, args ...string) string {
+	t.Helper()
+	out, errOut, err := s.runIn(t, mode, args...)
+	if err != nil {
+		t.Fatalf("%s mode: sluice %s: %v\n%s", mode, strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// TestRemoteAndDatabaseModesAgree runs every catalog command through the
+// catalog database and through the admin API: writes on twin tenants must
+// say the same, reads of the same data must print the same.
+func TestRemoteAndDatabaseModesAgree(t *testing.T) {
+	s := startServer(t)
+	// Each mode writes its own tenant; a write's output, with the tenant
+	// name swapped, must match the other mode's.
+	tenantOf := map[string]string{"database": "acme", "server": "beta"}
+	write := func(args ...string) {
+		t.Helper()
+		outs := map[string]string{}
+		for _, mode := range modes {
+			a := make([]string, len(args))
+			for i, arg := range args {
+				a[i] = strings.ReplaceAll(arg, "TENANT", tenantOf[mode])
+			}
+			outs[mode] = strings.ReplaceAll(s.mustRunIn(t, mode, a...), tenantOf[mode], "TENANT")
+		}
+		if outs["database"] != outs["server"] {
+			t.Errorf("sluice %s:\ndatabase mode: %q\nserver mode:   %q", strings.Join(args, " "), outs["database"], outs["server"])
+		}
+	}
+	// Reads of the same data must print exactly the same in both modes.
+	read := func(args ...string) string {
+		t.Helper()
+		db := s.mustRunIn(t, "database", args...)
+		api := s.mustRunIn(t, "server", args...)
+		if db != api {
+			t.Errorf("sluice %s:\ndatabase mode:\n%s\nserver mode:\n%s", strings.Join(args, " "), db, api)
+		}
+		return db
+	}
+
+	write("tenant", "create", "TENANT")
+	for _, mode := range modes {
+		secret := strings.TrimSpace(s.mustRunIn(t, mode, "key", "create", tenantOf[mode], "--role", "check", "--name", "web"))
+		if !strings.HasPrefix(secret, sluice.APIKeyPrefix) {
+			t.Fatalf("%s mode: key create printed %q, want the secret alone", mode, secret)
+		}
+	}
+	write("rule", "set", "TENANT", "payments", "--route", "/api/payments*", "--token-bucket", "10:2/s", "--sliding-window", "minute=600/1m", "--failure-mode", "open", "--shadow")
+	write("rule", "set", "TENANT", "payments", "--route", "/api/payments*", "--fixed-window", "100/1s", "--failure-mode", "local")
+	write("rule", "set", "TENANT", "orders", "--route", "/api/orders", "--token-bucket", "5:1/m", "--failure-mode", "closed")
+
+	if out := read("tenant", "list"); !strings.Contains(out, "acme") || !strings.Contains(out, "beta") {
+		t.Errorf("tenant list:\n%s", out)
+	}
+	for _, tenant := range []string{"acme", "beta"} {
+		if out := read("rule", "list", tenant); !strings.Contains(out, "orders") || !strings.Contains(out, "fixed_window: 100 per fixed 1s") {
+			t.Errorf("rule list %s:\n%s", tenant, out)
+		}
+		read("rule", "get", tenant, "payments")
+		if out := read("key", "list", tenant); !strings.Contains(out, "web") {
+			t.Errorf("key list %s:\n%s", tenant, out)
+		}
+	}
+
+	for _, mode := range modes {
+		keys := s.mustRunIn(t, mode, "key", "list", tenantOf[mode])
+		id := strings.Fields(strings.Split(keys, "\n")[1])[0]
+		out := s.mustRunIn(t, mode, "key", "revoke", tenantOf[mode], id)
+		if want := "Revoked key " + id + " of tenant " + tenantOf[mode] + ".\n"; out != want {
+			t.Errorf("%s mode: key revoke printed %q, want %q", mode, out, want)
+		}
+	}
+	read("key", "list", "acme")
+	write("tenant", "suspend", "TENANT")
+	if out := read("tenant", "list"); strings.Count(out, "suspended") != 2 {
+		t.Errorf("tenant list after suspend:\n%s", out)
+	}
+	write("tenant", "resume", "TENANT")
+	write("rule", "delete", "TENANT", "orders")
+	read("rule", "list", "acme")
+
+	for _, mode := range modes {
+		_, _, err := s.runIn(t, mode, "tenant", "create", tenantOf[mode])
+		if !errors.Is(err, sluice.ErrConflict) {
+			t.Errorf("%s mode: duplicate tenant: %v, want ErrConflict", mode, err)
+		}
+		_, _, err = s.runIn(t, mode, "rule", "get", tenantOf[mode], "nope")
+		if !errors.Is(err, sluice.ErrNotFound) {
+			t.Errorf("%s mode: missing rule: %v, want ErrNotFound", mode, err)
+		}
+	}
+	write("tenant", "delete", "TENANT")
+	if out := read("tenant", "list"); strings.Contains(out, "acme") || strings.Contains(out, "beta") {
+		t.Errorf("tenant list after delete:\n%s", out)
+	}
+}
+
+func TestRemoteFlags(t *testing.T) {
+	s := startServer(t)
+	t.Run("token_required", func(t *testing.T) {
+		_, _, err := runCLI(t, "tenant", "list", "--server", s.url)
+		if err == nil || !strings.Contains(err.Error(), "--token") {
+			t.Errorf("error %v, want one asking for --token", err)
+		}
+	})
+	t.Run("token_from_environment", func(t *testing.T) {
+		t.Setenv("SLUICE_SERVER", s.url)
+		t.Setenv("SLUICE_TOKEN", testToken)
+		out, _, err := runCLI(t, "tenant", "list")
+		if err != nil || !strings.HasPrefix(out, "NAME") {
+			t.Errorf("tenant list with SLUICE_SERVER and SLUICE_TOKEN: %q, %v", out, err)
+		}
+	})
+	t.Run("wrong_token_shows_the_servers_answer", func(t *testing.T) {
+		_, _, err := runCLI(t, "tenant", "list", "--server", s.url, "--token", "not-the-token")
+		if err == nil || !strings.Contains(err.Error(), "invalid_credentials") || strings.Contains(err.Error(), "not-the-token") {
+			t.Errorf("error %v, want the server's invalid_credentials, without the token", err)
+		}
+	})
+	t.Run("server_and_database_conflict", func(t *testing.T) {
+		_, _, err := runCLI(t, "tenant", "list", "--server", s.url, "--token", testToken, "--database", s.database)
+		if err == nil || !strings.Contains(err.Error(), "both given") {
+			t.Errorf("error %v", err)
+		}
+	})
+	t.Run("bad_server_url", func(t *testing.T) {
+		_, _, err := runCLI(t, "tenant", "list", "--server", "localhost:8080", "--token", testToken)
+		if err == nil || !strings.Contains(err.Error(), "--server") {
+			t.Errorf("error %v", err)
+		}
+	})
+}

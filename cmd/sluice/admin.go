@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -23,6 +22,16 @@ import (
 
 func init() {
 	rootCmd.AddCommand(newMigrateCmd(), newTenantCmd(), newKeyCmd(), newRuleCmd())
+}
+
+// readCmd is a command that reads the catalog and prints what it read in the
+// format of -o.
+func readCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, args []string, o outputFormat) error) *cobra.Command {
+	var o outputFormat
+	cmd := &cobra.Command{Use: use, Short: short, Args: args,
+		RunE: func(cmd *cobra.Command, args []string) error { return run(cmd, args, o) }}
+	addOutputFlag(cmd, &o)
+	return cmd
 }
 
 // addDatabaseFlag gives a command group the --database flag (SLUICE_DATABASE).
@@ -91,19 +100,15 @@ func newTenantCmd() *cobra.Command {
 				})
 			},
 		},
-		&cobra.Command{
-			Use: "list", Short: "List tenants", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
-					ts, err := c.Tenants(cmd.Context())
-					if err != nil {
-						return err
-					}
-					printTenants(cmd.OutOrStdout(), ts)
-					return nil
-				})
-			},
-		},
+		readCmd("list", "List tenants", cobra.NoArgs, func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				ts, err := c.Tenants(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printTenants(w, ts) }, tenantsBody(ts))
+			})
+		}),
 		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
 		setStatus("resume", "Resume a suspended tenant", sluice.TenantActive, "resumed"),
 		&cobra.Command{
@@ -171,19 +176,15 @@ func newKeyCmd() *cobra.Command {
 	_ = create.MarkFlagRequired("role")
 
 	cmd.AddCommand(create,
-		&cobra.Command{
-			Use: "list <tenant>", Short: "List a tenant's keys (never their secrets)", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
-					ks, err := c.Keys(cmd.Context(), args[0])
-					if err != nil {
-						return err
-					}
-					printKeys(cmd.OutOrStdout(), ks)
-					return nil
-				})
-			},
-		},
+		readCmd("list <tenant>", "List a tenant's keys (never their secrets)", cobra.ExactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				ks, err := c.Keys(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printKeys(w, ks) }, keysBody(ks))
+			})
+		}),
 		&cobra.Command{
 			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -271,33 +272,24 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
 	cmd.AddCommand(set,
-		&cobra.Command{
-			Use: "list <tenant>", Short: "List a tenant's rules", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
-					rs, err := c.Rules(cmd.Context(), args[0])
-					if err != nil {
-						return err
-					}
-					printRules(cmd.OutOrStdout(), rs)
-					return nil
-				})
-			},
-		},
-		&cobra.Command{
-			Use: "get <tenant> <rule>", Short: "Show a rule as JSON", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withBackend(cmd, database, readOnly, func(c adminBackend) error {
-					r, err := c.Rule(cmd.Context(), args[0], args[1])
-					if err != nil {
-						return err
-					}
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					return enc.Encode(httpapi.NewRuleBody(r))
-				})
-			},
-		},
+		readCmd("list <tenant>", "List a tenant's rules", cobra.ExactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				rs, err := c.Rules(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, rs) }, rulesBody(rs))
+			})
+		}),
+		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", cobra.ExactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				r, err := c.Rule(cmd.Context(), args[0], args[1])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, toAPIRule(r))
+			})
+		}),
 		&cobra.Command{
 			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {

@@ -211,7 +211,7 @@ func TestAdminCommands(t *testing.T) {
 	if out := mustRun("rule", "list", "acme"); !strings.Contains(out, "payments") || !strings.Contains(out, "/api/payments*") {
 		t.Errorf("rule list: %s", out)
 	}
-	if out := mustRun("rule", "get", "acme", "payments"); !strings.Contains(out, `"refill_per_second": 2`) {
+	if out := mustRun("rule", "get", "acme", "payments", "-o", "json"); !strings.Contains(out, `"refill_per_second": 2`) {
 		t.Errorf("rule get: %s", out)
 	}
 	keys := mustRun("key", "list", "acme")

@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
@@ -56,6 +62,23 @@ func startServer(t *testing.T) server {
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return server{url: srv.URL, database: "sqlite://" + path}
+}
+
+// get answers GET path of the admin API as the operator, decoded.
+func (s server) get(t *testing.T, path string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // modes are the two ways the catalog commands run.
@@ -134,6 +157,40 @@ func TestRemoteAndDatabaseModesAgree(t *testing.T) {
 		if out := read("key", "list", tenant); !strings.Contains(out, "web") {
 			t.Errorf("key list %s:\n%s", tenant, out)
 		}
+		for _, o := range []string{"json", "yaml"} {
+			read("tenant", "list", "-o", o)
+			read("key", "list", tenant, "-o", o)
+			read("rule", "list", tenant, "-o", o)
+			read("rule", "get", tenant, "payments", "-o", o)
+		}
+	}
+	// -o json is the API's own body: what GET /v1/tenants/acme/rules/payments answers.
+	var got, want map[string]any
+	if err := json.Unmarshal([]byte(read("rule", "get", "acme", "payments", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	want = s.get(t, "/v1/tenants/acme/rules/payments")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rule get -o json:\n%v\nthe API answers:\n%v", got, want)
+	}
+	got = nil
+	if err := json.Unmarshal([]byte(read("key", "list", "acme", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want = s.get(t, "/v1/tenants/acme/keys"); !reflect.DeepEqual(got, want) {
+		t.Errorf("key list -o json:\n%v\nthe API answers:\n%v", got, want)
+	}
+	var y struct {
+		Tenants []struct {
+			Name   string `yaml:"name"`
+			Status string `yaml:"status"`
+		} `yaml:"tenants"`
+	}
+	if err := yaml.Unmarshal([]byte(read("tenant", "list", "-o", "yaml")), &y); err != nil || len(y.Tenants) != 2 || y.Tenants[0].Status != "active" {
+		t.Errorf("tenant list -o yaml: %+v, %v", y, err)
+	}
+	if _, _, err := s.runIn(t, "database", "tenant", "list", "-o", "xml"); err == nil || !strings.Contains(err.Error(), "table, json or yaml") {
+		t.Errorf("-o xml: %v", err)
 	}
 
 	for _, mode := range modes {
@@ -203,4 +260,19 @@ func TestRemoteFlags(t *testing.T) {
 			t.Errorf("error %v", err)
 		}
 	})
+}
+
+// TestReadsNeverCreateACatalog: a mistyped --database must not leave an
+// empty catalog behind and answer "no tenants".
+func TestReadsNeverCreateACatalog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.db")
+	for _, args := range [][]string{{"tenant", "list"}, {"key", "list", "acme"}, {"rule", "list", "acme"}, {"rule", "get", "acme", "r"}} {
+		_, _, err := runCLI(t, append(args, "--database", "sqlite://"+path)...)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("sluice %s on a missing catalog: %v, want an error naming %s", strings.Join(args, " "), err, path)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("sluice %s created %s", strings.Join(args, " "), path)
+		}
+	}
 }

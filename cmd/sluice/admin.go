@@ -54,7 +54,7 @@ func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending catalog migrations and exit",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withCatalog(cmd.Context(), database, func(sluice.Catalog) error {
 				fmt.Fprintln(cmd.OutOrStdout(), "The catalog schema is up to date.")
@@ -70,11 +70,11 @@ func newMigrateCmd() *cobra.Command {
 
 func newTenantCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenants (create, list, suspend, resume, delete)"}
+	cmd := groupCmd("tenant", "Manage tenants (create, list, suspend, resume, delete)")
 	addDatabaseFlag(cmd, &database)
 	setStatus := func(use, short string, status sluice.TenantStatus, done string) *cobra.Command {
 		return &cobra.Command{
-			Use: use + " <tenant>", Short: short, Args: cobra.ExactArgs(1),
+			Use: use + " <tenant>", Short: short, Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if _, err := c.SetTenantStatus(cmd.Context(), args[0], status); err != nil {
@@ -88,7 +88,7 @@ func newTenantCmd() *cobra.Command {
 	}
 	cmd.AddCommand(
 		&cobra.Command{
-			Use: "create <tenant>", Short: "Create an active tenant", Args: cobra.ExactArgs(1),
+			Use: "create <tenant>", Short: "Create an active tenant", Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					t, err := c.CreateTenant(cmd.Context(), args[0])
@@ -100,7 +100,7 @@ func newTenantCmd() *cobra.Command {
 				})
 			},
 		},
-		readCmd("list", "List tenants", cobra.NoArgs, func(cmd *cobra.Command, args []string, o outputFormat) error {
+		readCmd("list", "List tenants", noArgs, func(cmd *cobra.Command, args []string, o outputFormat) error {
 			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 				ts, err := c.Tenants(cmd.Context())
 				if err != nil {
@@ -112,7 +112,7 @@ func newTenantCmd() *cobra.Command {
 		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
 		setStatus("resume", "Resume a suspended tenant", sluice.TenantActive, "resumed"),
 		&cobra.Command{
-			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: cobra.ExactArgs(1),
+			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteTenant(cmd.Context(), args[0]); err != nil {
@@ -140,14 +140,14 @@ func printTenants(w io.Writer, ts []sluice.Tenant) {
 
 func newKeyCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "key", Short: "Manage API keys (create, list, revoke)"}
+	cmd := groupCmd("key", "Manage API keys (create, list, revoke)")
 	addDatabaseFlag(cmd, &database)
 
 	var role, name string
 	create := &cobra.Command{
 		Use:   "create <tenant> --role check|admin [--name NAME]",
 		Short: "Create an API key; its secret is printed once, on stdout",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r := sluice.Role(role)
 			if err := sluice.ValidateRole(r); err != nil {
@@ -176,7 +176,7 @@ func newKeyCmd() *cobra.Command {
 	_ = create.MarkFlagRequired("role")
 
 	cmd.AddCommand(create,
-		readCmd("list <tenant>", "List a tenant's keys (never their secrets)", cobra.ExactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+		readCmd("list <tenant>", "List a tenant's keys (never their secrets)", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
 			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 				ks, err := c.Keys(cmd.Context(), args[0])
 				if err != nil {
@@ -186,7 +186,7 @@ func newKeyCmd() *cobra.Command {
 			})
 		}),
 		&cobra.Command{
-			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: cobra.ExactArgs(2),
+			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
@@ -228,7 +228,7 @@ type ruleFlags struct {
 
 func newRuleCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "rule", Short: "Manage rules (set, list, get, delete)"}
+	cmd := groupCmd("rule", "Manage rules (set, list, get, delete)")
 	addDatabaseFlag(cmd, &database)
 
 	var rf ruleFlags
@@ -247,7 +247,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --fixed-window 100/1s        100 per clock-aligned second`,
 		Example: `  sluice rule set acme payments --route '/api/payments*' --token-bucket 10:2/s
   sluice rule set acme api --route '*' --token-bucket burst=20:5/s --sliding-window hourly=1000/1h --failure-mode open`,
-		Args: cobra.ExactArgs(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rule, err := rf.rule(args[0], args[1])
 			if err != nil {
@@ -272,7 +272,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
 	cmd.AddCommand(set,
-		readCmd("list <tenant>", "List a tenant's rules", cobra.ExactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+		readCmd("list <tenant>", "List a tenant's rules", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
 			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 				rs, err := c.Rules(cmd.Context(), args[0])
 				if err != nil {
@@ -281,7 +281,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, rs) }, rulesBody(rs))
 			})
 		}),
-		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", cobra.ExactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
+		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", exactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
 			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 				r, err := c.Rule(cmd.Context(), args[0], args[1])
 				if err != nil {
@@ -291,7 +291,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 			})
 		}),
 		&cobra.Command{
-			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: cobra.ExactArgs(2),
+			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteRule(cmd.Context(), args[0], args[1]); err != nil {

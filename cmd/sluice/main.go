@@ -81,6 +81,10 @@ func main() {
 	}()
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
+	var code exitCode
+	if errors.As(err, &code) {
+		os.Exit(int(code))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)

@@ -276,3 +276,97 @@ func TestReadsNeverCreateACatalog(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAndSubjectReset(t *testing.T) {
+	s := startServer(t)
+	s.mustRunIn(t, "server", "tenant", "create", "acme")
+	s.mustRunIn(t, "server", "rule", "set", "acme", "orders", "--route", "/api/orders*", "--fixed-window", "minute=2/1m")
+	secret := strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", "acme", "--role", "check", "--name", "web"))
+	check := func(args ...string) (string, error) {
+		t.Helper()
+		out, _, err := runCLI(t, append([]string{"check", "--server", s.url, "--api-key", secret}, args...)...)
+		return out, err
+	}
+
+	if out, err := check("--route", "/api/orders/1", "--subject", "u1"); err != nil || !strings.HasPrefix(out, "Allowed by rule orders: 1 of 2 remaining.") || !strings.Contains(out, "minute") {
+		t.Errorf("first check: %q, %v", out, err)
+	}
+	var d struct {
+		Allowed   bool    `json:"allowed"`
+		Rule      *string `json:"rule"`
+		Remaining int64   `json:"remaining"`
+		Limits    []struct {
+			Name string `json:"name"`
+		} `json:"limits"`
+	}
+	out, err := check("--route", "/api/orders/1", "--subject", "u1", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &d) != nil || !d.Allowed || d.Rule == nil || *d.Rule != "orders" || d.Remaining != 0 || len(d.Limits) != 1 {
+		t.Errorf("second check -o json: %s, %v", out, err)
+	}
+	// A denial is an answer: exit 0, unless --fail-on-deny.
+	if out, err := check("--route", "/api/orders/1", "--subject", "u1"); err != nil || !strings.HasPrefix(out, "Denied by rule orders: retry after") {
+		t.Errorf("denied check: %q, %v", out, err)
+	}
+	if out, err := check("--route", "/api/orders/1", "--subject", "u1", "--fail-on-deny"); err != exitDenied || !strings.HasPrefix(out, "Denied") {
+		t.Errorf("denied check with --fail-on-deny: %q, %v, want exit status 2", out, err)
+	}
+	if out, err := check("--route", "/elsewhere", "--fail-on-deny"); err != nil || !strings.HasPrefix(out, "Allowed: no rule matches /elsewhere") {
+		t.Errorf("unmatched route: %q, %v", out, err)
+	}
+	if _, err := check("--route", "/api/orders/1", "--subject", "u1", "--cost", "-1"); err == nil {
+		t.Error("negative cost accepted")
+	}
+	if _, _, err := runCLI(t, "check", "--route", "/x", "--api-key", secret); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Errorf("check without --server: %v", err)
+	}
+	if _, _, err := runCLI(t, "check", "--server", s.url, "--api-key", "sk_nope", "--route", "/x"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("check with an unknown key: %v", err)
+	}
+
+	out = s.mustRunIn(t, "server", "subject", "reset", "acme", "orders", "u1")
+	if out != "Reset subject u1 under rule orders of tenant acme.\n" {
+		t.Errorf("subject reset printed %q", out)
+	}
+	if out, err := check("--route", "/api/orders/1", "--subject", "u1", "--fail-on-deny"); err != nil || !strings.HasPrefix(out, "Allowed by rule orders: 1 of 2 remaining.") {
+		t.Errorf("check after reset: %q, %v", out, err)
+	}
+	// A subject with '/' travels escaped in the path.
+	s.mustRunIn(t, "server", "subject", "reset", "acme", "orders", "10.0.0.0/8")
+	if _, _, err := s.runIn(t, "server", "subject", "reset", "acme", "nope", "u1"); !errors.Is(err, sluice.ErrNotFound) {
+		t.Errorf("reset under a missing rule: %v", err)
+	}
+	if _, _, err := runCLI(t, "subject", "reset", "acme", "orders", "u1"); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Errorf("reset without --server: %v", err)
+	}
+}
+
+func TestCommandLineMistakes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"tenant", "creat", "x"}, []string{`unknown command "creat" for "sluice tenant"; did you mean "create"?`, "sluice tenant create <tenant>"}},
+		{[]string{"tenant"}, []string{"tenant needs a subcommand", "sluice tenant list"}},
+		{[]string{"rule", "lst", "acme"}, []string{`did you mean "list"?`}},
+		{[]string{"rule", "det", "acme"}, []string{`did you mean "get" or "set"?`}},
+		{[]string{"rule", "lis", "acme"}, []string{`did you mean "list"?`}},
+		{[]string{"key", "frobnicate"}, []string{`unknown command "frobnicate" for "sluice key".`, "sluice key revoke"}},
+		{[]string{"subject", "rest"}, []string{`did you mean "reset"?`}},
+		{[]string{"tenant", "create"}, []string{"tenant create takes 1 argument (<tenant>), got 0.", "Usage: sluice tenant create <tenant>"}},
+		{[]string{"rule", "get", "acme"}, []string{"rule get takes 2 arguments (<tenant> <rule>), got 1."}},
+		{[]string{"tenant", "list", "extra"}, []string{`tenant list takes no arguments, got ["extra"]`}},
+		{[]string{"tenat"}, []string{`unknown command "tenat" for "sluice"`, "tenant"}},
+	} {
+		t.Run(strings.Join(c.args, "_"), func(t *testing.T) {
+			_, _, err := runCLI(t, c.args...)
+			if err == nil {
+				t.Fatalf("sluice %s succeeded", strings.Join(c.args, " "))
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}

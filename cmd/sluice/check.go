@@ -1,0 +1,196 @@
+package main
+
+// sluice check asks a running server's check API for a decision, as an
+// application would, and sluice subject reset gives a subject back its full
+// quota. Both need --server: the counters live in the server's store, not in
+// the catalog database.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice/client"
+)
+
+func init() {
+	rootCmd.AddCommand(newCheckCmd(), newSubjectCmd())
+}
+
+// exitCode is an error that only sets the exit status: what there was to say
+// is already printed.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// exitDenied is the exit status of sluice check --fail-on-deny on a denial:
+// not 1, so a script can tell a denial from a failed command.
+const exitDenied exitCode = 2
+
+func newCheckCmd() *cobra.Command {
+	var (
+		route, subject, apiKey string
+		cost                   int64
+		failOnDeny             bool
+		o                      outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "check --route ROUTE [--subject SUBJECT] [--cost N] --api-key KEY",
+		Short: "Ask a running server whether a request may go through (consumes quota)",
+		Long: `Ask the check API of the server of --server whether a request on --route by
+--subject may go through, as an application would; an allowed check consumes
+--cost from the matched rule's limits (--cost 0 only looks).
+
+The decision is printed. A denial is an answer, not a failure: the exit status
+is 0 for an allowed and a denied request alike, unless --fail-on-deny, which
+makes a denial exit with status 2. Status 1 means the check could not be made.`,
+		Example: `  sluice check --server http://localhost:8080 --api-key "$KEY" --route /api/orders --subject user-42
+  sluice check --route /api/orders --subject user-42 --cost 0 -o json   # peek, with SLUICE_SERVER and SLUICE_API_KEY set
+  sluice check --route /api/orders --subject ci --fail-on-deny || echo denied`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if remote.server == "" {
+				return errors.New("check needs --server (or SLUICE_SERVER): the URL of a running sluice serve")
+			}
+			if apiKey == "" {
+				return errors.New("check needs --api-key (or SLUICE_API_KEY): a check-role key of the tenant, as created by sluice key create --role check")
+			}
+			if route == "" {
+				return errors.New("check needs --route: the path of the request to decide, like /api/orders/17")
+			}
+			if cost < 0 {
+				return fmt.Errorf("--cost %d is negative; use a positive cost, or 0 to look without consuming", cost)
+			}
+			c, err := client.New(remote.server, apiKey, client.WithTimeout(client.DefaultAdminTimeout))
+			if err != nil {
+				return fmt.Errorf("--server: %w", err)
+			}
+			res, err := c.Check(cmd.Context(), route, subject, cost)
+			if err != nil {
+				return err
+			}
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, decisionOf(res)); err != nil {
+				return err
+			}
+			if !res.Allowed && failOnDeny {
+				return exitDenied
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&route, "route", "", "path of the request, like /api/orders/17")
+	f.StringVar(&subject, "subject", "", "who the request is from (user, IP, ...); default: the tenant as a whole")
+	f.Int64Var(&cost, "cost", 1, "quota the request uses; 0 looks without consuming")
+	f.StringVar(&apiKey, "api-key", "", "a check-role API key of the tenant (SLUICE_API_KEY)")
+	f.BoolVar(&failOnDeny, "fail-on-deny", false, "exit with status 2 when the request is denied")
+	addOutputFlag(cmd, &o)
+	return cmd
+}
+
+// printDecision says what was decided, then each limit's state.
+func printDecision(w io.Writer, route string, res client.Result) {
+	switch {
+	case res.Rule == "":
+		fmt.Fprintf(w, "Allowed: no rule matches %s, so nothing was counted.\n", route)
+		return
+	case res.Allowed:
+		fmt.Fprintf(w, "Allowed by rule %s: %d of %d remaining.\n", res.Rule, res.Remaining, res.Limit)
+	default:
+		fmt.Fprintf(w, "Denied by rule %s: retry after %s.\n", res.Rule, formatMs(res.RetryAfter))
+	}
+	if res.Shadow {
+		fmt.Fprintln(w, "The rule is in shadow mode: it reports denials but allows every request.")
+	}
+	if res.Degraded {
+		fmt.Fprintln(w, "Degraded: the store did not answer, and the rule's failure mode decided.")
+	}
+	if len(res.Limits) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tALGORITHM\tQUOTA\tREMAINING\tRESET AFTER\tRETRY AFTER")
+	for _, l := range res.Limits {
+		retry := "-"
+		if l.RetryAfter > 0 {
+			retry = formatMs(l.RetryAfter)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", l.Name, l.Algorithm, l.Limit, l.Remaining, formatMs(l.ResetAfter), retry)
+	}
+	tw.Flush()
+}
+
+// formatMs writes a duration of whole milliseconds, as the API sends them.
+func formatMs(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// decisionJSON is the check API's answer body, for -o json and yaml.
+type decisionJSON struct {
+	Allowed      bool                `json:"allowed" yaml:"allowed"`
+	Rule         *string             `json:"rule" yaml:"rule"`
+	Limit        int64               `json:"limit" yaml:"limit"`
+	Remaining    int64               `json:"remaining" yaml:"remaining"`
+	ResetAfterMs int64               `json:"reset_after_ms" yaml:"reset_after_ms"`
+	RetryAfterMs int64               `json:"retry_after_ms" yaml:"retry_after_ms"`
+	Degraded     bool                `json:"degraded" yaml:"degraded"`
+	Shadow       bool                `json:"shadow" yaml:"shadow"`
+	Limits       []decisionLimitJSON `json:"limits" yaml:"limits"`
+}
+
+type decisionLimitJSON struct {
+	Name         string `json:"name" yaml:"name"`
+	Algorithm    string `json:"algorithm" yaml:"algorithm"`
+	Limit        int64  `json:"limit" yaml:"limit"`
+	Remaining    int64  `json:"remaining" yaml:"remaining"`
+	ResetAfterMs int64  `json:"reset_after_ms" yaml:"reset_after_ms"`
+	RetryAfterMs int64  `json:"retry_after_ms" yaml:"retry_after_ms"`
+}
+
+func decisionOf(res client.Result) decisionJSON {
+	d := decisionJSON{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
+		ResetAfterMs: res.ResetAfter.Milliseconds(), RetryAfterMs: res.RetryAfter.Milliseconds(),
+		Degraded: res.Degraded, Shadow: res.Shadow, Limits: make([]decisionLimitJSON, 0, len(res.Limits))}
+	if res.Rule != "" {
+		d.Rule = &res.Rule
+	}
+	for _, l := range res.Limits {
+		d.Limits = append(d.Limits, decisionLimitJSON{Name: l.Name, Algorithm: string(l.Algorithm), Limit: l.Limit,
+			Remaining: l.Remaining, ResetAfterMs: l.ResetAfter.Milliseconds(), RetryAfterMs: l.RetryAfter.Milliseconds()})
+	}
+	return d
+}
+
+func newSubjectCmd() *cobra.Command {
+	cmd := groupCmd("subject", "Manage a subject's counters (reset)")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "reset <tenant> <rule> <subject>",
+		Short: "Forget a subject's counters under a rule: its next request has the full quota",
+		Long: `Forget a subject's counters under a rule, in the store and in every instance's
+deny cache: its next request starts from the full quota.
+
+This goes through a running server (--server, --token): the counters live in
+its store, which the catalog database does not reach.`,
+		Example: `  sluice subject reset acme payments user-42 --server http://localhost:8080 --token "$TOKEN"`,
+		Args:    exactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if remote.server == "" {
+				// The counters are in Redis or in the serving process's
+				// memory; only a server knows where, and tells the others.
+				return errors.New("subject reset needs --server and --token (or SLUICE_SERVER and SLUICE_TOKEN): counters live in the server's store, not in the catalog database")
+			}
+			a, err := remoteAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			if err := a.ResetSubject(cmd.Context(), args[0], args[1], args[2]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Reset subject %s under rule %s of tenant %s.\n", args[2], args[1], args[0])
+			return nil
+		},
+	})
+	return cmd
+}

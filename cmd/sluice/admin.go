@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -186,19 +187,58 @@ func newKeyCmd() *cobra.Command {
 			})
 		}),
 		&cobra.Command{
-			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: exactArgs(2),
+			Use: "revoke <tenant> <key>", Short: "Revoke an API key for good, by ID or by the name of an active key",
+			Example: `  sluice key revoke acme key_abcdefghijkl
+  sluice key revoke acme web`,
+			Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
-					if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
+					k, err := findKey(cmd.Context(), c, args[0], args[1])
+					if err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s of tenant %s.\n", args[1], args[0])
+					if err := c.Revoke(cmd.Context(), args[0], k.ID); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s (name %s) of tenant %s.\n", k.ID, k.Name, args[0])
 					return nil
 				})
 			},
 		},
 	)
 	return cmd
+}
+
+// findKey finds a tenant's key by ID, or else by name among its unrevoked
+// keys: a revoked key keeps its name, so a name may come back, and only an
+// active key is worth revoking by name.
+func findKey(ctx context.Context, c adminBackend, tenant, ref string) (sluice.APIKey, error) {
+	ks, err := c.Keys(ctx, tenant)
+	if err != nil {
+		return sluice.APIKey{}, err
+	}
+	var named []sluice.APIKey
+	for _, k := range ks {
+		if k.ID == ref {
+			return k, nil
+		}
+		if k.Name == ref && k.RevokedAt == nil {
+			named = append(named, k)
+		}
+	}
+	switch len(named) {
+	case 1:
+		return named[0], nil
+	case 0:
+		return sluice.APIKey{}, fmt.Errorf("tenant %s has no key with ID %q, nor an active key named %q; see sluice key list %s: %w",
+			tenant, ref, ref, tenant, sluice.ErrNotFound)
+	}
+	ids := make([]string, 0, len(named))
+	for _, k := range named {
+		ids = append(ids, k.ID)
+	}
+	return sluice.APIKey{}, fmt.Errorf("tenant %s has %d active keys named %q (%s); revoke one by its ID",
+		tenant, len(named), ref, strings.Join(ids, ", "))
 }
 
 func printKeys(w io.Writer, ks []sluice.APIKey) {
@@ -268,7 +308,7 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
 	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
 	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
-	f.StringVar(&rf.failureMode, "failure-mode", string(sluice.FailClosed), "when the store is down: closed (503), open (allow) or local (in-process limit)")
+	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: the server's --default-failure-mode with --server, closed with --database")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
 	cmd.AddCommand(set,
@@ -313,7 +353,9 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if rf.route == "" {
 		return r, fmt.Errorf("--route is required: an exact path like /api/orders, a prefix like '/api/orders*', or '*'")
 	}
-	if !r.FailureMode.Valid() {
+	// Empty is sent as no failure_mode, for the server's default; a catalog
+	// written directly stores its own default, closed.
+	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
 	for _, spec := range rf.tokenBuckets {
@@ -412,7 +454,15 @@ func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
 	return l, nil
 }
 
-// parsePeriod reads a unit (s, m, h) or a Go duration (500ms, 1m).
+// Day and week, which time.ParseDuration lacks; a day is 24 hours, since
+// windows are spans of time, not calendar days.
+const (
+	day  = 24 * time.Hour
+	week = 7 * day
+)
+
+// parsePeriod reads a unit (s, m, h, d, w), a Go duration (500ms, 1m) or a
+// number of days or weeks (2d, 1.5w).
 func parsePeriod(s string) (time.Duration, error) {
 	switch s {
 	case "s":
@@ -421,10 +471,24 @@ func parsePeriod(s string) (time.Duration, error) {
 		return time.Minute, nil
 	case "h":
 		return time.Hour, nil
+	case "d":
+		return day, nil
+	case "w":
+		return week, nil
+	}
+	bad := fmt.Errorf("%q is not a period like s, m, h, d, w, 1s, 500ms, 1m, 2d or 1w", s)
+	for suffix, unit := range map[string]time.Duration{"d": day, "w": week} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			f, err := strconv.ParseFloat(n, 64)
+			if err != nil || !(f > 0) || f*float64(unit) > float64(math.MaxInt64) {
+				return 0, bad
+			}
+			return time.Duration(f * float64(unit)), nil
+		}
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not a period like s, m, h, 1s, 500ms or 1m", s)
+		return 0, bad
 	}
 	return d, nil
 }

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -51,7 +52,9 @@ func startServer(t *testing.T) server {
 	t.Cleanup(func() { store.Close() })
 	engine := check.New(store, check.Options{})
 	t.Cleanup(func() { engine.Close() })
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine,
+	// Open, not the built-in closed: a rule set without --failure-mode
+	// shows open only if the CLI left the choice to the server.
+	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine, DefaultFailureMode: sluice.FailOpen,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +200,7 @@ func TestRemoteAndDatabaseModesAgree(t *testing.T) {
 		keys := s.mustRunIn(t, mode, "key", "list", tenantOf[mode])
 		id := strings.Fields(strings.Split(keys, "\n")[1])[0]
 		out := s.mustRunIn(t, mode, "key", "revoke", tenantOf[mode], id)
-		if want := "Revoked key " + id + " of tenant " + tenantOf[mode] + ".\n"; out != want {
+		if want := "Revoked key " + id + " (name web) of tenant " + tenantOf[mode] + ".\n"; out != want {
 			t.Errorf("%s mode: key revoke printed %q, want %q", mode, out, want)
 		}
 	}
@@ -368,5 +371,75 @@ func TestCommandLineMistakes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRevokeByName(t *testing.T) {
+	s := startServer(t)
+	for _, mode := range modes {
+		tenant := map[string]string{"database": "acme", "server": "beta"}[mode]
+		s.mustRunIn(t, mode, "tenant", "create", tenant)
+		s.mustRunIn(t, mode, "key", "create", tenant, "--role", "check", "--name", "web")
+		s.mustRunIn(t, mode, "key", "create", tenant, "--role", "admin", "--name", "ops")
+		out := s.mustRunIn(t, mode, "key", "revoke", tenant, "web")
+		if !strings.HasPrefix(out, "Revoked key key_") || !strings.Contains(out, "(name web) of tenant "+tenant) {
+			t.Errorf("%s mode: revoke by name printed %q", mode, out)
+		}
+		// The name is free again; the revoked key keeps it in the list.
+		s.mustRunIn(t, mode, "key", "create", tenant, "--role", "check", "--name", "web")
+		s.mustRunIn(t, mode, "key", "revoke", tenant, "web")
+		if _, _, err := s.runIn(t, mode, "key", "revoke", tenant, "web"); !errors.Is(err, sluice.ErrNotFound) || !strings.Contains(err.Error(), "no key with ID") {
+			t.Errorf("%s mode: revoking a name with no active key: %v", mode, err)
+		}
+		list := s.mustRunIn(t, mode, "key", "list", tenant)
+		if strings.Count(list, " web ") != 2 || strings.Count(list, "  -\n") != 1 {
+			t.Errorf("%s mode: key list after revokes:\n%s", mode, list)
+		}
+	}
+}
+
+// namedKeys is a backend holding only keys, for findKey.
+type namedKeys struct {
+	adminBackend
+	keys []sluice.APIKey
+}
+
+func (n namedKeys) Keys(context.Context, string) ([]sluice.APIKey, error) { return n.keys, nil }
+
+func TestFindKeyAmbiguousName(t *testing.T) {
+	revoked := time.Now()
+	b := namedKeys{keys: []sluice.APIKey{
+		{ID: "key_a", Name: "web"}, {ID: "key_b", Name: "web"}, {ID: "key_c", Name: "web", RevokedAt: &revoked}, {ID: "key_d", Name: "ops"},
+	}}
+	_, err := findKey(context.Background(), b, "acme", "web")
+	if err == nil || !strings.Contains(err.Error(), "2 active keys named \"web\" (key_a, key_b)") {
+		t.Errorf("ambiguous name: %v", err)
+	}
+	if k, err := findKey(context.Background(), b, "acme", "key_c"); err != nil || k.ID != "key_c" {
+		t.Errorf("by ID: %+v, %v", k, err)
+	}
+	if k, err := findKey(context.Background(), b, "acme", "ops"); err != nil || k.ID != "key_d" {
+		t.Errorf("by name: %+v, %v", k, err)
+	}
+}
+
+func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
+	s := startServer(t)
+	// The test server's default is open; the catalog's own, written
+	// directly, is closed.
+	want := map[string]string{"database": "closed", "server": "open"}
+	for _, mode := range modes {
+		tenant := map[string]string{"database": "acme", "server": "beta"}[mode]
+		s.mustRunIn(t, mode, "tenant", "create", tenant)
+		out := s.mustRunIn(t, mode, "rule", "set", tenant, "r", "--route", "/x", "--sliding-window", "weekly=1000/1w")
+		if !strings.Contains(out, "weekly: 1000 per sliding 168h") {
+			t.Errorf("%s mode: rule set printed %q", mode, out)
+		}
+		var r struct {
+			FailureMode *string `json:"failure_mode"`
+		}
+		if err := json.Unmarshal([]byte(s.mustRunIn(t, mode, "rule", "get", tenant, "r", "-o", "json")), &r); err != nil || r.FailureMode == nil || *r.FailureMode != want[mode] {
+			t.Errorf("%s mode: stored failure mode %v, want %q", mode, r.FailureMode, want[mode])
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -67,7 +68,18 @@ func withBackend(cmd *cobra.Command, database string, acc access, fn func(adminB
 	if err != nil {
 		return err
 	}
-	return fn(remoteBackend{a})
+	return unreachable(fn(remoteBackend{a}))
+}
+
+// unreachable rewrites a transport failure as one sentence about the server,
+// instead of the client's method, URL and dial chain; the server's own
+// answers (*client.Error) pass unchanged.
+func unreachable(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("could not reach the server %s: %w", remote.server, ue.Err)
+	}
+	return err
 }
 
 // remoteAdmin is the admin API client of --server and --token.

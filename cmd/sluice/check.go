@@ -71,7 +71,7 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 			}
 			res, err := c.Check(cmd.Context(), route, subject, cost)
 			if err != nil {
-				return err
+				return unreachable(err)
 			}
 			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, decisionOf(res)); err != nil {
 				return err
@@ -186,7 +186,7 @@ its store, which the catalog database does not reach.`,
 				return err
 			}
 			if err := a.ResetSubject(cmd.Context(), args[0], args[1], args[2]); err != nil {
-				return err
+				return unreachable(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Reset subject %s under rule %s of tenant %s.\n", args[2], args[1], args[0])
 			return nil

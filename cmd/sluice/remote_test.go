@@ -257,6 +257,16 @@ func TestRemoteFlags(t *testing.T) {
 			t.Errorf("error %v", err)
 		}
 	})
+	t.Run("server_down", func(t *testing.T) {
+		down := httptest.NewServer(nil)
+		down.Close()
+		for _, args := range [][]string{{"tenant", "list"}, {"subject", "reset", "a", "b", "c"}, {"check", "--route", "/x", "--api-key", "k"}} {
+			_, _, err := runCLI(t, append(args, "--server", down.URL, "--token", testToken)...)
+			if err == nil || !strings.HasPrefix(err.Error(), "could not reach the server "+down.URL+": ") {
+				t.Errorf("sluice %s with the server down: %v", strings.Join(args, " "), err)
+			}
+		}
+	})
 	t.Run("bad_server_url", func(t *testing.T) {
 		_, _, err := runCLI(t, "tenant", "list", "--server", "localhost:8080", "--token", testToken)
 		if err == nil || !strings.Contains(err.Error(), "--server") {

@@ -2,19 +2,23 @@ package main
 
 // sluice check asks a running server's check API for a decision, as an
 // application would, and sluice subject reset gives a subject back its full
-// quota. Both need --server: the counters live in the server's store, not in
-// the catalog database.
+// quota, through a server or straight in its Redis.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/client"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 func init() {
@@ -164,33 +168,91 @@ func decisionOf(res client.Result) decisionJSON {
 }
 
 func newSubjectCmd() *cobra.Command {
+	var database, redisURL, redisPrefix string
 	cmd := groupCmd("subject", "Manage a subject's counters (reset)")
-	cmd.AddCommand(&cobra.Command{
+	addDatabaseFlag(cmd, &database)
+	reset := &cobra.Command{
 		Use:   "reset <tenant> <rule> <subject>",
 		Short: "Forget a subject's counters under a rule: its next request has the full quota",
 		Long: `Forget a subject's counters under a rule, in the store and in every instance's
 deny cache: its next request starts from the full quota.
 
-This goes through a running server (--server, --token): the counters live in
-its store, which the catalog database does not reach.`,
-		Example: `  sluice subject reset acme payments user-42 --server http://localhost:8080 --token "$TOKEN"`,
-		Args:    exactArgs(3),
+With --server (and --token) the server does it. Without, the counters are
+deleted from the Redis of --redis (with the servers' --redis-prefix) and the
+instances told through the catalog database of --database. Counters of the
+embedded memory store live inside the serving process: reset those with
+--server.`,
+		Example: `  sluice subject reset acme payments user-42 --server http://localhost:8080 --token "$TOKEN"
+  sluice subject reset acme payments user-42 --database postgres://sluice@db/sluice --redis redis://redis:6379/0`,
+		Args: exactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if remote.server == "" {
-				// The counters are in Redis or in the serving process's
-				// memory; only a server knows where, and tells the others.
-				return errors.New("subject reset needs --server and --token (or SLUICE_SERVER and SLUICE_TOKEN): counters live in the server's store, not in the catalog database")
+			tenant, rule, subject := args[0], args[1], args[2]
+			if remote.server != "" {
+				if cmd.Flags().Changed("redis") {
+					return errors.New("--server and --redis both given; the server resets in its own store, so give only --server")
+				}
+				a, err := remoteAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				if err := a.ResetSubject(cmd.Context(), tenant, rule, subject); err != nil {
+					return unreachable(err)
+				}
+			} else {
+				if redisURL == "" {
+					return errors.New("subject reset needs --server and --token (or SLUICE_SERVER and SLUICE_TOKEN), or --redis with --database: the counters live in the servers' store, not in the catalog database")
+				}
+				err := withDatabase(cmd.Context(), database, readOnly, func(c sluice.Catalog) error {
+					return resetInStore(cmd.Context(), c, redisURL, redisPrefix, tenant, rule, subject)
+				})
+				if err != nil {
+					return err
+				}
 			}
-			a, err := remoteAdmin(cmd)
-			if err != nil {
-				return err
-			}
-			if err := a.ResetSubject(cmd.Context(), args[0], args[1], args[2]); err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Reset subject %s under rule %s of tenant %s.\n", args[2], args[1], args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "Reset subject %s under rule %s of tenant %s.\n", subject, rule, tenant)
 			return nil
 		},
-	})
+	}
+	reset.Flags().StringVar(&redisURL, "redis", "", "without --server: the servers' Redis (redis://, redis-cluster://, redis-sentinel://)")
+	reset.Flags().StringVar(&redisPrefix, "redis-prefix", "sluice:", "without --server: the servers' --redis-prefix")
+	cmd.AddCommand(reset)
 	return cmd
+}
+
+// resetInStore does what the admin API's reset does, from outside a server:
+// forget the counters in the store, then tell every instance through the
+// catalog, in that order (an instance told first could cache a deny from the
+// counters about to go).
+func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenant, rule, subject string) error {
+	t, err := c.Tenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	r, err := c.Rule(ctx, tenant, rule)
+	if err != nil {
+		return err
+	}
+	store, err := sluiceredis.Open(redisURL, sluiceredis.Options{Prefix: prefix})
+	if err != nil {
+		return fmt.Errorf("open Redis: %w", err)
+	}
+	defer store.Close()
+	engine := check.New(store, check.Options{})
+	defer engine.Close()
+	target := &check.Rule{Namespace: counterNamespace(t), Name: rule, Limits: r.Limits}
+	if err := engine.Reset(ctx, target, subject); err != nil {
+		return fmt.Errorf("reset the counters in Redis: %w", err)
+	}
+	if err := c.PublishReset(ctx, tenant, rule, subject); err != nil {
+		return fmt.Errorf("the counters were reset, but telling the instances through the catalog failed (their deny caches may refuse %s until its retry time; repeat the reset): %w", subject, err)
+	}
+	return nil
+}
+
+// counterNamespace is the namespace the servers count a tenant's checks
+// under (httpapi's counterNamespace, unexported there): the creation time
+// keeps a recreated tenant from inheriting its predecessor's counters.
+// TestSubjectResetThroughRedis fails if the two drift apart.
+func counterNamespace(t sluice.Tenant) string {
+	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }

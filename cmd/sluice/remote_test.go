@@ -20,7 +20,9 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 	"github.com/sluicelabs/sluice/sqlite"
 )
 
@@ -35,6 +37,14 @@ type server struct {
 
 func startServer(t *testing.T) server {
 	t.Helper()
+	store := memory.New(memory.Options{})
+	t.Cleanup(func() { store.Close() })
+	return startServerOn(t, store)
+}
+
+// startServerOn starts the server over store.
+func startServerOn(t *testing.T, store sluice.Store) server {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "catalog.db")
 	catalog, err := sqlite.Open(ctx, path)
@@ -48,8 +58,6 @@ func startServer(t *testing.T) server {
 	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(testToken)); err != nil {
 		t.Fatal(err)
 	}
-	store := memory.New(memory.Options{})
-	t.Cleanup(func() { store.Close() })
 	engine := check.New(store, check.Options{})
 	t.Cleanup(func() { engine.Close() })
 	// Open, not the built-in closed: a rule set without --failure-mode
@@ -348,8 +356,8 @@ func TestCheckAndSubjectReset(t *testing.T) {
 	if _, _, err := s.runIn(t, "server", "subject", "reset", "acme", "nope", "u1"); !errors.Is(err, sluice.ErrNotFound) {
 		t.Errorf("reset under a missing rule: %v", err)
 	}
-	if _, _, err := runCLI(t, "subject", "reset", "acme", "orders", "u1"); err == nil || !strings.Contains(err.Error(), "--server") {
-		t.Errorf("reset without --server: %v", err)
+	if _, _, err := runCLI(t, "subject", "reset", "acme", "orders", "u1"); err == nil || !strings.Contains(err.Error(), "--server") || !strings.Contains(err.Error(), "--redis") {
+		t.Errorf("reset without --server or --redis: %v", err)
 	}
 }
 
@@ -451,5 +459,54 @@ func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
 		if err := json.Unmarshal([]byte(s.mustRunIn(t, mode, "rule", "get", tenant, "r", "-o", "json")), &r); err != nil || r.FailureMode == nil || *r.FailureMode != want[mode] {
 			t.Errorf("%s mode: stored failure mode %v, want %q", mode, r.FailureMode, want[mode])
 		}
+	}
+}
+
+// TestSubjectResetThroughRedis resets a denied subject without a server:
+// in the Redis the server counts in, and through the catalog to its deny
+// cache. It also holds counterNamespace to httpapi's.
+func TestSubjectResetThroughRedis(t *testing.T) {
+	redis := testenv.Redis(t)
+	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	s := startServerOn(t, store)
+	s.mustRunIn(t, "server", "tenant", "create", "acme")
+	s.mustRunIn(t, "server", "rule", "set", "acme", "orders", "--route", "/api/orders*", "--fixed-window", "1/1h")
+	secret := strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", "acme", "--role", "check", "--name", "web"))
+	check := func() error {
+		_, _, err := runCLI(t, "check", "--server", s.url, "--api-key", secret, "--route", "/api/orders/1", "--subject", "u1", "--fail-on-deny")
+		return err
+	}
+	if err := check(); err != nil {
+		t.Fatalf("first check: %v", err)
+	}
+	if err := check(); err != exitDenied {
+		t.Fatalf("second check: %v, want a denial", err)
+	}
+	out := s.mustRunIn(t, "database", "subject", "reset", "acme", "orders", "u1", "--redis", redis.URL())
+	if out != "Reset subject u1 under rule orders of tenant acme.\n" {
+		t.Errorf("subject reset printed %q", out)
+	}
+	// The server hears of the reset through the catalog's change feed
+	// within a second; until then its deny cache may still refuse.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			break
+		}
+		if err != exitDenied || time.Now().After(deadline) {
+			t.Fatalf("check after the reset: %v, want allowed", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, _, err := s.runIn(t, "server", "subject", "reset", "acme", "orders", "u1", "--redis", redis.URL()); err == nil || !strings.Contains(err.Error(), "both given") {
+		t.Errorf("--server with --redis: %v", err)
+	}
+	if _, _, err := s.runIn(t, "database", "subject", "reset", "acme", "nope", "u1", "--redis", redis.URL()); !errors.Is(err, sluice.ErrNotFound) {
+		t.Errorf("reset under a missing rule: %v", err)
 	}
 }

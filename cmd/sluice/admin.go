@@ -284,7 +284,11 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --token-bucket 10:2/s        bucket of 10, refilled at 2 per second
   --token-bucket burst=100:10/s
   --sliding-window 600/1m      600 per rolling minute
-  --fixed-window 100/1s        100 per clock-aligned second`,
+  --fixed-window 100/1s        100 per clock-aligned second
+  --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
+
+Without --failure-mode the rule takes the server's --default-failure-mode
+(through --server) or closed (with --database).`,
 		Example: `  sluice rule set acme payments --route '/api/payments*' --token-bucket 10:2/s
   sluice rule set acme api --route '*' --token-bucket burst=20:5/s --sliding-window hourly=1000/1h --failure-mode open`,
 		Args: exactArgs(2),

@@ -1,6 +1,6 @@
-// Package client is a small Go client for the check API of a Sluice service
-// (POST /v1/check): it asks a remote `sluice serve` whether a request may go
-// through.
+// Package client is a small Go client for a Sluice service: Client calls the
+// check API (POST /v1/check), asking a remote `sluice serve` whether a
+// request may go through; Admin calls the admin API (/v1/tenants/...).
 //
 //	c, err := client.New("http://sluice:8080", os.Getenv("SLUICE_API_KEY"))
 //	res, err := c.Check(ctx, "/api/orders/17", "user-42", 1)
@@ -127,11 +127,16 @@ func (e *Error) Error() string {
 }
 
 // Unwrap lets errors.Is match the domain errors: sluice.ErrInvalid for a 400,
+// sluice.ErrNotFound for a 404, sluice.ErrConflict for a 409,
 // sluice.ErrStoreUnavailable for a 503.
 func (e *Error) Unwrap() error {
 	switch e.StatusCode {
 	case http.StatusBadRequest:
 		return sluice.ErrInvalid
+	case http.StatusNotFound:
+		return sluice.ErrNotFound
+	case http.StatusConflict:
+		return sluice.ErrConflict
 	case http.StatusServiceUnavailable:
 		return sluice.ErrStoreUnavailable
 	}

@@ -1,14 +1,15 @@
 package main
 
 // The admin subcommands work directly on the catalog database (--database),
-// which is what an operator on the box wants; running instances see the
-// changes through the catalog's change feed within a second.
+// which is what an operator bootstrapping a box wants (running instances see
+// the changes through the catalog's change feed within a second), or, with
+// --server and --token, through a running server's admin API (backend.go).
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +23,16 @@ import (
 
 func init() {
 	rootCmd.AddCommand(newMigrateCmd(), newTenantCmd(), newKeyCmd(), newRuleCmd())
+}
+
+// readCmd is a command that reads the catalog and prints what it read in the
+// format of -o.
+func readCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, args []string, o outputFormat) error) *cobra.Command {
+	var o outputFormat
+	cmd := &cobra.Command{Use: use, Short: short, Args: args,
+		RunE: func(cmd *cobra.Command, args []string) error { return run(cmd, args, o) }}
+	addOutputFlag(cmd, &o)
+	return cmd
 }
 
 // addDatabaseFlag gives a command group the --database flag (SLUICE_DATABASE).
@@ -44,7 +55,7 @@ func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending catalog migrations and exit",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withCatalog(cmd.Context(), database, func(sluice.Catalog) error {
 				fmt.Fprintln(cmd.OutOrStdout(), "The catalog schema is up to date.")
@@ -60,13 +71,13 @@ func newMigrateCmd() *cobra.Command {
 
 func newTenantCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "tenant", Short: "Manage tenants (create, list, suspend, resume, delete)"}
+	cmd := groupCmd("tenant", "Manage tenants (create, list, suspend, resume, delete)")
 	addDatabaseFlag(cmd, &database)
 	setStatus := func(use, short string, status sluice.TenantStatus, done string) *cobra.Command {
 		return &cobra.Command{
-			Use: use + " <tenant>", Short: short, Args: cobra.ExactArgs(1),
+			Use: use + " <tenant>", Short: short, Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if _, err := c.SetTenantStatus(cmd.Context(), args[0], status); err != nil {
 						return err
 					}
@@ -78,9 +89,9 @@ func newTenantCmd() *cobra.Command {
 	}
 	cmd.AddCommand(
 		&cobra.Command{
-			Use: "create <tenant>", Short: "Create an active tenant", Args: cobra.ExactArgs(1),
+			Use: "create <tenant>", Short: "Create an active tenant", Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					t, err := c.CreateTenant(cmd.Context(), args[0])
 					if err != nil {
 						return err
@@ -90,25 +101,21 @@ func newTenantCmd() *cobra.Command {
 				})
 			},
 		},
-		&cobra.Command{
-			Use: "list", Short: "List tenants", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					ts, err := c.Tenants(cmd.Context())
-					if err != nil {
-						return err
-					}
-					printTenants(cmd.OutOrStdout(), ts)
-					return nil
-				})
-			},
-		},
+		readCmd("list", "List tenants", noArgs, func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				ts, err := c.Tenants(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printTenants(w, ts) }, tenantsBody(ts))
+			})
+		}),
 		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
 		setStatus("resume", "Resume a suspended tenant", sluice.TenantActive, "resumed"),
 		&cobra.Command{
-			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: cobra.ExactArgs(1),
+			Use: "delete <tenant>", Short: "Delete a tenant with its keys and rules", Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteTenant(cmd.Context(), args[0]); err != nil {
 						return err
 					}
@@ -134,14 +141,14 @@ func printTenants(w io.Writer, ts []sluice.Tenant) {
 
 func newKeyCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "key", Short: "Manage API keys (create, list, revoke)"}
+	cmd := groupCmd("key", "Manage API keys (create, list, revoke)")
 	addDatabaseFlag(cmd, &database)
 
 	var role, name string
 	create := &cobra.Command{
 		Use:   "create <tenant> --role check|admin [--name NAME]",
 		Short: "Create an API key; its secret is printed once, on stdout",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r := sluice.Role(role)
 			if err := sluice.ValidateRole(r); err != nil {
@@ -153,9 +160,8 @@ func newKeyCmd() *cobra.Command {
 			if err := sluice.ValidateKeyName(name); err != nil {
 				return fmt.Errorf("--name: %w", err)
 			}
-			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-				secret, hash := sluice.NewAPIKeySecret()
-				k, err := c.CreateKey(cmd.Context(), args[0], name, r, hash)
+			return withBackend(cmd, database, readWrite, func(c adminBackend) error {
+				k, secret, err := c.NewKey(cmd.Context(), args[0], name, r)
 				if err != nil {
 					return err
 				}
@@ -171,33 +177,68 @@ func newKeyCmd() *cobra.Command {
 	_ = create.MarkFlagRequired("role")
 
 	cmd.AddCommand(create,
+		readCmd("list <tenant>", "List a tenant's keys (never their secrets)", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				ks, err := c.Keys(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printKeys(w, ks) }, keysBody(ks))
+			})
+		}),
 		&cobra.Command{
-			Use: "list <tenant>", Short: "List a tenant's keys (never their secrets)", Args: cobra.ExactArgs(1),
+			Use: "revoke <tenant> <key>", Short: "Revoke an API key for good, by ID or by the name of an active key",
+			Example: `  sluice key revoke acme key_abcdefghijkl
+  sluice key revoke acme web`,
+			Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					ks, err := c.Keys(cmd.Context(), args[0])
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
+					k, err := findKey(cmd.Context(), c, args[0], args[1])
 					if err != nil {
 						return err
 					}
-					printKeys(cmd.OutOrStdout(), ks)
-					return nil
-				})
-			},
-		},
-		&cobra.Command{
-			Use: "revoke <tenant> <key-id>", Short: "Revoke an API key for good", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					if _, err := c.RevokeKey(cmd.Context(), args[0], args[1]); err != nil {
+					if err := c.Revoke(cmd.Context(), args[0], k.ID); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s of tenant %s.\n", args[1], args[0])
+					fmt.Fprintf(cmd.OutOrStdout(), "Revoked key %s (name %s) of tenant %s.\n", k.ID, k.Name, args[0])
 					return nil
 				})
 			},
 		},
 	)
 	return cmd
+}
+
+// findKey finds a tenant's key by ID, or else by name among its unrevoked
+// keys: a revoked key keeps its name, so a name may come back, and only an
+// active key is worth revoking by name.
+func findKey(ctx context.Context, c adminBackend, tenant, ref string) (sluice.APIKey, error) {
+	ks, err := c.Keys(ctx, tenant)
+	if err != nil {
+		return sluice.APIKey{}, err
+	}
+	var named []sluice.APIKey
+	for _, k := range ks {
+		if k.ID == ref {
+			return k, nil
+		}
+		if k.Name == ref && k.RevokedAt == nil {
+			named = append(named, k)
+		}
+	}
+	switch len(named) {
+	case 1:
+		return named[0], nil
+	case 0:
+		return sluice.APIKey{}, fmt.Errorf("tenant %s has no key with ID %q, nor an active key named %q; see sluice key list %s: %w",
+			tenant, ref, ref, tenant, sluice.ErrNotFound)
+	}
+	ids := make([]string, 0, len(named))
+	for _, k := range named {
+		ids = append(ids, k.ID)
+	}
+	return sluice.APIKey{}, fmt.Errorf("tenant %s has %d active keys named %q (%s); revoke one by its ID",
+		tenant, len(named), ref, strings.Join(ids, ", "))
 }
 
 func printKeys(w io.Writer, ks []sluice.APIKey) {
@@ -227,7 +268,7 @@ type ruleFlags struct {
 
 func newRuleCmd() *cobra.Command {
 	var database string
-	cmd := &cobra.Command{Use: "rule", Short: "Manage rules (set, list, get, delete)"}
+	cmd := groupCmd("rule", "Manage rules (set, list, get, delete)")
 	addDatabaseFlag(cmd, &database)
 
 	var rf ruleFlags
@@ -243,16 +284,20 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --token-bucket 10:2/s        bucket of 10, refilled at 2 per second
   --token-bucket burst=100:10/s
   --sliding-window 600/1m      600 per rolling minute
-  --fixed-window 100/1s        100 per clock-aligned second`,
+  --fixed-window 100/1s        100 per clock-aligned second
+  --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
+
+Without --failure-mode the rule takes the server's --default-failure-mode
+(through --server) or closed (with --database).`,
 		Example: `  sluice rule set acme payments --route '/api/payments*' --token-bucket 10:2/s
   sluice rule set acme api --route '*' --token-bucket burst=20:5/s --sliding-window hourly=1000/1h --failure-mode open`,
-		Args: cobra.ExactArgs(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rule, err := rf.rule(args[0], args[1])
 			if err != nil {
 				return err
 			}
-			return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+			return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 				stored, err := c.PutRule(cmd.Context(), rule)
 				if err != nil {
 					return err
@@ -267,41 +312,32 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
 	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
 	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
-	f.StringVar(&rf.failureMode, "failure-mode", string(sluice.FailClosed), "when the store is down: closed (503), open (allow) or local (in-process limit)")
+	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: the server's --default-failure-mode with --server, closed with --database")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
 	cmd.AddCommand(set,
+		readCmd("list <tenant>", "List a tenant's rules", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				rs, err := c.Rules(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, rs) }, rulesBody(rs))
+			})
+		}),
+		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", exactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
+			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
+				r, err := c.Rule(cmd.Context(), args[0], args[1])
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, toAPIRule(r))
+			})
+		}),
 		&cobra.Command{
-			Use: "list <tenant>", Short: "List a tenant's rules", Args: cobra.ExactArgs(1),
+			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					rs, err := c.Rules(cmd.Context(), args[0])
-					if err != nil {
-						return err
-					}
-					printRules(cmd.OutOrStdout(), rs)
-					return nil
-				})
-			},
-		},
-		&cobra.Command{
-			Use: "get <tenant> <rule>", Short: "Show a rule as JSON", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
-					r, err := c.Rule(cmd.Context(), args[0], args[1])
-					if err != nil {
-						return err
-					}
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					return enc.Encode(httpapi.NewRuleBody(r))
-				})
-			},
-		},
-		&cobra.Command{
-			Use: "delete <tenant> <rule>", Short: "Delete a rule", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withCatalog(cmd.Context(), database, func(c sluice.Catalog) error {
+				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
 					if err := c.DeleteRule(cmd.Context(), args[0], args[1]); err != nil {
 						return err
 					}
@@ -321,7 +357,9 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if rf.route == "" {
 		return r, fmt.Errorf("--route is required: an exact path like /api/orders, a prefix like '/api/orders*', or '*'")
 	}
-	if !r.FailureMode.Valid() {
+	// Empty is sent as no failure_mode, for the server's default; a catalog
+	// written directly stores its own default, closed.
+	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
 	for _, spec := range rf.tokenBuckets {
@@ -420,7 +458,15 @@ func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
 	return l, nil
 }
 
-// parsePeriod reads a unit (s, m, h) or a Go duration (500ms, 1m).
+// Day and week, which time.ParseDuration lacks; a day is 24 hours, since
+// windows are spans of time, not calendar days.
+const (
+	day  = 24 * time.Hour
+	week = 7 * day
+)
+
+// parsePeriod reads a unit (s, m, h, d, w), a Go duration (500ms, 1m) or a
+// number of days or weeks (2d, 1.5w).
 func parsePeriod(s string) (time.Duration, error) {
 	switch s {
 	case "s":
@@ -429,10 +475,24 @@ func parsePeriod(s string) (time.Duration, error) {
 		return time.Minute, nil
 	case "h":
 		return time.Hour, nil
+	case "d":
+		return day, nil
+	case "w":
+		return week, nil
+	}
+	bad := fmt.Errorf("%q is not a period like s, m, h, d, w, 1s, 500ms, 1m, 2d or 1w", s)
+	for suffix, unit := range map[string]time.Duration{"d": day, "w": week} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			f, err := strconv.ParseFloat(n, 64)
+			if err != nil || !(f > 0) || f*float64(unit) > float64(math.MaxInt64) {
+				return 0, bad
+			}
+			return time.Duration(f * float64(unit)), nil
+		}
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not a period like s, m, h, 1s, 500ms or 1m", s)
+		return 0, bad
 	}
 	return d, nil
 }

@@ -25,6 +25,8 @@ func TestParseTokenBucket(t *testing.T) {
 		{"burst=100:30/m", sluice.TokenBucket(100, 0.5).Named("burst"), ""},
 		{"5:1/500ms", sluice.TokenBucket(5, 2), ""},
 		{"10:3600/h", sluice.TokenBucket(10, 1), ""},
+		{"daily=1000:86400/d", sluice.TokenBucket(1000, 1).Named("daily"), ""},
+		{"10:604800/w", sluice.TokenBucket(10, 1), ""},
 		{"10", sluice.Limit{}, "missing ':'"},
 		{"ten:2/s", sluice.Limit{}, `capacity "ten" is not a whole number`},
 		{"10:2", sluice.Limit{}, "has no unit"},
@@ -60,6 +62,14 @@ func TestParseWindow(t *testing.T) {
 		{"600/1m", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(600, time.Minute), ""},
 		{"hourly=1000/h", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(1000, time.Hour).Named("hourly"), ""},
 		{"100/1s", sluice.AlgorithmFixedWindow, sluice.FixedWindow(100, time.Second), ""},
+		{"daily=5000/d", sluice.AlgorithmFixedWindow, sluice.FixedWindow(5000, 24*time.Hour).Named("daily"), ""},
+		{"5000/2d", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 48*time.Hour), ""},
+		{"5000/1w", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 7*24*time.Hour), ""},
+		{"5000/1.5w", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 252*time.Hour), ""},
+		{"5000/0d", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "is not a period"},
+		{"5000/-1w", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "is not a period"},
+		{"5000/xd", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "is not a period"},
+		{"5000/1e300w", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "is not a period"},
 		{"100", sluice.AlgorithmFixedWindow, sluice.Limit{}, "missing '/'"},
 		{"1.5/1s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "is not a whole number"},
 		{"100/0s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "is not a period"},
@@ -92,6 +102,7 @@ func TestRuleFlags(t *testing.T) {
 		{"bad_route", ruleFlags{route: "/a*b", tokenBuckets: []string{"10:2/s"}, failureMode: "closed"}, "only at its end"},
 		{"no_limits", ruleFlags{route: "/a", failureMode: "closed"}, "at least one limit"},
 		{"same_name_twice", ruleFlags{route: "/a", tokenBuckets: []string{"10:2/s", "20:2/s"}, failureMode: "closed"}, "used twice"},
+		{"no_failure_mode_is_the_servers_default", ruleFlags{route: "/a", tokenBuckets: []string{"10:2/s"}}, ""},
 		{"bad_failure_mode", ruleFlags{route: "/a", tokenBuckets: []string{"10:2/s"}, failureMode: "maybe"}, "--failure-mode"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,7 +222,7 @@ func TestAdminCommands(t *testing.T) {
 	if out := mustRun("rule", "list", "acme"); !strings.Contains(out, "payments") || !strings.Contains(out, "/api/payments*") {
 		t.Errorf("rule list: %s", out)
 	}
-	if out := mustRun("rule", "get", "acme", "payments"); !strings.Contains(out, `"refill_per_second": 2`) {
+	if out := mustRun("rule", "get", "acme", "payments", "-o", "json"); !strings.Contains(out, `"refill_per_second": 2`) {
 		t.Errorf("rule get: %s", out)
 	}
 	keys := mustRun("key", "list", "acme")

@@ -1,6 +1,8 @@
 // Command sluice is the Sluice rate limiter: the multi-tenant rate-limit
 // service (sluice serve), its catalog administration (sluice tenant, key,
-// rule, migrate), and the other faces other files of this package add.
+// rule, subject, migrate; through a server's admin API with --server, or on
+// the catalog database), sluice check, and the other faces other files of
+// this package add.
 //
 // Every flag can also be given as an environment variable SLUICE_<FLAG>, the
 // flag name upper-cased with '-' replaced by '_' (--admin-token ↔
@@ -27,6 +29,11 @@ var rootCmd = &cobra.Command{
 	Use:   "sluice",
 	Short: "Sluice: a distributed rate limiter (service, gateway, Envoy rate-limit server)",
 	Long: `Sluice decides, for every request an API receives, whether it may go through.
+
+The tenant, key, rule and subject commands go through a running server's admin
+API with --server and --token (SLUICE_SERVER, SLUICE_TOKEN), or straight to the
+catalog database with --database, for bootstrapping; sluice check asks a
+running server for a decision.
 
 Every flag can also be set with an environment variable SLUICE_<FLAG>: the flag
 name upper-cased with '-' replaced by '_' (for example --admin-token is
@@ -81,6 +88,10 @@ func main() {
 	}()
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
+	var code exitCode
+	if errors.As(err, &code) {
+		os.Exit(int(code))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)

@@ -1,0 +1,246 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Admin calls the admin API of a Sluice service (/v1/tenants/...) with the
+// operator's admin token or a tenant key of the admin role. It is safe for
+// concurrent use.
+//
+//	a, err := client.NewAdmin("http://sluice:8080", os.Getenv("SLUICE_TOKEN"))
+//	t, err := a.CreateTenant(ctx, "acme")
+//
+// Errors are transport failures or an *Error carrying the service's status,
+// code and message; errors.Is matches sluice.ErrNotFound (404),
+// sluice.ErrConflict (409), sluice.ErrInvalid (400) and
+// sluice.ErrStoreUnavailable (503).
+type Admin struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewAdmin returns an Admin for the service at baseURL ("http://host:8080")
+// that authenticates with token: the admin token, or an admin-role API key.
+// The options are those of New; the default timeout is DefaultAdminTimeout.
+func NewAdmin(baseURL, token string, opts ...Option) (*Admin, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("sluice client: base URL %q must be an absolute http:// or https:// URL", baseURL)
+	}
+	if token == "" {
+		return nil, fmt.Errorf("sluice client: an admin token or an admin API key is required")
+	}
+	// The options are written for a Client; they only touch its http field.
+	c := &Client{http: &http.Client{Timeout: DefaultAdminTimeout}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return &Admin{base: strings.TrimRight(u.String(), "/"), token: token, http: c.http}, nil
+}
+
+// DefaultAdminTimeout bounds an admin call: longer than a check, since a call
+// writes the catalog database.
+const DefaultAdminTimeout = 15 * time.Second
+
+// Tenant is a tenant as the admin API spells it.
+type Tenant struct {
+	Name      string    `json:"name" yaml:"name"`
+	Status    string    `json:"status" yaml:"status"`
+	CreatedAt time.Time `json:"created_at" yaml:"created_at"`
+}
+
+// Key is an API key as the admin API spells it. Secret is set only in the
+// answer of CreateKey.
+type Key struct {
+	ID        string     `json:"id" yaml:"id"`
+	Tenant    string     `json:"tenant" yaml:"tenant"`
+	Name      string     `json:"name" yaml:"name"`
+	Role      string     `json:"role" yaml:"role"`
+	CreatedAt time.Time  `json:"created_at" yaml:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at" yaml:"revoked_at"`
+	Secret    string     `json:"secret,omitempty" yaml:"secret,omitempty"`
+}
+
+// Limit is one limit of a rule as the admin API spells it: a token_bucket
+// has Capacity and RefillPerSecond; a sliding_window or fixed_window has
+// Limit and Window (a Go duration, like "1m" or "168h").
+type Limit struct {
+	Name            string   `json:"name" yaml:"name"`
+	Algorithm       string   `json:"algorithm" yaml:"algorithm"`
+	Capacity        *int64   `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	RefillPerSecond *float64 `json:"refill_per_second,omitempty" yaml:"refill_per_second,omitempty"`
+	Limit           *int64   `json:"limit,omitempty" yaml:"limit,omitempty"`
+	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
+}
+
+// Rule is a rule as the admin API spells it. An empty FailureMode in PutRule
+// leaves the choice to the server's default.
+type Rule struct {
+	Tenant      string    `json:"tenant" yaml:"tenant"`
+	Name        string    `json:"name" yaml:"name"`
+	Route       string    `json:"route" yaml:"route"`
+	Limits      []Limit   `json:"limits" yaml:"limits"`
+	FailureMode string    `json:"failure_mode" yaml:"failure_mode"`
+	Shadow      bool      `json:"shadow" yaml:"shadow"`
+	UpdatedAt   time.Time `json:"updated_at" yaml:"updated_at"`
+}
+
+// CreateTenant creates an active tenant (operator only).
+func (a *Admin) CreateTenant(ctx context.Context, name string) (Tenant, error) {
+	var t Tenant
+	err := a.do(ctx, http.MethodPost, []string{"tenants"}, map[string]string{"name": name}, &t)
+	return t, err
+}
+
+// Tenants lists the tenants: all of them for the operator, its own for a
+// tenant key.
+func (a *Admin) Tenants(ctx context.Context) ([]Tenant, error) {
+	var out struct {
+		Tenants []Tenant `json:"tenants"`
+	}
+	err := a.do(ctx, http.MethodGet, []string{"tenants"}, nil, &out)
+	return out.Tenants, err
+}
+
+// Tenant reads one tenant.
+func (a *Admin) Tenant(ctx context.Context, name string) (Tenant, error) {
+	var t Tenant
+	err := a.do(ctx, http.MethodGet, []string{"tenants", name}, nil, &t)
+	return t, err
+}
+
+// SetTenantStatus suspends ("suspended") or resumes ("active") a tenant
+// (operator only).
+func (a *Admin) SetTenantStatus(ctx context.Context, name, status string) (Tenant, error) {
+	var t Tenant
+	err := a.do(ctx, http.MethodPatch, []string{"tenants", name}, map[string]string{"status": status}, &t)
+	return t, err
+}
+
+// DeleteTenant deletes a tenant with its keys and rules (operator only).
+func (a *Admin) DeleteTenant(ctx context.Context, name string) error {
+	return a.do(ctx, http.MethodDelete, []string{"tenants", name}, nil, nil)
+}
+
+// CreateKey creates an API key of role "check" or "admin"; an empty name
+// lets the server choose one. The answer holds the secret, shown only once.
+func (a *Admin) CreateKey(ctx context.Context, tenant, name, role string) (Key, error) {
+	var k Key
+	err := a.do(ctx, http.MethodPost, []string{"tenants", tenant, "keys"}, map[string]string{"name": name, "role": role}, &k)
+	return k, err
+}
+
+// Keys lists a tenant's keys, revoked ones included, never their secrets.
+func (a *Admin) Keys(ctx context.Context, tenant string) ([]Key, error) {
+	var out struct {
+		Keys []Key `json:"keys"`
+	}
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "keys"}, nil, &out)
+	return out.Keys, err
+}
+
+// RevokeKey revokes the key with the given ID for good.
+func (a *Admin) RevokeKey(ctx context.Context, tenant, id string) error {
+	return a.do(ctx, http.MethodDelete, []string{"tenants", tenant, "keys", id}, nil, nil)
+}
+
+// PutRule creates or replaces the rule r.Tenant/r.Name with r's route,
+// limits, failure mode (none when empty: the server's default) and shadow
+// flag, and returns the rule stored.
+func (a *Admin) PutRule(ctx context.Context, r Rule) (Rule, error) {
+	in := struct {
+		Route       string  `json:"route"`
+		Limits      []Limit `json:"limits"`
+		FailureMode string  `json:"failure_mode,omitempty"`
+		Shadow      bool    `json:"shadow"`
+	}{r.Route, r.Limits, r.FailureMode, r.Shadow}
+	var out Rule
+	err := a.do(ctx, http.MethodPut, []string{"tenants", r.Tenant, "rules", r.Name}, in, &out)
+	return out, err
+}
+
+// Rules lists a tenant's rules.
+func (a *Admin) Rules(ctx context.Context, tenant string) ([]Rule, error) {
+	var out struct {
+		Rules []Rule `json:"rules"`
+	}
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules"}, nil, &out)
+	return out.Rules, err
+}
+
+// Rule reads one rule.
+func (a *Admin) Rule(ctx context.Context, tenant, name string) (Rule, error) {
+	var r Rule
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules", name}, nil, &r)
+	return r, err
+}
+
+// DeleteRule deletes a rule.
+func (a *Admin) DeleteRule(ctx context.Context, tenant, name string) error {
+	return a.do(ctx, http.MethodDelete, []string{"tenants", tenant, "rules", name}, nil, nil)
+}
+
+// ResetSubject forgets a subject's counters under a rule, on the store and
+// in every instance's deny cache: its next request starts from a full quota.
+func (a *Admin) ResetSubject(ctx context.Context, tenant, rule, subject string) error {
+	return a.do(ctx, http.MethodDelete, []string{"tenants", tenant, "rules", rule, "subjects", subject}, nil, nil)
+}
+
+// do sends one admin call to /v1/ and the path segments (each escaped, so a
+// subject may hold '/'), with in as its JSON body when not nil, and decodes
+// a 2xx answer into out when not nil.
+func (a *Admin) do(ctx context.Context, method string, segments []string, in, out any) error {
+	escaped := make([]string, len(segments))
+	for i, s := range segments {
+		escaped[i] = url.PathEscape(s)
+	}
+	target := a.base + "/v1/" + strings.Join(escaped, "/")
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("sluice client: encode request: %w", err)
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return fmt.Errorf("sluice client: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		// The token travels in a header, never in the URL: the error is
+		// safe to show.
+		return fmt.Errorf("sluice client: %s %s: %w", method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return fmt.Errorf("sluice client: read answer: %w", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return errorFrom(resp, raw)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("sluice client: the service answered %d with a body that is not the expected JSON: %w", resp.StatusCode, err)
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package main
+
+// The catalog commands run against one of two backends: the catalog
+// database itself (--database, for bootstrapping a box before any server
+// runs) or a running server's admin API (--server, with --token). Both speak
+// the domain types, so the commands print the same thing either way.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/client"
+	"github.com/sluicelabs/sluice/httpapi"
+)
+
+// remote holds the persistent root flags that send the catalog commands to
+// a server.
+var remote struct {
+	server string
+	token  string
+}
+
+func init() {
+	f := rootCmd.PersistentFlags()
+	f.StringVar(&remote.server, "server", "", "send tenant, key, rule and subject commands to this server's admin API (http://host:8080) instead of --database")
+	f.StringVar(&remote.token, "token", "", "with --server: the operator's admin token or a tenant admin key (SLUICE_TOKEN; the server's own is SLUICE_ADMIN_TOKEN)")
+}
+
+// adminBackend is what the catalog commands need, in domain types.
+type adminBackend interface {
+	CreateTenant(ctx context.Context, name string) (sluice.Tenant, error)
+	Tenants(ctx context.Context) ([]sluice.Tenant, error)
+	SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error)
+	DeleteTenant(ctx context.Context, name string) error
+	// NewKey creates a key and returns it with its secret.
+	NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error)
+	Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error)
+	Revoke(ctx context.Context, tenant, id string) error
+	PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error)
+	Rules(ctx context.Context, tenant string) ([]sluice.Rule, error)
+	Rule(ctx context.Context, tenant, name string) (sluice.Rule, error)
+	DeleteRule(ctx context.Context, tenant, name string) error
+}
+
+// access says whether a command only reads the catalog: a read never creates
+// a catalog database that is not there.
+type access bool
+
+const (
+	readOnly  access = true
+	readWrite access = false
+)
+
+// withBackend runs fn on the backend the flags choose: the server's admin
+// API with --server, else the catalog database of --database.
+func withBackend(cmd *cobra.Command, database string, acc access, fn func(adminBackend) error) error {
+	if remote.server == "" {
+		return withDatabase(cmd.Context(), database, acc, func(c sluice.Catalog) error { return fn(dbBackend{c}) })
+	}
+	a, err := remoteAdmin(cmd)
+	if err != nil {
+		return err
+	}
+	return unreachable(fn(remoteBackend{a}))
+}
+
+// unreachable rewrites a transport failure as one sentence about the server,
+// instead of the client's method, URL and dial chain; the server's own
+// answers (*client.Error) pass unchanged.
+func unreachable(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("could not reach the server %s: %w", remote.server, ue.Err)
+	}
+	return err
+}
+
+// remoteAdmin is the admin API client of --server and --token.
+func remoteAdmin(cmd *cobra.Command) (*client.Admin, error) {
+	if f := cmd.Flags().Lookup("database"); f != nil && f.Changed {
+		// Both given is a mistake worth stopping: the change would land in
+		// one place while the operator looks for it in the other.
+		return nil, errors.New("--server and --database both given; use --server to go through the admin API, or --database to write the catalog directly")
+	}
+	if remote.token == "" {
+		return nil, errors.New("--server needs --token (or SLUICE_TOKEN): the operator's admin token or a tenant admin key")
+	}
+	a, err := client.NewAdmin(remote.server, remote.token)
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
+	}
+	return a, nil
+}
+
+// withDatabase opens the catalog database, runs fn, and closes it. A write
+// creates and migrates the catalog as needed; a read refuses a SQLite file
+// that is not there rather than leave an empty catalog behind.
+func withDatabase(ctx context.Context, database string, acc access, fn func(sluice.Catalog) error) error {
+	if acc == readOnly {
+		if path, ok := strings.CutPrefix(database, "sqlite://"); ok && path != "" {
+			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("the catalog database %s does not exist; create it with sluice migrate --database %s, or point --database (or --server) at the catalog in use", path, database)
+			}
+		}
+	}
+	return withCatalog(ctx, database, fn)
+}
+
+// dbBackend works on the catalog database directly.
+type dbBackend struct{ sluice.Catalog }
+
+func (b dbBackend) NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
+	secret, hash := sluice.NewAPIKeySecret()
+	k, err := b.CreateKey(ctx, tenant, name, role, hash)
+	return k, secret, err
+}
+
+func (b dbBackend) Revoke(ctx context.Context, tenant, id string) error {
+	_, err := b.RevokeKey(ctx, tenant, id)
+	return err
+}
+
+// remoteBackend goes through a server's admin API.
+type remoteBackend struct{ a *client.Admin }
+
+func (b remoteBackend) CreateTenant(ctx context.Context, name string) (sluice.Tenant, error) {
+	t, err := b.a.CreateTenant(ctx, name)
+	return fromAPITenant(t), err
+}
+
+func (b remoteBackend) Tenants(ctx context.Context) ([]sluice.Tenant, error) {
+	ts, err := b.a.Tenants(ctx)
+	out := make([]sluice.Tenant, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, fromAPITenant(t))
+	}
+	return out, err
+}
+
+func (b remoteBackend) SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error) {
+	t, err := b.a.SetTenantStatus(ctx, name, string(status))
+	return fromAPITenant(t), err
+}
+
+func (b remoteBackend) DeleteTenant(ctx context.Context, name string) error {
+	return b.a.DeleteTenant(ctx, name)
+}
+
+func (b remoteBackend) NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
+	k, err := b.a.CreateKey(ctx, tenant, name, string(role))
+	return fromAPIKey(k), k.Secret, err
+}
+
+func (b remoteBackend) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error) {
+	ks, err := b.a.Keys(ctx, tenant)
+	out := make([]sluice.APIKey, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, fromAPIKey(k))
+	}
+	return out, err
+}
+
+func (b remoteBackend) Revoke(ctx context.Context, tenant, id string) error {
+	return b.a.RevokeKey(ctx, tenant, id)
+}
+
+func (b remoteBackend) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error) {
+	stored, err := b.a.PutRule(ctx, toAPIRule(r))
+	if err != nil {
+		return sluice.Rule{}, err
+	}
+	return fromAPIRule(stored)
+}
+
+func (b remoteBackend) Rules(ctx context.Context, tenant string) ([]sluice.Rule, error) {
+	rs, err := b.a.Rules(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sluice.Rule, 0, len(rs))
+	for _, r := range rs {
+		dr, err := fromAPIRule(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dr)
+	}
+	return out, nil
+}
+
+func (b remoteBackend) Rule(ctx context.Context, tenant, name string) (sluice.Rule, error) {
+	r, err := b.a.Rule(ctx, tenant, name)
+	if err != nil {
+		return sluice.Rule{}, err
+	}
+	return fromAPIRule(r)
+}
+
+func (b remoteBackend) DeleteRule(ctx context.Context, tenant, name string) error {
+	return b.a.DeleteRule(ctx, tenant, name)
+}
+
+// --- between the domain types and the API's spelling of them
+
+func fromAPITenant(t client.Tenant) sluice.Tenant {
+	return sluice.Tenant{Name: t.Name, Status: sluice.TenantStatus(t.Status), CreatedAt: t.CreatedAt}
+}
+
+func toAPITenant(t sluice.Tenant) client.Tenant {
+	return client.Tenant{Name: t.Name, Status: string(t.Status), CreatedAt: t.CreatedAt.UTC()}
+}
+
+func fromAPIKey(k client.Key) sluice.APIKey {
+	return sluice.APIKey{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: sluice.Role(k.Role), CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+}
+
+func toAPIKey(k sluice.APIKey) client.Key {
+	out := client.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: string(k.Role), CreatedAt: k.CreatedAt.UTC()}
+	if k.RevokedAt != nil {
+		t := k.RevokedAt.UTC()
+		out.RevokedAt = &t
+	}
+	return out
+}
+
+// toAPIRule spells r as the API does, through httpapi's own spelling so the
+// two cannot drift apart.
+func toAPIRule(r sluice.Rule) client.Rule {
+	b := httpapi.NewRuleBody(r)
+	out := client.Rule{Tenant: b.Tenant, Name: b.Name, Route: b.Route, FailureMode: b.FailureMode,
+		Shadow: b.Shadow, UpdatedAt: b.UpdatedAt, Limits: make([]client.Limit, 0, len(b.Limits))}
+	for _, l := range b.Limits {
+		out.Limits = append(out.Limits, client.Limit(l))
+	}
+	return out
+}
+
+func fromAPIRule(r client.Rule) (sluice.Rule, error) {
+	out := sluice.Rule{Tenant: r.Tenant, Name: r.Name, Route: r.Route,
+		FailureMode: sluice.FailureMode(r.FailureMode), Shadow: r.Shadow, UpdatedAt: r.UpdatedAt}
+	for _, l := range r.Limits {
+		dl, err := httpapi.LimitJSON(l).ToLimit()
+		if err != nil {
+			return out, fmt.Errorf("the server sent rule %s with a limit this sluice cannot read: %w", r.Name, err)
+		}
+		out.Limits = append(out.Limits, dl)
+	}
+	return out, nil
+}

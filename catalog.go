@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -47,6 +48,14 @@ type Tenant struct {
 	Name      string
 	Status    TenantStatus
 	CreatedAt time.Time
+}
+
+// CounterNamespace is the tenant part of its counter keys (Request.Tenant):
+// its name and when it was created. A tenant deleted and created again under
+// the same name starts with fresh counters instead of inheriting the old
+// ones, which the store cannot enumerate to delete.
+func (t Tenant) CounterNamespace() string {
+	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }
 
 // MaxNameBytes bounds tenant, key and rule names.

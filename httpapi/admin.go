@@ -281,7 +281,7 @@ func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, err
 		}
 		if known {
-			a.engine.ForgetRule(counterNamespace(t), "")
+			a.engine.ForgetRule(t.CounterNamespace(), "")
 		}
 		return http.StatusNoContent, nil, nil
 	})
@@ -568,7 +568,7 @@ func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		target := &check.Rule{Namespace: counterNamespace(t), Name: name, Limits: rule.Limits}
+		target := &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits}
 		if err := a.engine.Reset(ctx, target, subject); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}

@@ -103,7 +103,7 @@ type ruleID struct{ tenant, name string }
 type compiledRule struct {
 	sluice.Rule
 	// check is the rule as the engine checks it: failure mode with the
-	// server default applied, counter namespace (see counterNamespace).
+	// server default applied, counter namespace (see sluice.Tenant.CounterNamespace).
 	check *check.Rule
 	// policyHeader is the rule's RateLimit-Policy value, the same for
 	// every answer.
@@ -249,7 +249,7 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 			if mode == "" {
 				mode = a.defaultMode
 			}
-			ns := counterNamespace(snap.Tenants[tenant])
+			ns := snap.Tenants[tenant].CounterNamespace()
 			if old != nil {
 				// A tenant deleted and created again gets a new namespace,
 				// so even an identical rule is a new one (fresh deny cache).
@@ -291,7 +291,7 @@ func (a *API) forgetSubject(tenant, rule, subject string) {
 	if !ok {
 		return // no tenant, no counters the cache could hold
 	}
-	a.engine.ForgetSubject(counterNamespace(t), rule, subject)
+	a.engine.ForgetSubject(t.CounterNamespace(), rule, subject)
 }
 
 // Register mounts the API's routes on mux.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -85,14 +84,6 @@ func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError
 		return sluice.KeyGrant{}, errSuspended
 	}
 	return grant, nil
-}
-
-// counterNamespace is the tenant part of a tenant's counter keys: its name
-// and when it was created. A tenant deleted and created again under the same
-// name starts with fresh counters instead of inheriting the old ones, which
-// the store cannot enumerate to delete.
-func counterNamespace(t sluice.Tenant) string {
-	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }
 
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -239,7 +238,7 @@ func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenan
 	defer store.Close()
 	engine := check.New(store, check.Options{})
 	defer engine.Close()
-	target := &check.Rule{Namespace: counterNamespace(t), Name: rule, Limits: r.Limits}
+	target := &check.Rule{Namespace: t.CounterNamespace(), Name: rule, Limits: r.Limits}
 	if err := engine.Reset(ctx, target, subject); err != nil {
 		return fmt.Errorf("reset the counters in Redis: %w", err)
 	}
@@ -247,12 +246,4 @@ func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenan
 		return fmt.Errorf("the counters were reset, but telling the instances through the catalog failed (their deny caches may refuse %s until its retry time; repeat the reset): %w", subject, err)
 	}
 	return nil
-}
-
-// counterNamespace is the namespace the servers count a tenant's checks
-// under (httpapi's counterNamespace, unexported there): the creation time
-// keeps a recreated tenant from inheriting its predecessor's counters.
-// TestSubjectResetThroughRedis fails if the two drift apart.
-func counterNamespace(t sluice.Tenant) string {
-	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }

@@ -464,7 +464,7 @@ func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
 
 // TestSubjectResetThroughRedis resets a denied subject without a server:
 // in the Redis the server counts in, and through the catalog to its deny
-// cache. It also holds counterNamespace to httpapi's.
+// cache. It also holds the CLI to the servers' counter namespace (sluice.Tenant.CounterNamespace).
 func TestSubjectResetThroughRedis(t *testing.T) {
 	redis := testenv.Redis(t)
 	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})

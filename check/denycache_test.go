@@ -9,28 +9,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/memory"
 )
-
-// drawLimits draws one or two small limits, so denies are frequent.
-func drawLimits(t *rapid.T) []sluice.Limit {
-	n := rapid.IntRange(1, 2).Draw(t, "limits")
-	out := make([]sluice.Limit, 0, n)
-	for i := range n {
-		capacity := int64(rapid.IntRange(1, 6).Draw(t, "capacity"))
-		var l sluice.Limit
-		switch rapid.IntRange(0, 2).Draw(t, "algorithm") {
-		case 0:
-			l = sluice.TokenBucket(capacity, float64(rapid.IntRange(1, 4).Draw(t, "refill")))
-		case 1:
-			l = sluice.SlidingWindow(capacity, time.Duration(rapid.IntRange(1, 3).Draw(t, "window"))*time.Second)
-		default:
-			l = sluice.FixedWindow(capacity, time.Duration(rapid.IntRange(1, 3).Draw(t, "window"))*time.Second)
-		}
-		out = append(out, l.Named(string(rune('a'+i))))
-	}
-	return out
-}
 
 // TestDenyCacheIsExact runs random sequences of checks, rule changes and
 // subject resets, and asks the store about every check the cache answers:
@@ -43,7 +24,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 		store := memory.New(memory.Options{})
 		defer store.Close()
 		cache := newDenyCache(rapid.IntRange(1, 64).Draw(t, "cacheSize"))
-		rule := &Rule{Namespace: "t", Name: "r", Limits: drawLimits(t)}
+		rule := &Rule{Namespace: "t", Name: "r", Limits: storetest.DrawSmallLimits(t)}
 		now := time.UnixMilli(1_700_000_000_000)
 		hits, generation := 0, 0
 		for range rapid.IntRange(1, 120).Draw(t, "steps") {
@@ -57,7 +38,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 					// counters are not what this test is about.
 					generation++
 					next.Name = fmt.Sprintf("r%d", generation)
-					next.Limits = drawLimits(t)
+					next.Limits = storetest.DrawSmallLimits(t)
 				}
 				rule = next
 			case 1: // an operator resets the subject

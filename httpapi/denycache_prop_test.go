@@ -25,6 +25,7 @@ import (
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
+	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/memory"
 )
 
@@ -57,26 +58,6 @@ type propClock struct{ ns atomic.Int64 }
 
 func (c *propClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *propClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// drawPropLimits draws one or two small limits, so denies are frequent.
-func drawPropLimits(t *rapid.T) []sluice.Limit {
-	n := rapid.IntRange(1, 2).Draw(t, "limits")
-	out := make([]sluice.Limit, 0, n)
-	for i := range n {
-		capacity := int64(rapid.IntRange(1, 6).Draw(t, "capacity"))
-		var l sluice.Limit
-		switch rapid.IntRange(0, 2).Draw(t, "algorithm") {
-		case 0:
-			l = sluice.TokenBucket(capacity, float64(rapid.IntRange(1, 4).Draw(t, "refill")))
-		case 1:
-			l = sluice.SlidingWindow(capacity, time.Duration(rapid.IntRange(1, 3).Draw(t, "window"))*time.Second)
-		default:
-			l = sluice.FixedWindow(capacity, time.Duration(rapid.IntRange(1, 3).Draw(t, "window"))*time.Second)
-		}
-		out = append(out, l.Named(string(rune('a'+i))))
-	}
-	return out
-}
 
 // propRule is the test's own record of a rule it put: what the store must be
 // asked under.
@@ -129,8 +110,8 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		// The rules are in the catalog before the API reads it, so a run
 		// never depends on what the one before left there.
 		rules := []*propRule{
-			{name: "a", route: "/a*", limits: drawPropLimits(t)},
-			{name: "b", route: "/b*", limits: drawPropLimits(t)},
+			{name: "a", route: "/a*", limits: storetest.DrawSmallLimits(t)},
+			{name: "b", route: "/b*", limits: storetest.DrawSmallLimits(t)},
 		}
 		for _, r := range rules {
 			if !reflect.DeepEqual(stored[r.name], r.limits) {
@@ -184,7 +165,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 			switch op := rapid.IntRange(0, 29).Draw(t, "op"); {
 			case op >= 24 && op < 28: // the rule is replaced, with the same or new limits
 				if rapid.Bool().Draw(t, "newLimits") {
-					r.limits = drawPropLimits(t)
+					r.limits = storetest.DrawSmallLimits(t)
 				}
 				if rapid.Bool().Draw(t, "deleteFirst") {
 					if rec := call("DELETE", rulePath(r), testAdminToken, ""); rec.Code != http.StatusNoContent {

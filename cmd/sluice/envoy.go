@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
-	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -171,13 +170,5 @@ func envoyJSONServer(srv *envoyrls.Server, logger *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("POST /json", srv.JSONHandler())
 	mux.Handle("GET /healthcheck", srv.HealthHandler())
-	return &http.Server{
-		Handler:           httpapi.WithJSONErrors(mux),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	return newAPIServer(mux, logger)
 }

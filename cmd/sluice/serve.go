@@ -445,16 +445,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{
-		Handler:           httpapi.WithJSONErrors(mux),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		TLSConfig:         httpTLS(httpTLSFiles),
-	}
+	srv := newAPIServer(mux, log)
+	srv.TLSConfig = httpTLS(httpTLSFiles)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(srv, ln) }()
 
@@ -538,6 +530,21 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		svc.done <- result
 	}()
 	return svc, nil
+}
+
+// newAPIServer is the HTTP server of the service's JSON listeners: bounded
+// reads, writes, idle connections and headers, errors as JSON, and net/http's
+// own complaints in the service's log.
+func newAPIServer(mux *http.ServeMux, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           httpapi.WithJSONErrors(mux),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // pprofMux serves net/http/pprof on its own listener, never on the public

@@ -67,8 +67,7 @@ func startFaultRig(t *testing.T, redisURL, dsn string, extra ...string) *faultRi
 }
 
 func faultRule(mode string, limit int) map[string]any {
-	return map[string]any{"route": "/" + mode + "*", "failure_mode": mode, "limits": []any{
-		map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": limit, "window": "1h"}}}
+	return countedRule("/"+mode+"*", mode, limit)
 }
 
 // sample is one check of the load generator.

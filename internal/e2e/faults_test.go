@@ -73,6 +73,7 @@ func faultRule(mode string, limit int) map[string]any {
 // sample is one check of the load generator.
 type sample struct {
 	mode       string
+	subject    string
 	hot        bool
 	sent, done time.Time
 	status     int
@@ -108,15 +109,15 @@ func (s sample) policyAnswer() bool {
 
 func (s sample) String() string {
 	if s.err != nil {
-		return fmt.Sprintf("%s hot=%v at %s: %v", s.mode, s.hot, s.sent.Format("15:04:05.000"), s.err)
+		return fmt.Sprintf("%s %s at %s: %v", s.mode, s.subject, s.sent.Format("15:04:05.000"), s.err)
 	}
-	return fmt.Sprintf("%s hot=%v at %s: %d %s degraded=%v in %v", s.mode, s.hot, s.sent.Format("15:04:05.000"),
+	return fmt.Sprintf("%s %s at %s: %d %s degraded=%v in %v", s.mode, s.subject, s.sent.Format("15:04:05.000"),
 		s.status, s.code, s.degraded, s.latency().Round(time.Millisecond))
 }
 
 // check sends one check of subject on mode's rule.
 func (r *faultRig) check(mode, subject string) sample {
-	s := sample{mode: mode, sent: time.Now()}
+	s := sample{mode: mode, subject: subject, sent: time.Now()}
 	body := fmt.Sprintf(`{"route":"/%s/x","subject":%q}`, mode, subject)
 	req, err := http.NewRequest("POST", r.in.url+"/v1/check", strings.NewReader(body))
 	if err != nil {
@@ -188,6 +189,16 @@ func (r *faultRig) startLoad() *load {
 		})
 	}
 	return l
+}
+
+// every checks subject on mode's rule every period until the load stops.
+func (l *load) every(mode, subject string, period time.Duration) {
+	l.wg.Go(func() {
+		for l.running() {
+			l.add(l.rig.check(mode, subject), false)
+			time.Sleep(period)
+		}
+	})
 }
 
 func (l *load) running() bool {

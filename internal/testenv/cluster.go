@@ -55,6 +55,12 @@ type ClusterOptions struct {
 	// and a master that stops is replaced by its replica after the node
 	// timeout (2s) and an election.
 	Replicas int
+	// PartialCoverage sets cluster-require-full-coverage no: while some
+	// slots have no master (a master died and its replica is not yet
+	// promoted), the other masters keep serving their own slots. With
+	// Redis' default (yes), every node answers CLUSTERDOWN for every key
+	// in that interval.
+	PartialCoverage bool
 }
 
 // RedisClusterWith is RedisCluster with options.
@@ -66,6 +72,10 @@ func RedisClusterWith(t testing.TB, opts ClusterOptions) *RedisClusterServer {
 		t.Fatalf("testenv: ClusterOptions.Replicas must not be negative, got %d", opts.Replicas)
 	}
 
+	fullCoverage := "yes"
+	if opts.PartialCoverage {
+		fullCoverage = "no"
+	}
 	c := &RedisClusterServer{t: t}
 	for range clusterMasters * (1 + opts.Replicas) {
 		n := startRedis(t, func(dir string, port int) ([]string, error) {
@@ -84,6 +94,7 @@ func RedisClusterWith(t testing.TB, opts ClusterOptions) *RedisClusterServer {
 				// A replica syncs at once rather than after 5s, so
 				// it can take over as soon as the cluster is up.
 				"--repl-diskless-sync-delay", "0",
+				"--cluster-require-full-coverage", fullCoverage,
 			}, nil
 		})
 		c.Nodes = append(c.Nodes, n)

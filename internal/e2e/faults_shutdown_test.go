@@ -22,7 +22,11 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 	scenario(t)
 	const drain = time.Second
 	redis := testenv.Redis(t)
-	rig := startFaultRig(t, redis.URL(), testenv.Postgres(t), "--drain-period", drain.String(), "--shutdown-timeout", "10s")
+	// Redis is healthy here: a generous store deadline keeps a CPU-starved
+	// machine (the race detector, a fresh process's first calls) from
+	// opening the breaker and blurring what is measured.
+	rig := startFaultRig(t, redis.URL(), testenv.Postgres(t), "--drain-period", drain.String(),
+		"--shutdown-timeout", "10s", "--store-timeout", "500ms")
 	l := rig.startLoad()
 
 	// /readyz, polled throughout.
@@ -152,7 +156,7 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 			during++
 		}
 		if s.err != nil || !s.storeAnswer() {
-			t.Errorf("check sent %v after SIGTERM, within the drain period: %s", s.sent.Sub(term).Round(time.Millisecond), s)
+			t.Errorf("check sent %v after SIGTERM (before the end of the drain period) not answered by Redis: %s", s.sent.Sub(term).Round(time.Millisecond), s)
 			continue
 		}
 		maxLatency = max(maxLatency, s.latency())
@@ -160,8 +164,8 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 	if during == 0 {
 		t.Error("no check was sent during the drain period")
 	}
-	if maxLatency > faultLatencyBound {
-		t.Errorf("max latency %v, over the %v bound", maxLatency, faultLatencyBound)
+	if bound := 1500 * time.Millisecond; maxLatency > bound {
+		t.Errorf("max latency %v, over the %v bound (store deadline 500ms)", maxLatency, bound)
 	}
 	t.Logf("%d checks answered during the drain period (max latency %v); %d sent after it, %d of them not answered (listener closed)",
 		during, maxLatency.Round(time.Millisecond), after, refusedAfter)

@@ -313,7 +313,7 @@ func verify(t *testing.T, samples []sample, f fault) {
 	if f.latencyBound > 0 {
 		bound = f.latencyBound
 	}
-	var maxLatency time.Duration
+	var maxLatency, maxPolicy time.Duration
 	var slow, inFault, total int
 	byMode := map[string]map[string]int{}
 	for _, s := range samples {
@@ -340,6 +340,9 @@ func verify(t *testing.T, samples []sample, f fault) {
 			t.Errorf("answer neither the store's nor the %s policy's: %s", s.mode, s)
 			continue
 		}
+		if kind == "policy" {
+			maxPolicy = max(maxPolicy, s.latency())
+		}
 		if byMode[s.mode] == nil {
 			byMode[s.mode] = map[string]int{}
 		}
@@ -357,8 +360,8 @@ func verify(t *testing.T, samples []sample, f fault) {
 	if !f.start.IsZero() && inFault == 0 {
 		t.Errorf("no fresh check ran entirely inside the fault %s..%s", f.start.Format("15:04:05.000"), f.end.Format("15:04:05.000"))
 	}
-	t.Logf("%d checks, max latency %v (bound %v), %d fresh checks inside the fault; answers by rule: %v",
-		total, maxLatency.Round(time.Millisecond), bound, inFault, byMode)
+	t.Logf("%d checks, max latency %v (bound %v), of policy answers %v; %d fresh checks inside the fault; answers by rule: %v",
+		total, maxLatency.Round(time.Millisecond), bound, maxPolicy.Round(time.Millisecond), inFault, byMode)
 
 	// Recovery.
 	if !f.healed.IsZero() {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -397,7 +398,19 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", adminToken)
+	// It follows a complete request on the same connection, whose answer
+	// shows the server has accepted the connection and read both: without
+	// it, on a loaded machine the SIGTERM can close the listener while the
+	// connection still waits in its backlog, and nothing is in flight.
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", adminToken)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("GET /healthz before the slow request: %v", err)
+	}
+	resp.Body.Close()
+	time.Sleep(50 * time.Millisecond) // the server starts reading the POST
 
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {

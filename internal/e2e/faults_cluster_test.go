@@ -113,6 +113,9 @@ func clusterMasterLost(t *testing.T, partial bool) {
 				if s.mode != mode || s.subject != subject {
 					continue
 				}
+				if s.shed() {
+					continue // this process out of CPU, not Redis; counted by verify
+				}
 				if !s.storeAnswer() {
 					if partial {
 						t.Errorf("%s: a subject on a surviving master was not answered by Redis: %s", mode, s)

@@ -19,6 +19,25 @@ package e2e
 //   - no over-admission: a hot subject of every rule is never allowed more
 //     than faultLimit times with "degraded": false per Redis lifetime
 //     (degraded answers are the policy's and counted apart).
+//
+// Scenarios: TestFaultRedisPaused (SIGSTOP/SIGCONT), TestFaultRedisKilled
+// (SIGKILL and a new, empty Redis), TestFaultRedisScriptFlush,
+// TestFaultRedisClientPause (CLIENT PAUSE 2000 WRITE),
+// TestFaultPostgresRefusing and TestFaultPostgresHanging (a TCP proxy
+// between sluice and PostgreSQL), TestFaultShutdownUnderLoad (SIGTERM with a
+// slow check in flight), TestFaultClusterMasterLost (3 masters + 3
+// replicas). Each has its own deadline (faultScenarioBudget) and logs its
+// figures with t.Logf: run with -v to read them.
+//
+// What they found, not fixed here (outside internal/):
+//   - admin calls have no deadline on the catalog database: while its
+//     connections hang, they wait for it (TestFaultPostgresHanging skips
+//     with "known: ...");
+//   - /readyz answers 503 catalog_unavailable while the catalog database is
+//     down, though DESIGN.md says a catalog outage alone does not make the
+//     fleet unready (docs/service.md agrees with the code);
+//   - with Redis' default cluster-require-full-coverage yes, losing one
+//     master fails every key for about a second before the promotion.
 
 import (
 	"encoding/json"

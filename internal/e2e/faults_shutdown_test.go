@@ -31,7 +31,8 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 
 	// /readyz, polled throughout.
 	type probe struct {
-		at     time.Time
+		at     time.Time // sent
+		done   time.Time // answered
 		status int
 		err    error
 	}
@@ -57,6 +58,7 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 				p.status = resp.StatusCode
 				resp.Body.Close()
 			}
+			p.done = time.Now()
 			mu.Lock()
 			probes = append(probes, p)
 			mu.Unlock()
@@ -76,10 +78,10 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 		rig.key, len(body), body[:len(body)/2])
 
 	time.Sleep(500 * time.Millisecond)
+	term := time.Now() // just before: what was answered before this saw no signal
 	if err := rig.in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	term := time.Now()
 
 	// Past the drain period the listener closes; then the body arrives.
 	time.Sleep(drain + 300*time.Millisecond)
@@ -115,7 +117,7 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 	var first503 time.Time
 	for _, p := range probes {
 		switch {
-		case p.at.Before(term):
+		case p.done.Before(term):
 			if p.err != nil || p.status != http.StatusOK {
 				t.Errorf("/readyz before SIGTERM: %d %v", p.status, p.err)
 			}

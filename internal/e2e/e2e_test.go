@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -397,7 +398,19 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", adminToken)
+	// It follows a complete request on the same connection, whose answer
+	// shows the server has accepted the connection and read both: without
+	// it, on a loaded machine the SIGTERM can close the listener while the
+	// connection still waits in its backlog, and nothing is in flight.
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", adminToken)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("GET /healthz before the slow request: %v", err)
+	}
+	resp.Body.Close()
+	time.Sleep(50 * time.Millisecond) // the server starts reading the POST
 
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
@@ -466,8 +479,13 @@ func TestTwoInstancesOnARedisClusterAdmitExactlyTheLimit(t *testing.T) {
 	var inst []*instance
 	for range 2 {
 		addr := freeAddr(t)
+		// What is tested is exact admission on a cluster, not the deadline:
+		// a burst of 200 checks under the race detector on a loaded 2-core
+		// machine misses the default 50ms, and the checks are then shed
+		// (503 overloaded) or fail closed.
 		inst = append(inst, startServe(t, dir, addr, nil,
-			"--addr", addr, "--redis", cluster.URL(), "--database", dsn, "--admin-token", adminToken))
+			"--addr", addr, "--redis", cluster.URL(), "--database", dsn, "--admin-token", adminToken,
+			"--store-timeout", "500ms"))
 	}
 	a, b := inst[0], inst[1]
 	key := setupTenant(a, adminToken, "acme")

@@ -17,8 +17,12 @@ import (
 // takes longer than a single server start, especially on a loaded machine.
 const clusterReadyTimeout = 30 * time.Second
 
-// RedisClusterServer is a three-master Redis Cluster (no replicas) private
-// to one test. (It is not named RedisCluster because the constructor is.)
+// clusterMasters is the number of masters of every cluster.
+const clusterMasters = 3
+
+// RedisClusterServer is a three-master Redis Cluster private to one test,
+// without replicas unless RedisClusterWith asks for them. (It is not named
+// RedisCluster because the constructor is.)
 type RedisClusterServer struct {
 	// Addrs are the nodes' "127.0.0.1:port" addresses.
 	Addrs []string
@@ -41,11 +45,39 @@ func (c *RedisClusterServer) URL() string {
 // the test ends. The test fails if redis-server or redis-cli is not on PATH.
 func RedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
+	return RedisClusterWith(t, ClusterOptions{})
+}
+
+// ClusterOptions configure RedisClusterWith.
+type ClusterOptions struct {
+	// Replicas is the number of replicas of each of the three masters
+	// (redis-cli --cluster create --cluster-replicas): with 1, six nodes,
+	// and a master that stops is replaced by its replica after the node
+	// timeout (2s) and an election.
+	Replicas int
+	// PartialCoverage sets cluster-require-full-coverage no: while some
+	// slots have no master (a master died and its replica is not yet
+	// promoted), the other masters keep serving their own slots. With
+	// Redis' default (yes), every node answers CLUSTERDOWN for every key
+	// in that interval.
+	PartialCoverage bool
+}
+
+// RedisClusterWith is RedisCluster with options.
+func RedisClusterWith(t testing.TB, opts ClusterOptions) *RedisClusterServer {
+	t.Helper()
 	requireBinary(t, "redis-server", "redis-server")
 	requireBinary(t, "redis-cli", "redis-tools")
+	if opts.Replicas < 0 {
+		t.Fatalf("testenv: ClusterOptions.Replicas must not be negative, got %d", opts.Replicas)
+	}
 
+	fullCoverage := "yes"
+	if opts.PartialCoverage {
+		fullCoverage = "no"
+	}
 	c := &RedisClusterServer{t: t}
-	for range 3 {
+	for range clusterMasters * (1 + opts.Replicas) {
 		n := startRedis(t, func(dir string, port int) ([]string, error) {
 			// The bus port defaults to port+10000, which is past 65535 for
 			// most ephemeral ports, so choose it explicitly (--cluster-port
@@ -59,6 +91,10 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
 				"--cluster-node-timeout", "2000",
 				"--cluster-port", strconv.Itoa(bus),
+				// A replica syncs at once rather than after 5s, so
+				// it can take over as soon as the cluster is up.
+				"--repl-diskless-sync-delay", "0",
+				"--cluster-require-full-coverage", fullCoverage,
 			}, nil
 		})
 		c.Nodes = append(c.Nodes, n)
@@ -68,7 +104,7 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("testenv: redis-cli %s: %v\n%s\n%s", strings.Join(args, " "), err, out, c.logTails())
@@ -77,12 +113,35 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 	if err := c.waitOK(); err != nil {
 		t.Fatalf("testenv: redis cluster %s: %v\nredis-cli output:\n%s\n%s", c.URL(), err, out, c.logTails())
 	}
+	// A replica that never synced cannot be promoted: return once every
+	// replica's link to its master is up.
+	if err := c.waitReplicasSynced(); err != nil {
+		t.Fatalf("testenv: redis cluster %s: %v\n%s", c.URL(), err, c.logTails())
+	}
 	return c
 }
 
-// WaitOK waits until every node reports cluster_state:ok with all slots
-// assigned and served, e.g. after restarting a node, and fails the test if
-// that takes longer than 30 seconds.
+func (c *RedisClusterServer) waitReplicasSynced() error {
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for _, n := range c.Nodes {
+		for {
+			info, err := redisDo(n.Addr, time.Second, "INFO", "replication")
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("replica %s not synced with its master after %v: %v\n%s", n.Addr, clusterReadyTimeout, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// WaitOK waits until every running node reports cluster_state:ok with all
+// slots assigned and served and three running nodes are masters, e.g. after
+// restarting a node or until a replica has taken over from a stopped master, and fails the test if that takes
+// longer than 30 seconds. Stopped nodes are not asked.
 func (c *RedisClusterServer) WaitOK() {
 	c.t.Helper()
 	if err := c.waitOK(); err != nil {
@@ -116,6 +175,9 @@ func (c *RedisClusterServer) checkOK() error {
 		"cluster_known_nodes:" + strconv.Itoa(len(c.Nodes)),
 	}
 	for _, n := range c.Nodes {
+		if !n.running() {
+			continue
+		}
 		info, err := redisDo(n.Addr, time.Second, "CLUSTER", "INFO")
 		if err != nil {
 			return fmt.Errorf("CLUSTER INFO on %s: %v", n.Addr, err)
@@ -127,6 +189,24 @@ func (c *RedisClusterServer) checkOK() error {
 			}
 		}
 	}
+	// Right after a master stops, the others still report ok until the
+	// node timeout passes: wait for a running master per slot range.
+	masters := 0
+	for _, n := range c.Nodes {
+		if !n.running() {
+			continue
+		}
+		role, err := redisDo(n.Addr, time.Second, "ROLE")
+		if err != nil {
+			return fmt.Errorf("ROLE on %s: %v", n.Addr, err)
+		}
+		if strings.HasPrefix(role, "master\n") {
+			masters++
+		}
+	}
+	if masters < clusterMasters {
+		return fmt.Errorf("%d running masters, want %d", masters, clusterMasters)
+	}
 	return nil
 }
 
@@ -137,4 +217,24 @@ func (c *RedisClusterServer) logTails() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// Masters returns the running nodes that are masters now (ROLE), in the
+// order of Nodes. After a failover the promoted replica is among them.
+func (c *RedisClusterServer) Masters() []*RedisServer {
+	c.t.Helper()
+	var out []*RedisServer
+	for _, n := range c.Nodes {
+		if !n.running() {
+			continue
+		}
+		role, err := redisDo(n.Addr, time.Second, "ROLE")
+		if err != nil {
+			c.t.Fatalf("testenv: ROLE on %s: %v", n.Addr, err)
+		}
+		if strings.HasPrefix(role, "master\n") {
+			out = append(out, n)
+		}
+	}
+	return out
 }

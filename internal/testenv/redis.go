@@ -139,6 +139,14 @@ func (s *RedisServer) Resume() {
 	}
 }
 
+// running reports whether the server has been started and not stopped
+// (a paused server is running).
+func (s *RedisServer) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p != nil
+}
+
 // FlushScripts empties the server's Lua script cache (SCRIPT FLUSH), as a
 // restart or failover would, without losing the data.
 func (s *RedisServer) FlushScripts() {

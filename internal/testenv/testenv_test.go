@@ -199,6 +199,29 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
+func TestRedisClusterWithReplicas(t *testing.T) {
+	c := RedisClusterWith(t, ClusterOptions{Replicas: 1})
+	if len(c.Nodes) != 6 {
+		t.Fatalf("got %d nodes, want 6", len(c.Nodes))
+	}
+	masters := c.Masters()
+	if len(masters) != 3 {
+		t.Fatalf("got %d masters, want 3", len(masters))
+	}
+	// The first master's replica takes over once it stops.
+	masters[0].Stop()
+	c.WaitOK()
+	after := c.Masters()
+	if len(after) != 3 {
+		t.Fatalf("after a master stopped: %d masters, want 3 (its replica promoted)", len(after))
+	}
+	for _, m := range after {
+		if m == masters[0] {
+			t.Fatal("the stopped master is still listed as a master")
+		}
+	}
+}
+
 func TestPostgres(t *testing.T) {
 	var name string
 	t.Run("inner", func(t *testing.T) {

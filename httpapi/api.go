@@ -141,6 +141,7 @@ func New(ctx context.Context, opts Options) (*API, error) {
 	if err := a.reload(ctx); err != nil {
 		return nil, fmt.Errorf("read the catalog: %w", err)
 	}
+	a.metrics.SnapshotAge(func() time.Duration { return time.Since(time.Unix(0, a.confirmedAt.Load())) })
 	return a, nil
 }
 

@@ -80,6 +80,8 @@ type Metrics struct {
 	shed          prometheus.Counter
 	inFlight      prometheus.Gauge
 	budgetRefused prometheus.Counter
+	// reg is where collectors made later (SnapshotAge) are registered.
+	reg prometheus.Registerer
 }
 
 // Options configure Metrics; the zero value uses the defaults.
@@ -146,6 +148,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 	if reg == nil {
 		return m
 	}
+	m.reg = reg
 	m.decisions = register(reg, m.decisions)
 	m.checkDuration = register(reg, m.checkDuration)
 	m.storeDuration = register(reg, m.storeDuration)
@@ -293,6 +296,19 @@ func (m *Metrics) Shed() {
 		return
 	}
 	m.shed.Inc()
+}
+
+// SnapshotAge exports sluice_catalog_snapshot_age_seconds, read from age at
+// each scrape: how long since the catalog snapshot this instance serves was
+// last known to be the newest. Only the first call of a Metrics registers it.
+func (m *Metrics) SnapshotAge(age func() time.Duration) {
+	if m == nil || m.reg == nil {
+		return
+	}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_catalog_snapshot_age_seconds",
+		Help: "Seconds since the catalog snapshot served was last known to be the newest (after a reload or a readiness probe that found the catalog current); it grows while the catalog database does not answer.",
+	}, func() float64 { return age().Seconds() }))
 }
 
 // BudgetRefused counts one check the memory store refused for want of room.

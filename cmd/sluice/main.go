@@ -78,13 +78,19 @@ func bindEnv(cmd *cobra.Command) error {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal starts a graceful shutdown; a second one ends the
+	// process at once instead of waiting out --drain-period and
+	// --shutdown-timeout. One channel receives both, so a second signal
+	// that arrives right after the first is never lost.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	go func() {
-		// The first signal starts a graceful shutdown; stopping the relay
-		// restores the default action, so a second one ends the process at
-		// once instead of waiting out --shutdown-timeout.
-		<-ctx.Done()
+		<-signals
 		stop()
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "sluice: second signal (%v): stopping at once\n", sig)
+		os.Exit(1)
 	}()
 	err := rootCmd.ExecuteContext(ctx)
 	stop()

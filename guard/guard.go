@@ -91,7 +91,7 @@ type Guard struct {
 	timeout time.Duration
 	metrics *metrics.Metrics
 	// shards are the breakers of the store's independent parts: one for a
-	// single server, one per slot range of a Redis Cluster (see Sharded),
+	// single server, one per master node of a Redis Cluster (see Sharded),
 	// so that one dead node fails only the checks whose keys live there.
 	shards  []shard
 	sharded Sharded

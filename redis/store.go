@@ -63,6 +63,7 @@ type Store struct {
 	client rueidis.Client
 	prefix string
 	owned  bool
+	slotState
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -108,7 +109,11 @@ func New(client rueidis.Client, opts Options) *Store {
 	if prefix == "" {
 		prefix = "sluice:"
 	}
-	return &Store{client: client, prefix: prefix}
+	s := &Store{client: client, prefix: prefix}
+	if client.Mode() == rueidis.ClientModeCluster {
+		s.startSlotMap()
+	}
+	return s
 }
 
 // ParseURL turns a Sluice Redis URL into rueidis options. See Open.
@@ -187,6 +192,7 @@ func redactURL(raw string) string {
 
 // Close closes the connection if Open made it.
 func (s *Store) Close() error {
+	s.stopSlotMap()
 	if s.owned {
 		s.client.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,25 +251,45 @@ func TestSentinelURL(t *testing.T) {
 	}
 }
 
-// TestShardFollowsClusterSlots: the guard's breakers are per slot range, so
-// the store's idea of a key's slot must be Redis's own (CLUSTER KEYSLOT).
-func TestShardFollowsClusterSlots(t *testing.T) {
+// TestShardFollowsClusterMasters: the guard keeps a breaker per shard, so a
+// shard must be one master: subjects whose keys one master holds share a
+// shard, and subjects on different masters never do.
+func TestShardFollowsClusterMasters(t *testing.T) {
 	cluster := testenv.RedisCluster(t)
 	store := open(t, cluster.URL())
 	if n := store.Shards(); n != 64 {
 		t.Fatalf("a cluster store has %d shards, want 64", n)
 	}
-	for i := range 100 {
+	limits := []sluice.Limit{sluice.FixedWindow(5, time.Minute).Named("m")}
+	shardOfNode := map[string]int{}
+	nodeOfShard := map[int]string{}
+	for i := range 90 {
 		subject := "user-" + strconv.Itoa(i)
-		tag := sluice.SubjectTag("t", "r", subject)
-		got, err := cluster.Nodes[0].Do("CLUSTER", "KEYSLOT", "{"+tag+"}:x")
-		if err != nil {
+		if _, err := store.Check(context.Background(), sluice.Request{Tenant: "t", Rule: "r", Subject: subject, Limits: limits, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
-		slot, _ := strconv.Atoi(got)
-		if want := slot * 64 / 16384; store.Shard("t", "r", subject) != want {
-			t.Fatalf("subject %q: shard %d, but Redis puts its keys in slot %d (shard %d)", subject, store.Shard("t", "r", subject), slot, want)
+		tag := sluice.SubjectTag("t", "r", subject)
+		node := ""
+		for _, n := range cluster.Nodes {
+			keys, err := n.Do("KEYS", "*"+tag+"*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(keys, tag) {
+				node = n.Addr
+			}
 		}
+		shard := store.Shard("t", "r", subject)
+		if prev, ok := shardOfNode[node]; ok && prev != shard {
+			t.Fatalf("subjects on node %s are in shards %d and %d", node, prev, shard)
+		}
+		if prev, ok := nodeOfShard[shard]; ok && prev != node {
+			t.Fatalf("shard %d holds subjects of nodes %s and %s", shard, prev, node)
+		}
+		shardOfNode[node], nodeOfShard[shard] = shard, node
+	}
+	if len(shardOfNode) != 3 {
+		t.Fatalf("subjects landed on %d nodes, want all 3", len(shardOfNode))
 	}
 	single := open(t, testenv.Redis(t).URL())
 	if n, s := single.Shards(), single.Shard("t", "r", "x"); n != 1 || s != 0 {

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/sluicelabs/sluice"
 )
 

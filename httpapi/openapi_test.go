@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pb33f/libopenapi"
@@ -101,6 +102,8 @@ func (v *violations) take() []string {
 
 var (
 	unboundViolations violations
+	// exchangesChecked counts validations, to show the hook is installed.
+	exchangesChecked atomic.Int64
 	// boundTests maps an *API to the test that reports its mismatches.
 	boundTests sync.Map
 )
@@ -133,6 +136,7 @@ func validateAgainstOpenAPI(a *API, next http.Handler) http.Handler {
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r)
 
+		exchangesChecked.Add(1)
 		if problems := checkExchange(r, body, rec.Result()); len(problems) > 0 {
 			msg := fmt.Sprintf("openapi.json does not match %s %s answered %d: %s",
 				r.Method, r.URL.RequestURI(), rec.Code, strings.Join(problems, "; "))
@@ -241,7 +245,11 @@ func describe(e *liberrors.ValidationError) string {
 // mounts (plus /metrics, which sluice serve mounts beside them).
 func TestOpenAPIDocument(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
+	before := exchangesChecked.Load()
 	r := h.must(http.StatusOK, "GET", "/v1/openapi.json", "", nil)
+	if exchangesChecked.Load() == before {
+		t.Fatal("the harness's answers are not validated against openapi.json: is testHandlerHook installed?")
+	}
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}

@@ -31,6 +31,7 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
 	liberrors "github.com/pb33f/libopenapi-validator/errors"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 )
 
@@ -317,6 +318,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?:apiError\{|writeError\(w, )http\.(Status\w+), "([a-z_]+)"`)
+	bodyCode := regexp.MustCompile(`errorDetail\{Code: "([a-z_]+)"`)
 	found := 0
 	for _, f := range files {
 		src, err := os.ReadFile(f)
@@ -333,6 +335,14 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 			codes := errorCodes(t, oa.model, "Error"+strconv.Itoa(status))
 			if !slices.Contains(codes, m[2]) {
 				t.Errorf("%s: error %d %s is not listed in openapi.json's Error%d (%v)", f, status, m[2], status, codes)
+			}
+		}
+		// Error bodies built directly (readiness) name no status beside
+		// their code: at least the code must be a documented one.
+		for _, m := range bodyCode.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if all := enumOf(t, oa.model, "ErrorCode"); !slices.Contains(all, m[1]) {
+				t.Errorf("%s: error code %s is not in openapi.json's ErrorCode (%v)", f, m[1], all)
 			}
 		}
 	}
@@ -363,7 +373,21 @@ func errorCodes(t *testing.T, m *v3.Document, name string) []string {
 		t.Fatalf("openapi.json has no schema %s", name)
 	}
 	errProp := proxy.Schema().Properties.GetOrZero("error")
-	code := errProp.Schema().Properties.GetOrZero("code").Schema()
+	return values(errProp.Schema().Properties.GetOrZero("code").Schema())
+}
+
+// enumOf returns the values schema name allows.
+func enumOf(t *testing.T, m *v3.Document, name string) []string {
+	t.Helper()
+	proxy := m.Components.Schemas.GetOrZero(name)
+	if proxy == nil {
+		t.Fatalf("openapi.json has no schema %s", name)
+	}
+	return values(proxy.Schema())
+}
+
+// values returns what a string schema's const or enum allows.
+func values(code *base.Schema) []string {
 	var out []string
 	if code.Const != nil {
 		out = append(out, code.Const.Value)

@@ -297,34 +297,64 @@ func (a *API) forgetSubject(tenant, rule, subject string) {
 
 // Register mounts the API's routes on mux.
 func (a *API) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/check", a.handleCheck)
+	for _, rt := range a.routes() {
+		mux.HandleFunc(rt.pattern, rt.handler)
+	}
+}
 
-	mux.HandleFunc("POST /v1/tenants", a.handleCreateTenant)
-	mux.HandleFunc("GET /v1/tenants", a.handleListTenants)
-	mux.HandleFunc("GET /v1/tenants/{tenant}", a.handleGetTenant)
-	mux.HandleFunc("PATCH /v1/tenants/{tenant}", a.handlePatchTenant)
-	mux.HandleFunc("DELETE /v1/tenants/{tenant}", a.handleDeleteTenant)
+// route is one endpoint of the API.
+type route struct {
+	pattern string // a ServeMux pattern: "METHOD /path/{param}"
+	handler http.HandlerFunc
+}
 
-	mux.HandleFunc("POST /v1/tenants/{tenant}/keys", a.handleCreateKey)
-	mux.HandleFunc("GET /v1/tenants/{tenant}/keys", a.handleListKeys)
-	mux.HandleFunc("DELETE /v1/tenants/{tenant}/keys/{id}", a.handleRevokeKey)
+// routes lists every endpoint Register mounts. It is the one list: the test
+// of openapi.json compares the document's operations with it.
+func (a *API) routes() []route {
+	return []route{
+		{"POST /v1/check", a.handleCheck},
 
-	mux.HandleFunc("PUT /v1/tenants/{tenant}/rules/{name}", a.handlePutRule)
-	mux.HandleFunc("GET /v1/tenants/{tenant}/rules", a.handleListRules)
-	mux.HandleFunc("GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule)
-	mux.HandleFunc("DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule)
-	mux.HandleFunc("DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject)
+		{"POST /v1/tenants", a.handleCreateTenant},
+		{"GET /v1/tenants", a.handleListTenants},
+		{"GET /v1/tenants/{tenant}", a.handleGetTenant},
+		{"PATCH /v1/tenants/{tenant}", a.handlePatchTenant},
+		{"DELETE /v1/tenants/{tenant}", a.handleDeleteTenant},
 
-	mux.HandleFunc("GET /healthz", a.handleHealth)
-	mux.HandleFunc("GET /readyz", a.handleReady)
+		{"POST /v1/tenants/{tenant}/keys", a.handleCreateKey},
+		{"GET /v1/tenants/{tenant}/keys", a.handleListKeys},
+		{"DELETE /v1/tenants/{tenant}/keys/{id}", a.handleRevokeKey},
+
+		{"PUT /v1/tenants/{tenant}/rules/{name}", a.handlePutRule},
+		{"GET /v1/tenants/{tenant}/rules", a.handleListRules},
+		{"GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule},
+		{"DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule},
+		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
+
+		{"GET /healthz", a.handleHealth},
+		{"GET /readyz", a.handleReady},
+		{"GET /v1/openapi.json", handleOpenAPI},
+	}
 }
 
 // Handler returns a handler serving only the API's routes.
 func (a *API) Handler() http.Handler {
+	h := a.handler()
+	if testHandlerHook != nil {
+		h = testHandlerHook(a, h)
+	}
+	return h
+}
+
+func (a *API) handler() http.Handler {
 	mux := http.NewServeMux()
 	a.Register(mux)
 	return WithJSONErrors(mux)
 }
+
+// testHandlerHook, set only by this package's tests, wraps every Handler so
+// that each request and answer of the test suites is checked against
+// openapi.json. Always nil in a build that is not a test.
+var testHandlerHook func(*API, http.Handler) http.Handler
 
 func (a *API) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -131,6 +131,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
 	if rule == nil { // cannot happen: rules is built from the same snapshot
+		w.Header().Set("Retry-After", "1") // every 503 says when to retry
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}

@@ -50,6 +50,7 @@ func TestCheckPathNeverTouchesTheDatabase(t *testing.T) {
 	if err := catalog.Close(); err != nil {
 		t.Fatal(err)
 	}
+	bindOpenAPI(t, api)
 	handler := api.Handler()
 	check := func(route string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"route": "`+route+`", "subject": "user-42"}`))

@@ -126,6 +126,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		bindOpenAPI(t, api)
 		handler := api.Handler()
 		call := func(method, path, auth, body string) *httptest.ResponseRecorder {
 			var rd io.Reader

@@ -90,6 +90,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = api.Run(runCtx) }()
+	bindOpenAPI(t, api)
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return &harness{t: t, api: api, srv: srv, catalog: catalog, store: store, reg: reg}

@@ -73,6 +73,7 @@ func TestOverloadIsShedNotFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bindOpenAPI(t, api)
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 

@@ -196,6 +196,7 @@ func newSpyAPI(t *testing.T, opts Options) *spyAPI {
 		t.Fatal(err)
 	}
 	spy.takeCalls()
+	bindOpenAPI(t, api)
 	return &spyAPI{api: api, handler: api.Handler(), catalog: spy, store: store, key: key}
 }
 

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -150,25 +149,6 @@ func TestJSONRequestBounds(t *testing.T) {
 	}
 }
 
-// limitedConn serves srv with ServerOptions, as sluice serve does.
-func limitedConn(t *testing.T, srv *envoyrls.Server) *grpc.ClientConn {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(envoyrls.ServerOptions()...)
-	srv.Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 // TestServerOptionsBoundStreamsPerConnection: the server announces its
 // bound of 1,024 calls per connection in its HTTP/2 SETTINGS, which clients
 // (Envoy, grpc-go) honour by waiting or opening another connection, and past
@@ -216,7 +196,7 @@ func TestServerOptionsBoundStreamsPerConnection(t *testing.T) {
 // transport, before it is decoded, with ResourceExhausted.
 func TestServerOptionsBoundMessageSize(t *testing.T) {
 	srv, store := countingServer(t)
-	c := rlspb.NewRateLimitServiceClient(limitedConn(t, srv))
+	c := rlspb.NewRateLimitServiceClient(serveConn(t, srv))
 	descs := make([]*ratelimitv3.RateLimitDescriptor, 20)
 	for i := range descs {
 		descs[i] = desc("remote_address", strings.Repeat("x", 60<<10))

@@ -95,7 +95,7 @@ func serveConn(t *testing.T, srv *envoyrls.Server) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(envoyrls.ServerOptions()...) // as sluice serve does
 	srv.Register(gs)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)

@@ -258,13 +258,9 @@ func (s *Series) Count(result string) {
 		return
 	}
 	i := resultIndex(result)
-	c := s.counters[i].Load()
-	if c == nil {
-		counter := s.decisions.WithLabelValues(s.labels.Source, s.labels.Tenant, s.labels.Domain, s.labels.Rule, results[i])
-		c = &counter
-		s.counters[i].Store(c)
-	}
-	(*c).Inc()
+	resolved(&s.counters[i], func() prometheus.Counter {
+		return s.decisions.WithLabelValues(s.labels.Source, s.labels.Tenant, s.labels.Domain, s.labels.Rule, results[i])
+	}).Inc()
 }
 
 // ObserveCheck records how long a whole check of s's source took.
@@ -272,13 +268,19 @@ func (s *Series) ObserveCheck(d time.Duration) {
 	if s == nil {
 		return
 	}
-	o := s.check.Load()
-	if o == nil {
-		observer := s.durations.WithLabelValues(s.labels.Source)
-		o = &observer
-		s.check.Store(o)
+	resolved(&s.check, func() prometheus.Observer { return s.durations.WithLabelValues(s.labels.Source) }).Observe(d.Seconds())
+}
+
+// resolved returns the value p holds, storing resolve's first: a child of a
+// metric vector is looked up once (a race resolves the same child twice,
+// harmlessly), then read with one atomic load.
+func resolved[T any](p *atomic.Pointer[T], resolve func() T) T {
+	if v := p.Load(); v != nil {
+		return *v
 	}
-	(*o).Observe(d.Seconds())
+	v := resolve()
+	p.Store(&v)
+	return v
 }
 
 // Labels returns the labels s counts under (the overflow labels when it is

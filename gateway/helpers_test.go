@@ -182,8 +182,9 @@ func newUpstream(t testing.TB, name string) *upstream {
 	return u
 }
 
-// startGateway serves the YAML config on a real listener.
-func startGateway(t testing.TB, yamlConfig string) (*gateway.Gateway, *httptest.Server) {
+// newGateway parses the YAML config and builds a Gateway with metrics of
+// its own; the caller closes it.
+func newGateway(t testing.TB, yamlConfig string) (*gateway.Config, *gateway.Gateway) {
 	t.Helper()
 	cfg, err := gateway.ParseConfig([]byte(yamlConfig))
 	if err != nil {
@@ -194,6 +195,13 @@ func startGateway(t testing.TB, yamlConfig string) (*gateway.Gateway, *httptest.
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, gw
+}
+
+// startGateway serves the YAML config on a real listener.
+func startGateway(t testing.TB, yamlConfig string) (*gateway.Gateway, *httptest.Server) {
+	t.Helper()
+	_, gw := newGateway(t, yamlConfig)
 	srv := httptest.NewServer(gw)
 	t.Cleanup(func() {
 		srv.Close()

@@ -12,25 +12,15 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicelabs/sluice/gateway"
-	"github.com/sluicelabs/sluice/metrics"
 )
 
 // serveLimited serves the YAML config through gateway.NewServer, as
 // `sluice gateway` does, and returns its address.
 func serveLimited(t *testing.T, yamlConfig string) string {
 	t.Helper()
-	cfg, err := gateway.ParseConfig([]byte(yamlConfig))
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, yamlConfig)
-	}
-	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, gw := newGateway(t, yamlConfig)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

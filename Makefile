@@ -13,7 +13,7 @@ test: deps fmt-check vet lint
 	$(GO) test $(GOFLAGS_TEST) ./...
 	@scripts/fuzz-short.sh
 
-# Every fuzz target for FUZZTIME (default 5s) past its committed seeds.
+# Every fuzz target for FUZZTIME (default 10000x: inputs) past its committed seeds.
 fuzz-short:
 	@scripts/fuzz-short.sh
 

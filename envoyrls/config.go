@@ -12,19 +12,21 @@
 package envoyrls
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
@@ -34,6 +36,18 @@ import (
 // loaded, so a server swaps whole Configs on reload.
 type Config struct {
 	domains map[string]*Domain
+	// warnings are what loading accepted but an operator should hear of,
+	// such as a mapping key written twice.
+	warnings []string
+}
+
+// Warnings returns what loading accepted but an operator should hear of
+// (each naming its file and line), in file order.
+func (c *Config) Warnings() []string {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
 }
 
 // Domain returns the named domain, or nil.
@@ -57,8 +71,11 @@ func (c *Config) Domains() []string {
 // Domain is one configuration file: a domain and its descriptor tree.
 type Domain struct {
 	Name string
-	// File is the file the domain was loaded from.
+	// File is the file the domain was loaded from (the first one, when
+	// MergeDomains spreads it over several).
 	File string
+	// Warnings are what its file(s) said that was accepted with a caveat.
+	Warnings []string
 	// AllOrNothing makes one check over the limits of all of a request's
 	// descriptors, so a request denied by one descriptor consumes nothing in
 	// the others.
@@ -76,6 +93,9 @@ type node struct {
 	key, value string
 	// kind tells how the entry matches a request entry's value.
 	kind matchKind
+	// glob is a wildcard value split at its '*'s, each matching any run of
+	// characters, as in envoyproxy/ratelimit.
+	glob []string
 	// path is the rule's identity: the entries from the root to here.
 	path string
 	// shareThreshold makes every value matched by a wildcard share one
@@ -113,6 +133,13 @@ type Rule struct {
 	// Unlimited rules are never counted.
 	Unlimited bool
 	Shadow    bool
+	// QuotaMode (envoyproxy/ratelimit's quota_mode) keeps the descriptor's
+	// own OVER_LIMIT status, but the request is over the limit on its
+	// account only when every quota-mode descriptor of it is.
+	QuotaMode bool
+	// Metadata is returned in the response's dynamic metadata when the
+	// request passed this rule (with Options.DynamicMetadata).
+	Metadata *structpb.Struct
 	// Limit is what the store checks; its Capacity is 0 for a rule of
 	// requests_per_unit: 0, which denies everything without a store call.
 	Limit           sluice.Limit
@@ -123,7 +150,7 @@ type Rule struct {
 }
 
 // The YAML schema: envoyproxy/ratelimit's, plus Sluice's extensions
-// (algorithm, burst, failure_mode, all_or_nothing).
+// (algorithm, burst, unit_multiplier, failure_mode, all_or_nothing).
 type yamlDomain struct {
 	Domain       string           `yaml:"domain"`
 	Descriptors  []yamlDescriptor `yaml:"descriptors"`
@@ -137,9 +164,25 @@ type yamlDescriptor struct {
 	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
 	Descriptors    []yamlDescriptor `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
+	QuotaMode      bool             `yaml:"quota_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
+	// Metadata is free-form: no field of it is checked.
+	Metadata map[string]any `yaml:"metadata"`
+	// line is where the descriptor starts, for errors.
+	line int
+}
+
+// UnmarshalYAML records the descriptor's line, so an invalid rule is named
+// by file and line.
+func (d *yamlDescriptor) UnmarshalYAML(n *yaml.Node) error {
+	type plain yamlDescriptor
+	if err := n.Decode((*plain)(d)); err != nil {
+		return err
+	}
+	d.line = n.Line
+	return nil
 }
 
 type yamlRateLimit struct {
@@ -185,21 +228,34 @@ var unitEnum = map[string]rlspb.RateLimitResponse_RateLimit_Unit{
 const maxFileBytes = 4 << 20
 
 // ParseDomain parses one configuration file's contents; file names it in
-// errors.
+// errors and warnings.
+//
+// A mapping key written twice is accepted, the last one winning, as
+// envoyproxy/ratelimit (YAML v2) does; each such key is reported in the
+// domain's Warnings with its line. Anything else out of place (an unknown
+// field, a value of the wrong type, an invalid rule) is an error naming the
+// file and line.
 func ParseDomain(file string, data []byte) (*Domain, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, fmt.Errorf("%s: the file is empty; it needs a domain and descriptors", file)
+	}
+	var warnings []string
+	dropRepeatedKeys(file, doc.Content[0], &warnings)
+	if err := checkFields(doc.Content[0], reflect.TypeOf(yamlDomain{})); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
 	var y yamlDomain
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&y); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: the file is empty; it needs a domain and descriptors", file)
-		}
+	if err := doc.Content[0].Decode(&y); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if y.Domain == "" {
 		return nil, fmt.Errorf("%s: the domain is missing or empty", file)
 	}
-	d := &Domain{Name: y.Domain, File: file, AllOrNothing: y.AllOrNothing}
+	d := &Domain{Name: y.Domain, File: file, AllOrNothing: y.AllOrNothing, Warnings: warnings}
 	mode, err := parseFailureMode(y.FailureMode)
 	if err != nil {
 		return nil, fmt.Errorf("%s: domain %q: %w", file, y.Domain, err)
@@ -210,6 +266,79 @@ func ParseDomain(file string, data []byte) (*Domain, error) {
 		return nil, fmt.Errorf("%s: domain %q: %w", file, y.Domain, err)
 	}
 	return d, nil
+}
+
+// dropRepeatedKeys removes every pair of a mapping whose key the same
+// mapping repeats further down, so the last one wins, and notes each.
+// Merge keys and aliases are left to the decoder.
+func dropRepeatedKeys(file string, n *yaml.Node, warnings *[]string) {
+	if n.Kind == yaml.MappingNode {
+		last := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			last[n.Content[i].Value] = i
+		}
+		kept := n.Content[:0:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if j := last[k.Value]; j != i {
+				*warnings = append(*warnings, fmt.Sprintf("%s:%d: key %q is written again at line %d; the last one wins, as in envoyproxy/ratelimit", file, k.Line, k.Value, n.Content[j].Line))
+				continue
+			}
+			kept = append(kept, n.Content[i], n.Content[i+1])
+		}
+		n.Content = kept
+	}
+	for _, c := range n.Content {
+		dropRepeatedKeys(file, c, warnings)
+	}
+}
+
+// checkFields refuses a mapping key that the schema type t does not have,
+// naming its line: a misspelt field would otherwise be silently ignored.
+func checkFields(n *yaml.Node, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for _, c := range n.Content {
+			if err := checkFields(c, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag != "" && tag != "-" {
+				fields[tag] = f.Type
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			ft, ok := fields[k.Value]
+			if !ok {
+				return fmt.Errorf("line %d: field %s is not one of the %s fields", k.Line, k.Value, schemaName(t))
+			}
+			if err := checkFields(n.Content[i+1], ft); err != nil {
+				return err
+			}
+		}
+	}
+	// Anything else is left to the decoder, which names its line.
+	return nil
+}
+
+func schemaName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(yamlDomain{}):
+		return "file's"
+	case reflect.TypeOf(yamlDescriptor{}):
+		return "descriptor's"
+	case reflect.TypeOf(yamlRateLimit{}):
+		return "rate_limit's"
+	}
+	return "replaces entry's"
 }
 
 func parseFailureMode(s string) (sluice.FailureMode, error) {
@@ -227,34 +356,49 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 			if parent.path != "" {
 				where = "under " + parent.path
 			}
-			return fmt.Errorf("a descriptor %s has no key", where)
+			return fmt.Errorf("line %d: a descriptor %s has no key", yd.line, where)
 		}
 		n := &node{key: yd.Key, value: yd.Value, shadow: yd.ShadowMode, shareThreshold: yd.ShareThreshold}
 		segment := escapePath(yd.Key)
 		switch {
 		case yd.Value == "":
 			n.kind = matchKeyOnly
-		case strings.HasSuffix(yd.Value, "*"):
+		case strings.Contains(yd.Value, "*"):
+			// A '*' anywhere matches any run of characters, as in
+			// envoyproxy/ratelimit; the path keeps the pattern, so a
+			// trailing "foo*" keeps the counters it always had.
 			n.kind = matchWildcard
-			n.value = strings.TrimSuffix(yd.Value, "*")
-			segment += "=" + escapePath(n.value) + "*"
+			n.glob = strings.Split(yd.Value, "*")
+			parts := make([]string, len(n.glob))
+			for i, p := range n.glob {
+				parts[i] = escapePath(p)
+			}
+			segment += "=" + strings.Join(parts, "*")
 		default:
 			segment += "=" + escapePath(yd.Value)
 		}
 		if yd.ShareThreshold && n.kind != matchWildcard {
-			return fmt.Errorf("descriptor %s: share_threshold applies only to a wildcard value such as \"foo*\"", segment)
+			return fmt.Errorf("line %d: descriptor %s: share_threshold applies only to a wildcard value such as \"foo*\"", yd.line, segment)
 		}
 		n.path = segment
 		if parent.path != "" {
 			n.path = parent.path + "." + segment
 		}
 		if err := parent.add(n); err != nil {
-			return err
+			return fmt.Errorf("line %d: %w", yd.line, err)
 		}
 		if yd.RateLimit != nil {
 			r, err := newRule(n, yd.RateLimit, d)
 			if err != nil {
-				return fmt.Errorf("descriptor %s: %w", n.path, err)
+				return fmt.Errorf("line %d: descriptor %s: %w", yd.line, n.path, err)
+			}
+			r.QuotaMode = yd.QuotaMode
+			if len(yd.Metadata) > 0 {
+				md, err := structpb.NewStruct(yd.Metadata)
+				if err != nil {
+					return fmt.Errorf("line %d: descriptor %s: metadata: %w", yd.line, n.path, err)
+				}
+				r.Metadata = md
 			}
 			n.rule = r
 		}
@@ -263,6 +407,25 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 		}
 	}
 	return nil
+}
+
+// globMatch reports whether value matches a wildcard split at its '*'s:
+// it starts with the first part, ends with the last, and holds the others in
+// order between them, without overlap.
+func globMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 func (p *node) add(n *node) error {
@@ -313,8 +476,10 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 		r.FailureMode = d.FailureMode
 	}
 	if y.Unlimited {
-		if y.Unit != "" || y.RequestsPerUnit != nil || y.Algorithm != "" || y.Burst != nil {
-			return nil, errors.New("an unlimited rate_limit must not also set unit, requests_per_unit, algorithm or burst")
+		// As in envoyproxy/ratelimit: unlimited wins over a
+		// requests_per_unit, but a unit says the author meant a limit.
+		if y.Unit != "" || y.UnitMultiplier != nil || y.Algorithm != "" || y.Burst != nil {
+			return nil, errors.New("an unlimited rate_limit must not also set unit, unit_multiplier, algorithm or burst")
 		}
 		return r, nil
 	}
@@ -325,11 +490,12 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 		}
 		return nil, fmt.Errorf("rate_limit unit %q is not one of second, minute, hour, day, week, month, year", y.Unit)
 	}
-	if y.RequestsPerUnit == nil {
-		return nil, errors.New("rate_limit needs requests_per_unit")
-	}
 	r.Unit = unitEnum[strings.ToLower(y.Unit)]
-	r.RequestsPerUnit = *y.RequestsPerUnit
+	if y.RequestsPerUnit != nil {
+		// Without one, 0, as in envoyproxy/ratelimit: every request is
+		// over the limit.
+		r.RequestsPerUnit = *y.RequestsPerUnit
+	}
 	r.UnitMultiplier = 1
 	if y.UnitMultiplier != nil {
 		if *y.UnitMultiplier == 0 {
@@ -403,15 +569,33 @@ func escapePath(s string) string {
 	return b.String()
 }
 
-// LoadDir loads every *.yaml and *.yml file of dir (not its subdirectories,
-// and not hidden files such as editors' swap files or Kubernetes' ..data).
-// Each file holds one domain; a domain defined in two files is an error.
-func LoadDir(dir string) (*Config, error) {
-	files, err := configFiles(dir)
+// LoadOptions say how a configuration directory is read, as
+// envoyproxy/ratelimit's settings do.
+type LoadOptions struct {
+	// MergeDomains lets several files define one domain, their top-level
+	// descriptors together (MERGE_DOMAIN_CONFIG); without it a domain
+	// defined twice is an error.
+	MergeDomains bool
+	// IgnoreDotfiles skips files and directories whose names start with a
+	// dot (RUNTIME_IGNOREDOTFILES), such as editors' swap files.
+	IgnoreDotfiles bool
+}
+
+// LoadDir loads dir as Load does with the default options.
+func LoadDir(dir string) (*Config, error) { return Load(dir, LoadOptions{}) }
+
+// Load loads every file under dir, recursively and whatever its extension,
+// as envoyproxy/ratelimit's runtime loader (goruntime) does: dotfiles too,
+// unless opts.IgnoreDotfiles. Each file holds one domain; a domain defined in
+// two files is an error unless opts.MergeDomains. A file reached twice
+// (Kubernetes mounts a ConfigMap's files as symbolic links into a dot
+// directory that holds them too) is read once.
+func Load(dir string, opts LoadOptions) (*Config, error) {
+	files, warnings, err := configFiles(dir, opts.IgnoreDotfiles)
 	if err != nil {
 		return nil, err
 	}
-	cfg := &Config{domains: map[string]*Domain{}}
+	cfg := &Config{domains: map[string]*Domain{}, warnings: warnings}
 	var errs []error
 	for _, f := range files {
 		data, err := readFile(f)
@@ -424,11 +608,10 @@ func LoadDir(dir string) (*Config, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if prev := cfg.domains[d.Name]; prev != nil {
-			errs = append(errs, fmt.Errorf("%s: domain %q is already defined in %s; each domain belongs in one file", f, d.Name, prev.File))
-			continue
+		cfg.warnings = append(cfg.warnings, d.Warnings...)
+		if err := cfg.add(d, opts.MergeDomains); err != nil {
+			errs = append(errs, err)
 		}
-		cfg.domains[d.Name] = d
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -440,39 +623,119 @@ func LoadDir(dir string) (*Config, error) {
 func NewConfig(domains ...*Domain) (*Config, error) {
 	cfg := &Config{domains: map[string]*Domain{}}
 	for _, d := range domains {
-		if prev := cfg.domains[d.Name]; prev != nil {
-			return nil, fmt.Errorf("%s: domain %q is already defined in %s; each domain belongs in one file", d.File, d.Name, prev.File)
+		if err := cfg.add(d, false); err != nil {
+			return nil, err
 		}
-		cfg.domains[d.Name] = d
+		cfg.warnings = append(cfg.warnings, d.Warnings...)
 	}
 	return cfg, nil
 }
 
-func configFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+// add adds a parsed domain, or with merge, its top-level descriptors to the
+// domain of the same name, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG
+// does: a top-level descriptor defined in both is an error.
+func (c *Config) add(d *Domain, merge bool) error {
+	prev := c.domains[d.Name]
+	if prev == nil {
+		c.domains[d.Name] = d
+		return nil
+	}
+	if !merge {
+		return fmt.Errorf("%s: domain %q is already defined in %s; each domain belongs in one file (or merge them with --envoy-merge-domains)", d.File, d.Name, prev.File)
+	}
+	if prev.AllOrNothing != d.AllOrNothing || prev.FailureMode != d.FailureMode {
+		return fmt.Errorf("%s: domain %q is also defined in %s with another all_or_nothing or failure_mode; the files of one domain must agree on them", d.File, d.Name, prev.File)
+	}
+	var children []*node
+	for _, n := range d.root.exact {
+		children = append(children, n)
+	}
+	for _, n := range d.root.keyOnly {
+		children = append(children, n)
+	}
+	children = append(children, d.root.wildcard...)
+	for _, n := range children {
+		if err := prev.root.add(n); err != nil {
+			return fmt.Errorf("%s: domain %q (merged with %s): %w", d.File, d.Name, prev.File, err)
+		}
+	}
+	prev.Warnings = append(prev.Warnings, d.Warnings...)
+	return nil
+}
+
+// configFiles lists the files under dir, recursively, sorted. Symbolic links
+// to files are followed; links to directories are not (as goruntime's walk),
+// and each is reported in warnings.
+func configFiles(dir string, ignoreDotfiles bool) (files, warnings []string, err error) {
+	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
+		return nil, nil, fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
 	}
-	var files []string
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
+	if !st.IsDir() {
+		return nil, nil, fmt.Errorf("read Envoy rate limit configuration directory: %s is not a directory", dir)
+	}
+	root := dir
+	if lst, err := os.Lstat(dir); err == nil && lst.Mode()&os.ModeSymlink != 0 {
+		if root, err = filepath.EvalSymlinks(dir); err != nil {
+			return nil, nil, fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
 		}
-		ext := strings.ToLower(filepath.Ext(name))
-		if ext != ".yaml" && ext != ".yml" {
-			continue
+	}
+	rootReal, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
+	}
+	var seen []os.FileInfo
+	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
 		}
-		path := filepath.Join(dir, name)
-		// Kubernetes mounts ConfigMap files as symlinks: follow them, but
-		// skip directories.
-		if st, err := os.Stat(path); err != nil || st.IsDir() {
-			continue
+		if path == root {
+			return nil
 		}
+		if ignoreDotfiles && strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		if e.Type()&os.ModeSymlink != 0 {
+			target, err := os.Stat(path)
+			switch {
+			case err != nil:
+				warnings = append(warnings, fmt.Sprintf("%s: skipped: a symbolic link to nothing readable (%v)", path, err))
+				return nil
+			case target.IsDir():
+				// Kubernetes' ..data link leads to a directory walked
+				// anyway: only a link out of the tree is news.
+				if real, err := filepath.EvalSymlinks(path); err == nil && strings.HasPrefix(real, rootReal+string(filepath.Separator)) {
+					return nil
+				}
+				warnings = append(warnings, fmt.Sprintf("%s: skipped: a symbolic link to a directory, which is not followed", path))
+				return nil
+			}
+		} else if !e.Type().IsRegular() {
+			return nil
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("read Envoy rate limit configuration directory: %w", err)
+		}
+		for _, s := range seen {
+			if os.SameFile(s, info) {
+				return nil
+			}
+		}
+		seen = append(seen, info)
 		files = append(files, path)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	sort.Strings(files)
-	return files, nil
+	return files, warnings, nil
 }
 
 func readFile(path string) ([]byte, error) {

@@ -135,7 +135,6 @@ func TestConfigErrors(t *testing.T) {
 		{"missing_key", "domain: d\ndescriptors:\n  - value: v", "has no key"},
 		{"unknown_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}", "fortnight"},
 		{"missing_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}", "needs a unit"},
-		{"missing_requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}", "requests_per_unit"},
 		{"unlimited_with_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}", "unlimited"},
 		{"duplicate_descriptor", "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v", "defined twice"},
 		{"duplicate_nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n      - key: k", "a.k is defined twice"},

@@ -106,8 +106,8 @@ func TestDenyCacheIsExactThroughEnvoy(t *testing.T) {
 		defer engine.Close()
 		twinEngine := check.New(store, check.Options{Clock: clock.Now, DenyCacheSize: -1, Guard: patient})
 		defer twinEngine.Close()
-		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ResponseHeaders: true})
-		twin := envoyrls.NewServer(envoyrls.Options{Engine: twinEngine, ResponseHeaders: true})
+		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF})
+		twin := envoyrls.NewServer(envoyrls.Options{Engine: twinEngine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF})
 
 		cfg := drawPropConfig(t)
 		load := func() {

@@ -229,8 +229,8 @@ descriptors:
 	}
 }
 
-func TestResponseHeaders(t *testing.T) {
-	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{ResponseHeaders: true})
+func TestResponseHeadersIETF(t *testing.T) {
+	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF})
 	c := serve(t, srv)
 	headers := func(r *rlspb.RateLimitResponse) map[string]string {
 		m := map[string]string{}
@@ -315,9 +315,8 @@ func TestInvalidRequests(t *testing.T) {
 	srv, _ := memoryServer(t, "testdata/readme", envoyrls.Options{})
 	c := serve(t, srv)
 	for name, req := range map[string]*rlspb.RateLimitRequest{
-		"empty_domain":     {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
-		"no_descriptors":   {Domain: "rl"},
-		"empty_descriptor": {Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
+		"empty_domain":   {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
+		"no_descriptors": {Domain: "rl"},
 	} {
 		if _, err := c.ShouldRateLimit(context.Background(), req); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func naiveWalk(root *node, entries []*ratelimitv3.RateLimitDescriptor_Entry) *Ru
 			}
 		}
 		for _, c := range cur.wildcard {
-			if next == nil && c.key == e.Key && strings.HasPrefix(e.Value, c.value) {
+			if next == nil && c.key == e.Key && naiveGlob(c.value, e.Value) {
 				next = c
 			}
 		}
@@ -88,6 +89,16 @@ func naiveWalk(root *node, entries []*ratelimitv3.RateLimitDescriptor_Entry) *Ru
 		return nil
 	}
 	return cur.rule
+}
+
+// naiveGlob matches value against a pattern whose '*'s match any run of
+// characters, through a regular expression.
+func naiveGlob(pattern, value string) bool {
+	parts := strings.Split(pattern, "*")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile("^(?s:" + strings.Join(parts, ".*") + ")$").MatchString(value)
 }
 
 func checkRules(t *testing.T, n *node) {

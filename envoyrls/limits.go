@@ -50,10 +50,9 @@ func validateRequest(req *rlspb.RateLimitRequest) error {
 		return status.Errorf(codes.InvalidArgument, "the request has %d descriptors; at most %d are accepted (Envoy sends one per rate_limits entry of the route)", len(descs), MaxDescriptors)
 	}
 	for i, desc := range descs {
+		// A descriptor without entries matches no rule: OK, as in
+		// envoyproxy/ratelimit.
 		entries := desc.GetEntries()
-		if len(entries) == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
 		if len(entries) > MaxEntries {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d are accepted", i, len(entries), MaxEntries)
 		}

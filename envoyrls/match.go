@@ -55,7 +55,7 @@ func (n *node) child(key, value string) *node {
 		return c
 	}
 	for _, w := range n.wildcard {
-		if w.key == key && strings.HasPrefix(value, w.value) {
+		if w.key == key && globMatch(w.glob, value) {
 			return w
 		}
 	}

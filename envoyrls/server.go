@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicelabs/sluice"
@@ -40,11 +43,45 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger receives reload and error reports; slog.Default() when nil.
 	Logger *slog.Logger
-	// ResponseHeaders adds X-RateLimit-Limit/-Remaining/-Reset, the IETF
-	// RateLimit-Policy and RateLimit fields, and Retry-After on a deny, to
-	// response_headers_to_add (envoyproxy/ratelimit's
-	// LIMIT_RESPONSE_HEADERS_ENABLED).
+	// ResponseHeaders adds rate-limit headers to response_headers_to_add
+	// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED), in
+	// HeaderStyle.
 	ResponseHeaders bool
+	// HeaderStyle is HeaderStyleEnvoy (the default) or HeaderStyleIETF.
+	HeaderStyle HeaderStyle
+	// HeaderLimit, HeaderRemaining and HeaderReset rename the headers of
+	// HeaderStyleEnvoy (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+	// LIMIT_RESET_HEADER); "" keeps RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset.
+	HeaderLimit, HeaderRemaining, HeaderReset string
+	// Shadow answers OK whatever the descriptors' statuses say, as
+	// envoyproxy/ratelimit's SHADOW_MODE: the statuses and the metrics
+	// (shadow_denied) still tell what would have been denied.
+	Shadow bool
+	// DynamicMetadata returns the request's domain and descriptors, and the
+	// metadata of the rules it passed, as the response's dynamic_metadata
+	// (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// Load says how Watch reads the configuration directory.
+	Load LoadOptions
+}
+
+// HeaderStyle names the set of response headers Options.ResponseHeaders adds.
+type HeaderStyle string
+
+const (
+	// HeaderStyleEnvoy: envoyproxy/ratelimit's RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (seconds), renamable.
+	HeaderStyleEnvoy HeaderStyle = "envoy"
+	// HeaderStyleIETF: the headers Sluice's HTTP API writes: the IETF
+	// RateLimit-Policy and RateLimit fields, X-RateLimit-Limit, -Remaining
+	// and -Reset, and Retry-After on a deny.
+	HeaderStyleIETF HeaderStyle = "ietf"
+)
+
+// Valid reports whether s is a known style ("" is the default, envoy).
+func (s HeaderStyle) Valid() bool {
+	return s == "" || s == HeaderStyleEnvoy || s == HeaderStyleIETF
 }
 
 // Server answers Envoy's ShouldRateLimit. It is safe for concurrent use, and
@@ -55,6 +92,11 @@ type Server struct {
 	metrics         *metrics.Metrics
 	log             *slog.Logger
 	responseHeaders bool
+	headerStyle     HeaderStyle
+	headerNames     [3]string // limit, remaining, reset
+	shadow          bool
+	dynamicMetadata bool
+	load            LoadOptions
 	mu              sync.Mutex // serialises SetConfig
 	config          atomic.Pointer[compiled]
 	health          *health.Server
@@ -98,6 +140,11 @@ func NewServer(opts Options) *Server {
 		metrics:         opts.Metrics,
 		log:             opts.Logger,
 		responseHeaders: opts.ResponseHeaders,
+		headerStyle:     opts.HeaderStyle,
+		headerNames:     [3]string{cmp.Or(opts.HeaderLimit, "RateLimit-Limit"), cmp.Or(opts.HeaderRemaining, "RateLimit-Remaining"), cmp.Or(opts.HeaderReset, "RateLimit-Reset")},
+		shadow:          opts.Shadow,
+		dynamicMetadata: opts.DynamicMetadata,
+		load:            opts.Load,
 		health:          health.NewServer(),
 		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
@@ -148,7 +195,7 @@ func (s *Server) compile(cfg *Config) *compiled {
 
 func (s *Server) engineRule(d *Domain, r *Rule) *check.Rule {
 	return s.engine.NewRule(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name, Rule: r.Path},
-		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: []sluice.Limit{r.Limit}, Mode: r.FailureMode, Shadow: r.Shadow})
+		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: []sluice.Limit{r.Limit}, Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
 }
 
 // dropGoneSeries removes the metric series of the domains and rules that
@@ -249,7 +296,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	for i, desc := range req.GetDescriptors() {
 		it := &items[i]
 		it.cost = hitsOf(req, desc)
-		if domain == nil {
+		if domain == nil || len(desc.GetEntries()) == 0 {
+			// No entries match no rule: OK, as in envoyproxy/ratelimit.
 			continue
 		}
 		if desc.GetLimit() != nil {
@@ -276,17 +324,48 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		return nil, err
 	}
 
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items))}
+	resp := &rlspb.RateLimitResponse{OverallCode: overallCode(items), Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items))}
 	for i := range items {
 		resp.Statuses[i] = items[i].status
-		if items[i].status.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		}
 	}
-	if s.responseHeaders {
+	if s.responseHeaders && s.headerStyle != HeaderStyleIETF {
+		resp.ResponseHeadersToAdd = s.envoyHeaders(items, start)
+	}
+	if s.shadow && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		// The descriptors' statuses still say what would have been denied.
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+	}
+	if s.responseHeaders && s.headerStyle == HeaderStyleIETF {
 		resp.ResponseHeadersToAdd = responseHeaders(items, resp.OverallCode == rlspb.RateLimitResponse_OK)
 	}
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, items)
+	}
 	return resp, nil
+}
+
+// overallCode is OVER_LIMIT when a descriptor is, as in envoyproxy/ratelimit,
+// except that quota-mode descriptors count only together: they make the
+// request OVER_LIMIT when every one of them is.
+func overallCode(items []item) rlspb.RateLimitResponse_Code {
+	quota, quotaOver := 0, 0
+	for i := range items {
+		over := items[i].status.GetCode() == rlspb.RateLimitResponse_OVER_LIMIT
+		if r := items[i].rule; r != nil && r.QuotaMode && !r.Unlimited && !items[i].replaced {
+			quota++
+			if over {
+				quotaOver++
+			}
+			continue
+		}
+		if over {
+			return rlspb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if quota > 0 && quota == quotaOver {
+		return rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	return rlspb.RateLimitResponse_OK
 }
 
 // hitsOf is the cost of a descriptor: its own hits_addend if set (even 0),
@@ -502,9 +581,13 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		it.status = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true})
 	case it.cost > r.Limit.Capacity:
+		// Over the limit whatever the counters say (requests_per_unit: 0,
+		// or a cost above the limit), so the store is not asked; the answer
+		// is what it would have said: reset at the end of the window.
 		window := ruleWindow(r)
-		ld := sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: window, RetryAfter: window}
-		s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: window, RetryAfter: window})
+		reset := untilWindowEnd(r, start)
+		ld := sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
+		s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
 		s.setStatus(it, false, false, ld)
 	case r.Limit.Capacity == 0:
 		// requests_per_unit: 0 with hits 0: a look at a limit that admits
@@ -512,13 +595,35 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		// nothing to count: OK with none remaining, as envoyproxy/ratelimit
 		// answers.
 		window := ruleWindow(r)
-		ld := sluice.LimitDecision{Allowed: true, Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Window: window, ResetAfter: window}
-		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true, Limits: []sluice.LimitDecision{ld}, ResetAfter: window})
+		reset := untilWindowEnd(r, start)
+		ld := sluice.LimitDecision{Allowed: true, Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Window: window, ResetAfter: reset}
+		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true, Limits: []sluice.LimitDecision{ld}, ResetAfter: reset})
 		s.setStatus(it, true, false, ld)
 	default:
 		return false
 	}
 	return true
+}
+
+// untilWindowEnd is the time from now to the end of the rule's window: for
+// a fixed window (aligned to the Unix epoch) its end by this instance's
+// clock, as the store would have answered; the other algorithms have no
+// window end, so their whole period stands in.
+func untilWindowEnd(r *Rule, now time.Time) time.Duration {
+	w := ruleWindow(r)
+	if r.Limit.Algorithm != sluice.AlgorithmFixedWindow || w <= 0 {
+		return w
+	}
+	ms := w.Milliseconds()
+	return time.Duration(ms-now.UnixMilli()%ms) * time.Millisecond
+}
+
+// wholeSeconds is d rounded up to whole seconds, as envoyproxy/ratelimit
+// answers duration_until_reset (the seconds from now, a whole second, to the
+// end of the window): Envoy copies only the seconds into x-ratelimit-reset,
+// so a fraction would read as a second too few, or 0.
+func wholeSeconds(d time.Duration) *durationpb.Duration {
+	return &durationpb.Duration{Seconds: int64((d + time.Second - 1) / time.Second)}
 }
 
 // ruleWindow is the period a rule's quota refers to; a token bucket of
@@ -544,7 +649,7 @@ func (s *Server) setStatus(it *item, allowed, degraded bool, ld sluice.LimitDeci
 	}
 	if len(ld.Name) > 0 || ld.Limit > 0 {
 		st.LimitRemaining = uint32(min(max(ld.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(ld.ResetAfter)
+		st.DurationUntilReset = wholeSeconds(ld.ResetAfter)
 		ld.Name = policyName(r)
 		if r.Shadow && !allowed {
 			// The client is let through, so its headers must not say no.
@@ -726,4 +831,95 @@ func responseHeaders(items []item, allowed bool) []*corev3.HeaderValue {
 		out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: h.Get(k)})
 	}
 	return out
+}
+
+// envoyHeaders are envoyproxy/ratelimit's response headers: the limit, the
+// remaining quota and the seconds to reset of the descriptor with the least
+// remaining, or of the last one over its limit (quota-mode descriptors
+// aside).
+func (s *Server) envoyHeaders(items []item, now time.Time) []*corev3.HeaderValue {
+	var pick *item
+	least := uint32(math.MaxUint32)
+	for i := range items {
+		st := items[i].status
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
+			pick, least = &items[i], st.GetLimitRemaining()
+		}
+		quota := items[i].rule != nil && items[i].rule.QuotaMode
+		if st.GetCode() == rlspb.RateLimitResponse_OVER_LIMIT && !quota {
+			pick, least = &items[i], 0
+		}
+	}
+	if pick == nil || pick.status.GetCurrentLimit() == nil {
+		return nil
+	}
+	st := pick.status
+	reset := st.GetDurationUntilReset().GetSeconds()
+	if st.GetDurationUntilReset() == nil && pick.rule != nil {
+		// Decided without figures (a failure policy's deny): the end of
+		// the window by this instance's clock.
+		reset = wholeSeconds(untilWindowEnd(pick.rule, now)).GetSeconds()
+	}
+	return []*corev3.HeaderValue{
+		{Key: s.headerNames[0], Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: s.headerNames[1], Value: strconv.FormatUint(uint64(st.GetLimitRemaining()), 10)},
+		{Key: s.headerNames[2], Value: strconv.FormatInt(reset, 10)},
+	}
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's dynamic metadata: the domain,
+// each descriptor's entries ("key=value"), limit override and hits_addend,
+// the request's hits_addend, and under "metadata" the metadata of the rules
+// the request passed, merged (the first descriptor's value wins where two
+// set the same field, and nested structs merge).
+func dynamicMetadata(req *rlspb.RateLimitRequest, items []item) *structpb.Struct {
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if d.GetLimit() != nil {
+			f["limit"] = structpb.NewStringValue(d.GetLimit().String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	out := &structpb.Struct{Fields: map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.GetDomain()),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
+	}}
+	if h := req.GetHitsAddend(); h != 0 {
+		out.Fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, it := range items {
+		r := it.rule
+		if r == nil || r.Metadata == nil || it.replaced || r.Unlimited || it.status.GetCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		mergeStruct(passed, r.Metadata)
+	}
+	if len(passed.Fields) > 0 {
+		out.Fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return out
+}
+
+// mergeStruct adds src's fields that dst lacks, merging structs present in
+// both; the configuration's own structs are copied, never shared.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		cur, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = proto.Clone(v).(*structpb.Value)
+			continue
+		}
+		if cs, vs := cur.GetStructValue(), v.GetStructValue(); cs != nil && vs != nil {
+			mergeStruct(cs, vs)
+		}
+	}
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Watch reloads the configuration of dir into s whenever a file of it
-// changes (polling every interval, default 1s, comparing contents, so an edit
+// Watch reloads the configuration of dir (read with Options.Load) into s
+// whenever a file of it changes (polling every interval, default 1s, comparing contents, so an edit
 // that keeps the modification time is seen too). A directory that fails to
 // load leaves the last good configuration in force, and the reason is logged.
 // It returns when ctx is done.
@@ -27,13 +27,13 @@ func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) 
 			return
 		case <-t.C:
 		}
-		fp, err := fingerprint(dir)
+		fp, err := fingerprint(dir, s.load)
 		if err == nil && fp == last {
 			continue
 		}
 		var cfg *Config
 		if err == nil {
-			cfg, err = LoadDir(dir)
+			cfg, err = Load(dir, s.load)
 		}
 		if err != nil {
 			// Logged once per distinct problem, not every second.
@@ -48,13 +48,16 @@ func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) 
 		s.SetConfig(cfg)
 		if !first {
 			s.log.Info("envoy rate limit configuration reloaded", "dir", dir, "domains", cfg.Domains())
+			for _, w := range cfg.Warnings() {
+				s.log.Warn("envoy rate limit configuration: "+w, "dir", dir)
+			}
 		}
 	}
 }
 
 // fingerprint hashes the names and contents of the configuration files.
-func fingerprint(dir string) ([32]byte, error) {
-	files, err := configFiles(dir)
+func fingerprint(dir string, opts LoadOptions) ([32]byte, error) {
+	files, _, err := configFiles(dir, opts.IgnoreDotfiles)
 	if err != nil {
 		return [32]byte{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,10 +37,54 @@ type envoyConfig struct {
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
 	// responses (--envoy-response-headers).
 	ResponseHeaders bool
+	// Flags are the --envoy-* behaviours of envoyproxy/ratelimit.
+	Flags envoyFlags
 	// JSONTLS, if set, serves JSONAddr over TLS (--tls-*).
 	JSONTLS *tlsconfig.Reloader
 	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
 	GRPCTLS *tlsconfig.Reloader
+}
+
+// envoyFlags are the flags that select envoyproxy/ratelimit's behaviours,
+// each named after the environment variable it mirrors there.
+type envoyFlags struct {
+	MergeDomains    bool   // --envoy-merge-domains (MERGE_DOMAIN_CONFIG)
+	IgnoreDotfiles  bool   // --envoy-ignore-dotfiles (RUNTIME_IGNOREDOTFILES)
+	HeaderStyle     string // --envoy-header-style: envoy or ietf
+	HeaderLimit     string // --envoy-header-limit (LIMIT_LIMIT_HEADER)
+	HeaderRemaining string // --envoy-header-remaining (LIMIT_REMAINING_HEADER)
+	HeaderReset     string // --envoy-header-reset (LIMIT_RESET_HEADER)
+	Shadow          bool   // --envoy-shadow (SHADOW_MODE)
+	DynamicMetadata bool   // --envoy-dynamic-metadata (RESPONSE_DYNAMIC_METADATA)
+}
+
+// options checks the flags and turns them into the server's options.
+func (f envoyFlags) options() (envoyrls.Options, error) {
+	style := envoyrls.HeaderStyle(f.HeaderStyle)
+	if !style.Valid() {
+		return envoyrls.Options{}, fmt.Errorf("--envoy-header-style %q is not one of envoy, ietf", f.HeaderStyle)
+	}
+	for flag, name := range map[string]string{"--envoy-header-limit": f.HeaderLimit, "--envoy-header-remaining": f.HeaderRemaining, "--envoy-header-reset": f.HeaderReset} {
+		if name != "" && !validHeaderName(name) {
+			return envoyrls.Options{}, fmt.Errorf("%s %q is not a valid HTTP header name", flag, name)
+		}
+	}
+	return envoyrls.Options{
+		HeaderStyle:     style,
+		HeaderLimit:     f.HeaderLimit,
+		HeaderRemaining: f.HeaderRemaining,
+		HeaderReset:     f.HeaderReset,
+		Shadow:          f.Shadow,
+		DynamicMetadata: f.DynamicMetadata,
+		Load:            envoyrls.LoadOptions{MergeDomains: f.MergeDomains, IgnoreDotfiles: f.IgnoreDotfiles},
+	}, nil
+}
+
+// validHeaderName reports whether name is an HTTP field name (a token).
+func validHeaderName(name string) bool {
+	return name != "" && strings.IndexFunc(name, func(r rune) bool {
+		return r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
+	}) < 0
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -69,13 +114,21 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if logger == nil {
 		logger = slog.Default()
 	}
-	loaded, err := envoyrls.LoadDir(cfg.ConfigDir)
+	opts, err := cfg.Flags.options()
+	if err != nil {
+		return nil, err
+	}
+	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
+	loaded, err := envoyrls.Load(cfg.ConfigDir, opts.Load)
 	if err != nil {
 		return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
 	}
-	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
+	srv := envoyrls.NewServer(opts)
 	srv.SetConfig(loaded)
 	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
+	for _, w := range loaded.Warnings() {
+		logger.Warn("envoy rate limit configuration: "+w, "dir", cfg.ConfigDir)
+	}
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})

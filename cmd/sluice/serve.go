@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
@@ -75,6 +76,10 @@ type serveConfig struct {
 	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
 	TLSCert, TLSKey, TLSClientCA             string
 	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
+
+	// Envoy holds envoyproxy/ratelimit's behaviours, each a flag
+	// (--envoy-merge-domains...).
+	Envoy envoyFlags
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -109,7 +114,15 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
 	f.StringVar(&cfg.EnvoyJSONAddr, "envoy-json-addr", "", "listener of its own for POST /json, the Envoy rate-limit service's unauthenticated JSON form, e.g. 127.0.0.1:8082 (off when empty; never on --addr)")
-	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add x-ratelimit-* and RateLimit headers to the Envoy rate-limit service's answers")
+	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add rate-limit headers to the Envoy rate-limit service's answers, named by --envoy-header-style (LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.BoolVar(&cfg.Envoy.MergeDomains, "envoy-merge-domains", false, "let several --envoy-config files define one domain, their top-level descriptors together (MERGE_DOMAIN_CONFIG)")
+	f.BoolVar(&cfg.Envoy.IgnoreDotfiles, "envoy-ignore-dotfiles", false, "skip files and directories under --envoy-config whose names start with a dot (RUNTIME_IGNOREDOTFILES)")
+	f.StringVar(&cfg.Envoy.HeaderStyle, "envoy-header-style", string(envoyrls.HeaderStyleEnvoy), "headers of --envoy-response-headers: envoy (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, as envoyproxy/ratelimit) or ietf (Sluice's HTTP API headers)")
+	f.StringVar(&cfg.Envoy.HeaderLimit, "envoy-header-limit", "RateLimit-Limit", "name of the limit header of --envoy-header-style envoy (LIMIT_LIMIT_HEADER)")
+	f.StringVar(&cfg.Envoy.HeaderRemaining, "envoy-header-remaining", "RateLimit-Remaining", "name of the remaining header of --envoy-header-style envoy (LIMIT_REMAINING_HEADER)")
+	f.StringVar(&cfg.Envoy.HeaderReset, "envoy-header-reset", "RateLimit-Reset", "name of the reset header (seconds) of --envoy-header-style envoy (LIMIT_RESET_HEADER)")
+	f.BoolVar(&cfg.Envoy.Shadow, "envoy-shadow", false, "answer Envoy OK whatever the limits say, counting what would have been denied as shadow_denied (SHADOW_MODE)")
+	f.BoolVar(&cfg.Envoy.DynamicMetadata, "envoy-dynamic-metadata", false, "return the domain, descriptors and matched rules' metadata as Envoy dynamic metadata (RESPONSE_DYNAMIC_METADATA)")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call")
 	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
@@ -427,6 +440,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		Mux:             mux,
 		Metrics:         m,
 		ResponseHeaders: cfg.EnvoyResponseHeaders,
+		Flags:           cfg.Envoy,
 		JSONTLS:         httpTLSFiles,
 		GRPCTLS:         grpcTLSFiles,
 	})

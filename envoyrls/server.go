@@ -64,6 +64,9 @@ type Options struct {
 	DynamicMetadata bool
 	// Load says how Watch reads the configuration directory.
 	Load LoadOptions
+	// Clock dates the answers decided without the store (time to the end
+	// of a fixed window); default time.Now. Tests give the store's clock.
+	Clock func() time.Time
 }
 
 // HeaderStyle names the set of response headers Options.ResponseHeaders adds.
@@ -97,6 +100,7 @@ type Server struct {
 	shadow          bool
 	dynamicMetadata bool
 	load            LoadOptions
+	clock           func() time.Time
 	mu              sync.Mutex // serialises SetConfig
 	config          atomic.Pointer[compiled]
 	health          *health.Server
@@ -145,11 +149,15 @@ func NewServer(opts Options) *Server {
 		shadow:          opts.Shadow,
 		dynamicMetadata: opts.DynamicMetadata,
 		load:            opts.Load,
+		clock:           opts.Clock,
 		health:          health.NewServer(),
 		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.clock == nil {
+		s.clock = time.Now
 	}
 	s.setServing(false)
 	return s
@@ -329,7 +337,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		resp.Statuses[i] = items[i].status
 	}
 	if s.responseHeaders && s.headerStyle != HeaderStyleIETF {
-		resp.ResponseHeadersToAdd = s.envoyHeaders(items, start)
+		resp.ResponseHeadersToAdd = s.envoyHeaders(items)
 	}
 	if s.shadow && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		// The descriptors' statuses still say what would have been denied.
@@ -585,7 +593,7 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		// or a cost above the limit), so the store is not asked; the answer
 		// is what it would have said: reset at the end of the window.
 		window := ruleWindow(r)
-		reset := untilWindowEnd(r, start)
+		reset := untilWindowEnd(r, s.clock())
 		ld := sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
 		s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
 		s.setStatus(it, false, false, ld)
@@ -595,7 +603,7 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		// nothing to count: OK with none remaining, as envoyproxy/ratelimit
 		// answers.
 		window := ruleWindow(r)
-		reset := untilWindowEnd(r, start)
+		reset := untilWindowEnd(r, s.clock())
 		ld := sluice.LimitDecision{Allowed: true, Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Window: window, ResetAfter: reset}
 		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true, Limits: []sluice.LimitDecision{ld}, ResetAfter: reset})
 		s.setStatus(it, true, false, ld)
@@ -837,7 +845,7 @@ func responseHeaders(items []item, allowed bool) []*corev3.HeaderValue {
 // remaining quota and the seconds to reset of the descriptor with the least
 // remaining, or of the last one over its limit (quota-mode descriptors
 // aside).
-func (s *Server) envoyHeaders(items []item, now time.Time) []*corev3.HeaderValue {
+func (s *Server) envoyHeaders(items []item) []*corev3.HeaderValue {
 	var pick *item
 	least := uint32(math.MaxUint32)
 	for i := range items {
@@ -858,7 +866,7 @@ func (s *Server) envoyHeaders(items []item, now time.Time) []*corev3.HeaderValue
 	if st.GetDurationUntilReset() == nil && pick.rule != nil {
 		// Decided without figures (a failure policy's deny): the end of
 		// the window by this instance's clock.
-		reset = wholeSeconds(untilWindowEnd(pick.rule, now)).GetSeconds()
+		reset = wholeSeconds(untilWindowEnd(pick.rule, s.clock())).GetSeconds()
 	}
 	return []*corev3.HeaderValue{
 		{Key: s.headerNames[0], Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},

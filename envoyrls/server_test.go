@@ -122,6 +122,9 @@ func memoryServerObserved(t *testing.T, dir string, opts envoyrls.Options, obs *
 	if opts.Engine == nil {
 		opts.Engine = obs.engine(t, store, check.Options{Clock: clock.Now})
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Now
+	}
 	srv := envoyrls.NewServer(opts)
 	cfg, err := envoyrls.LoadDir(dir)
 	if err != nil {

@@ -808,3 +808,43 @@ func sameJSON(a, b string) bool {
 	strip := func(s string) string { return strings.Join(strings.Fields(s), "") }
 	return strip(a) == strip(b)
 }
+
+// duration_until_reset is whole seconds, rounded as envoyproxy/ratelimit
+// does (the seconds from the current whole second to the window's end), also
+// for what is decided without the store: the time to the window's end, not
+// the whole window.
+func TestDurationUntilResetWholeSeconds(t *testing.T) {
+	dir := configDir(t, `
+domain: reset
+descriptors:
+  - key: counted
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window}
+`)
+	srv, clock := memoryServer(t, dir, envoyrls.Options{})
+	c := serve(t, srv)
+	clock.Advance(20*time.Second + 300*time.Millisecond) // 39.7 s left of the minute
+	for _, tt := range []struct {
+		name string
+		desc *ratelimitv3.RateLimitDescriptor
+		code rlspb.RateLimitResponse_Code
+		want int64
+	}{
+		{"counted", desc("counted", "u"), ok, 40},
+		{"cost_above_the_limit", withHits(desc("counted", "v"), 3), over, 40},
+		{"requests_per_unit_0", desc("blocked", "u"), over, 40},
+		{"look_at_requests_per_unit_0", withHits(desc("blocked", "u"), 0), ok, 40},
+		// A rolling window has no end: until it is back to full (39.7 s,
+		// then the next minute, over which this request still weighs),
+		// rounded up.
+		{"sliding_window", desc("sliding", "u"), ok, 100},
+	} {
+		st := call(t, c, "reset", tt.desc).GetStatuses()[0]
+		if st.GetCode() != tt.code || st.GetDurationUntilReset().GetSeconds() != tt.want || st.GetDurationUntilReset().GetNanos() != 0 {
+			t.Errorf("%s: %v with reset %v, want %v with %ds", tt.name, st.GetCode(), st.GetDurationUntilReset().AsDuration(), tt.code, tt.want)
+		}
+	}
+}

@@ -202,3 +202,187 @@ func write(t *testing.T, dir, name, content string) {
 		t.Fatal(err)
 	}
 }
+
+// A mapping key written twice is accepted, the last one winning, as
+// envoyproxy/ratelimit (YAML v2) does, and each repetition is reported with
+// its file and lines.
+func TestRepeatedMappingKeyLastWinsWithAWarning(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      requests_per_unit: 1
+      unit: minute
+      requests_per_unit: 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := d.Match(desc("k", "v").Entries)
+	if !ok || m.Rule.RequestsPerUnit != 7 {
+		t.Fatalf("matched %+v, %v; want the last requests_per_unit, 7", m.Rule, ok)
+	}
+	want := `d.yaml:5: key "requests_per_unit" is written again at line 7; the last one wins`
+	if len(d.Warnings) != 1 || !strings.HasPrefix(d.Warnings[0], want) {
+		t.Fatalf("warnings %q, want one starting %q", d.Warnings, want)
+	}
+	cfg, err := envoyrls.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings()) != 1 {
+		t.Fatalf("the configuration's warnings %q, want the domain's", cfg.Warnings())
+	}
+}
+
+// An invalid file names its line, so the start-up error (which stops sluice
+// serve) points at it.
+func TestConfigErrorsNameTheLine(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown_field", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n", "line 4: field rate_limt is not one of the descriptor's fields"},
+		{"unknown_rate_limit_field", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_minute: 1\n", "line 6: field requests_per_minute is not one of the rate_limit's fields"},
+		{"bad_unit", "domain: d\ndescriptors:\n  - key: a\n  - key: k\n    rate_limit: {unit: fortnight}\n", "line 4: descriptor k: rate_limit unit"},
+		{"nested_missing_key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - value: v\n", "line 5: a descriptor under a has no key"},
+		{"wrong_type", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: many}\n", "line 4"},
+		{"unlimited_with_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", "line 3: descriptor k: an unlimited rate_limit must not also set unit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := envoyrls.ParseDomain("d.yaml", []byte(tt.yaml))
+			if err == nil || !strings.HasPrefix(err.Error(), "d.yaml: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one naming d.yaml and %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: k
+    value: "a*b*c"
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: "*.pdf"
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: "x**y"
+    rate_limit: {unit: second, requests_per_unit: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for value, want := range map[string]uint32{
+		"abc": 1, "a-b-c": 1, "abbc": 1, "ab": 0, "abcb": 0, "ac": 0, "abc.pdf": 2,
+		"report.pdf": 2, ".pdf": 2, "pdf": 0, "xy": 3, "x--y": 3, "yx": 0,
+	} {
+		m, ok := d.Match(desc("k", value).Entries)
+		if got := uint32(0); ok {
+			got = m.Rule.RequestsPerUnit
+			if got != want {
+				t.Errorf("%q matched the rule of %d, want %d", value, got, want)
+			}
+		} else if want != 0 {
+			t.Errorf("%q matched nothing, want the rule of %d", value, want)
+		}
+	}
+}
+
+// Discovery as envoyproxy/ratelimit's goruntime: every file under the
+// directory, recursively, whatever its name, dotfiles unless ignored.
+func TestLoadDiscovery(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"a/b/limits.conf":   "domain: nested\ndescriptors: []\n",
+		"plain":             "domain: plain\ndescriptors: []\n",
+		".dotted.yaml":      "domain: dotted\ndescriptors: []\n",
+		".dotdir/in.yaml":   "domain: in_dotdir\ndescriptors: []\n",
+		"top.yml":           "domain: top\ndescriptors: []\n",
+		"z/deeper/x/y.yaml": "domain: deep\ndescriptors: []\n",
+	}
+	for name, content := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Dir(path), filepath.Base(path), content)
+	}
+	all, err := envoyrls.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(all.Domains(), ","); got != "deep,dotted,in_dotdir,nested,plain,top" {
+		t.Fatalf("domains %s", got)
+	}
+	some, err := envoyrls.Load(dir, envoyrls.LoadOptions{IgnoreDotfiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(some.Domains(), ","); got != "deep,nested,plain,top" {
+		t.Fatalf("domains without dotfiles %s", got)
+	}
+	write(t, dir, "README.md", "# limits\n")
+	if _, err := envoyrls.LoadDir(dir); err == nil || !strings.Contains(err.Error(), "README.md") {
+		t.Fatalf("a file that is not a configuration: %v, want an error naming it", err)
+	}
+}
+
+// Kubernetes mounts a ConfigMap as links to a dot directory that holds the
+// files: each file is loaded once, without a warning, dotfiles or not.
+func TestLoadConfigMapLayout(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "..2031_01_01_00_00_00.000000001")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, data, "api.yaml", "domain: api\ndescriptors: []\n")
+	for _, link := range [][2]string{{filepath.Base(data), "..data"}, {"..data/api.yaml", "api.yaml"}} {
+		if err := os.Symlink(link[0], filepath.Join(dir, link[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ignore := range []bool{false, true} {
+		cfg, err := envoyrls.Load(dir, envoyrls.LoadOptions{IgnoreDotfiles: ignore})
+		if err != nil {
+			t.Fatalf("ignore dotfiles %v: %v", ignore, err)
+		}
+		if got := strings.Join(cfg.Domains(), ","); got != "api" {
+			t.Fatalf("ignore dotfiles %v: domains %s", ignore, got)
+		}
+		if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], "elsewhere: skipped: a symbolic link to a directory") {
+			t.Fatalf("ignore dotfiles %v: warnings %q, want one for the link out of the tree", ignore, w)
+		}
+	}
+}
+
+func TestMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.yaml", "domain: shared\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	write(t, dir, "b.yaml", "domain: shared\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	if _, err := envoyrls.LoadDir(dir); err == nil || !strings.Contains(err.Error(), "--envoy-merge-domains") {
+		t.Fatalf("without merging: %v, want an error pointing at --envoy-merge-domains", err)
+	}
+	cfg, err := envoyrls.Load(dir, envoyrls.LoadOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]uint32{"a": 1, "b": 2} {
+		if m, ok := cfg.Domain("shared").Match(desc(key, "v").Entries); !ok || m.Rule.RequestsPerUnit != want {
+			t.Errorf("key %s: %+v, %v; want the rule of %d", key, m.Rule, ok, want)
+		}
+	}
+	write(t, dir, "c.yaml", "domain: shared\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	if _, err := envoyrls.Load(dir, envoyrls.LoadOptions{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "c.yaml") || !strings.Contains(err.Error(), "a is defined twice") {
+		t.Fatalf("a descriptor in two merged files: %v, want an error naming c.yaml and the descriptor", err)
+	}
+	write(t, dir, "c.yaml", "domain: shared\nall_or_nothing: true\ndescriptors: []\n")
+	if _, err := envoyrls.Load(dir, envoyrls.LoadOptions{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "must agree") {
+		t.Fatalf("merged files that disagree on all_or_nothing: %v", err)
+	}
+}

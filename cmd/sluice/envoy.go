@@ -98,6 +98,10 @@ const envoyReloadInterval = time.Second
 // down gracefully (forcibly once ctx ends) and stops the watcher.
 func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
+	opts, err := cfg.Flags.options()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ConfigDir == "" {
 		if cfg.GRPCAddr != "" {
 			return nil, errors.New("--grpc-addr serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
@@ -113,10 +117,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
-	}
-	opts, err := cfg.Flags.options()
-	if err != nil {
-		return nil, err
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
 	loaded, err := envoyrls.Load(cfg.ConfigDir, opts.Load)

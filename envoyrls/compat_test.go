@@ -584,10 +584,10 @@ descriptors:
 	},
 }
 
-// writeFiles writes files (path to content) under a fresh directory.
-func writeFiles(t *testing.T, files map[string]string) string {
+// writeFiles writes files (slash-separated path to content) under dir, and
+// returns dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) string {
 	t.Helper()
-	dir := t.TempDir()
 	for name, content := range files {
 		path := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -603,7 +603,7 @@ func writeFiles(t *testing.T, files map[string]string) string {
 func TestEnvoyRatelimitCompatibility(t *testing.T) {
 	for _, tc := range compatCases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := writeFiles(t, tc.files)
+			dir := writeFiles(t, t.TempDir(), tc.files)
 			opts := tc.settings.options()
 			srv, clock := memoryServer(t, t.TempDir(), opts)
 			cfg, err := envoyrls.Load(dir, opts.Load)
@@ -631,15 +631,7 @@ func TestEnvoyRatelimitCompatibilityReference(t *testing.T) {
 	for _, tc := range compatCases {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			for name, content := range tc.files {
-				path := filepath.Join(root, "ratelimit", "config", filepath.FromSlash(name))
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeFiles(t, filepath.Join(root, "ratelimit", "config"), tc.files)
 			grpcPort, httpPort, debugPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(),

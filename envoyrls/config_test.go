@@ -293,22 +293,14 @@ descriptors:
 // Discovery as envoyproxy/ratelimit's goruntime: every file under the
 // directory, recursively, whatever its name, dotfiles unless ignored.
 func TestLoadDiscovery(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
+	dir := writeFiles(t, t.TempDir(), map[string]string{
 		"a/b/limits.conf":   "domain: nested\ndescriptors: []\n",
 		"plain":             "domain: plain\ndescriptors: []\n",
 		".dotted.yaml":      "domain: dotted\ndescriptors: []\n",
 		".dotdir/in.yaml":   "domain: in_dotdir\ndescriptors: []\n",
 		"top.yml":           "domain: top\ndescriptors: []\n",
 		"z/deeper/x/y.yaml": "domain: deep\ndescriptors: []\n",
-	}
-	for name, content := range files {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		write(t, filepath.Dir(path), filepath.Base(path), content)
-	}
+	})
 	all, err := envoyrls.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -299,6 +299,9 @@ func checkFields(n *yaml.Node, t reflect.Type) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
 	switch {
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for _, c := range n.Content {
@@ -316,6 +319,16 @@ func checkFields(n *yaml.Node, t reflect.Type) error {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
+			if k.Tag == "!!merge" {
+				// "<<: *anchor" brings another mapping's fields here.
+				if err := checkFields(n.Content[i+1], reflect.SliceOf(t)); err != nil {
+					return err
+				}
+				if err := checkFields(n.Content[i+1], t); err != nil {
+					return err
+				}
+				continue
+			}
 			ft, ok := fields[k.Value]
 			if !ok {
 				return fmt.Errorf("line %d: field %s is not one of the %s fields", k.Line, k.Value, schemaName(t))

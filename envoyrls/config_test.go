@@ -378,3 +378,35 @@ func TestMergeDomains(t *testing.T) {
 		t.Fatalf("merged files that disagree on all_or_nothing: %v", err)
 	}
 }
+
+// Anchors, aliases and merge keys are YAML, and checked like the rest.
+func TestConfigAnchorsAndMergeKeys(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: &hourly {unit: hour, requests_per_unit: 4}
+  - key: b
+    rate_limit:
+      <<: *hourly
+      requests_per_unit: 9
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]uint32{"a": 4, "b": 9} {
+		if m, ok := d.Match(desc(key, "v").Entries); !ok || m.Rule.RequestsPerUnit != want || m.Rule.Limit.Window != time.Hour {
+			t.Errorf("key %s: %+v, %v; want %d per hour", key, m.Rule, ok, want)
+		}
+	}
+	_, err = envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: &bad {unit: hour, requests_per_hour: 4}
+  - key: b
+    rate_limit:
+      <<: *bad
+`))
+	if err == nil || !strings.Contains(err.Error(), "requests_per_hour") {
+		t.Fatalf("a misspelt field behind an alias: %v", err)
+	}
+}

@@ -169,7 +169,7 @@ type yamlDescriptor struct {
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
 	// Metadata is free-form: no field of it is checked.
-	Metadata map[string]any `yaml:"metadata"`
+	Metadata yaml.Node `yaml:"metadata"`
 	// line is where the descriptor starts, for errors.
 	line int
 }
@@ -303,6 +303,8 @@ func checkFields(n *yaml.Node, t reflect.Type) error {
 		n = n.Alias
 	}
 	switch {
+	case t == reflect.TypeOf(yaml.Node{}):
+		// Free-form.
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for _, c := range n.Content {
 			if err := checkFields(c, t.Elem()); err != nil {
@@ -406,13 +408,11 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 				return fmt.Errorf("line %d: descriptor %s: %w", yd.line, n.path, err)
 			}
 			r.QuotaMode = yd.QuotaMode
-			if len(yd.Metadata) > 0 {
-				md, err := structpb.NewStruct(yd.Metadata)
-				if err != nil {
-					return fmt.Errorf("line %d: descriptor %s: metadata: %w", yd.line, n.path, err)
-				}
-				r.Metadata = md
+			md, err := parseMetadata(&yd.Metadata)
+			if err != nil {
+				return fmt.Errorf("line %d: descriptor %s: metadata: %w", yd.line, n.path, err)
 			}
+			r.Metadata = md
 			n.rule = r
 		}
 		if err := addDescriptors(n, yd.Descriptors, d); err != nil {
@@ -420,6 +420,62 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 		}
 	}
 	return nil
+}
+
+// parseMetadata turns a descriptor's metadata mapping into the struct
+// returned as dynamic metadata; nil when there is none. Keys are taken as
+// written and dates stay text, as envoyproxy/ratelimit (YAML v2) reads them.
+func parseMetadata(n *yaml.Node) (*structpb.Struct, error) {
+	if n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	v, err := metadataValue(n)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("it must be a mapping of names to values (line %d)", n.Line)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return structpb.NewStruct(m)
+}
+
+func metadataValue(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.AliasNode:
+		return metadataValue(n.Alias)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			v, err := metadataValue(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			m[n.Content[i].Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := metadataValue(c)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, v)
+		}
+		return l, nil
+	}
+	if n.Tag == "!!timestamp" {
+		return n.Value, nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // globMatch reports whether value matches a wildcard split at its '*'s:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
 )
@@ -408,5 +410,37 @@ descriptors:
 `))
 	if err == nil || !strings.Contains(err.Error(), "requests_per_hour") {
 		t.Fatalf("a misspelt field behind an alias: %v", err)
+	}
+}
+
+// Metadata is any mapping, read as envoyproxy/ratelimit reads it: dates stay
+// text, keys are taken as written.
+func TestMetadata(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+    metadata: {at: 2001-12-14, n: 1.5, 7: seven, list: [1, a, {x: y}], nested: {deep: {deeper: true}}, nothing: null}
+  - key: none
+    rate_limit: {unit: second, requests_per_unit: 1}
+    metadata:
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := d.Match(desc("k", "v").Entries)
+	got, err := protojson.Marshal(m.Rule.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"7":"seven","at":"2001-12-14","list":[1,"a",{"x":"y"}],"n":1.5,"nested":{"deep":{"deeper":true}},"nothing":null}`
+	if strings.Join(strings.Fields(string(got)), "") != want {
+		t.Errorf("metadata %s, want %s", got, want)
+	}
+	if m, _ := d.Match(desc("none", "v").Entries); m.Rule.Metadata != nil {
+		t.Errorf("empty metadata %v, want none", m.Rule.Metadata)
+	}
+	if _, err := envoyrls.ParseDomain("d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: [a, b]\n")); err == nil || !strings.Contains(err.Error(), "metadata: it must be a mapping of names to values (line 5)") {
+		t.Errorf("a list as metadata: %v", err)
 	}
 }

@@ -405,6 +405,29 @@ descriptors:
 		},
 	},
 	{
+		name: "metadata_of_passed_rules_merged",
+		files: map[string]string{"config.yaml": `
+domain: md
+descriptors:
+  - key: first
+    rate_limit: {unit: hour, requests_per_unit: 5}
+    metadata: {common: {a: 1}, only1: x, clash: first}
+  - key: second
+    rate_limit: {unit: hour, requests_per_unit: 5}
+    metadata: {common: {a: 2, b: 3}, only2: y, clash: {nested: second}, when: 2031-01-01, quoted: "y"}
+  - key: third
+    rate_limit: {unit: hour, requests_per_unit: 0}
+    metadata: {only3: z}
+`},
+		settings: compatSettings{dynamicMetadata: true},
+		domain:   "md",
+		steps: []compatStep{
+			{descs: ds(desc("first", "f"), desc("second", "s"), desc("third", "t")), overall: over,
+				statuses: []wantStatus{{ok, 5, hour, 4}, {ok, 5, hour, 4}, {over, 0, hour, 0}},
+				metadata: `{"clash":"first","common":{"a":1,"b":3},"only1":"x","only2":true,"quoted":"y","when":"2031-01-01"}`},
+		},
+	},
+	{
 		name: "unlimited_wins_over_requests_per_unit",
 		files: map[string]string{"config.yaml": `
 domain: unl

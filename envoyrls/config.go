@@ -424,7 +424,8 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 
 // parseMetadata turns a descriptor's metadata mapping into the struct
 // returned as dynamic metadata; nil when there is none. Keys are taken as
-// written and dates stay text, as envoyproxy/ratelimit (YAML v2) reads them.
+// written, dates stay text and yes/no/on/off/y/n are booleans, as
+// envoyproxy/ratelimit (YAML 1.1) reads them.
 func parseMetadata(n *yaml.Node) (*structpb.Struct, error) {
 	if n.Kind == 0 || n.Tag == "!!null" {
 		return nil, nil
@@ -471,11 +472,21 @@ func metadataValue(n *yaml.Node) (any, error) {
 	if n.Tag == "!!timestamp" {
 		return n.Value, nil
 	}
+	if b, ok := yaml11Bools[n.Value]; ok && n.Style == 0 && n.Tag == "!!str" {
+		return b, nil
+	}
 	var v any
 	if err := n.Decode(&v); err != nil {
 		return nil, err
 	}
 	return v, nil
+}
+
+// yaml11Bools are the plain words YAML 1.1, and so envoyproxy/ratelimit's
+// parser, reads as booleans where YAML 1.2 reads text.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 // globMatch reports whether value matches a wildcard split at its '*'s:

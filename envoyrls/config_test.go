@@ -420,7 +420,7 @@ func TestMetadata(t *testing.T) {
 descriptors:
   - key: k
     rate_limit: {unit: second, requests_per_unit: 1}
-    metadata: {at: 2001-12-14, n: 1.5, 7: seven, list: [1, a, {x: y}], nested: {deep: {deeper: true}}, nothing: null}
+    metadata: {at: 2001-12-14, n: 1.5, 7: seven, list: [1, a, {x: z}], nested: {deep: {deeper: true}}, nothing: null}
   - key: none
     rate_limit: {unit: second, requests_per_unit: 1}
     metadata:
@@ -433,7 +433,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"7":"seven","at":"2001-12-14","list":[1,"a",{"x":"y"}],"n":1.5,"nested":{"deep":{"deeper":true}},"nothing":null}`
+	want := `{"7":"seven","at":"2001-12-14","list":[1,"a",{"x":"z"}],"n":1.5,"nested":{"deep":{"deeper":true}},"nothing":null}`
 	if strings.Join(strings.Fields(string(got)), "") != want {
 		t.Errorf("metadata %s, want %s", got, want)
 	}

@@ -32,6 +32,8 @@ func FuzzParseDomain(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 4294967295, algorithm: token_bucket, burst: 1}\n"), "k=vvv")
 	f.Add([]byte("domain: &a d\nall_or_nothing: *a\n"), "")
 	f.Add([]byte(""), "")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: p\n    value: /api/*/x*y\n    descriptors:\n      - key: u\n        rate_limit: {unit: hour, requests_per_unit: 3}\n    metadata: {a: y}\n    quota_mode: true\n"), "p=/api/1/xzy|u=7")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1, unit: day}\n"), "k=v")
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 200000000, requests_per_unit: 0}\n"), "k=v")
 	f.Fuzz(func(t *testing.T, data []byte, descriptor string) {
 		d, err := ParseDomain("f.yaml", data)

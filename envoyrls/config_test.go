@@ -195,12 +195,19 @@ func TestLoadDirDuplicateDomain(t *testing.T) {
 func write(t *testing.T, dir, name, content string) {
 	t.Helper()
 	// Write then rename, as config management tools do, so a reader never
-	// sees half a file.
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+	// sees half a file. The file is written beside the directory, not in
+	// it: every file in it is read, dotfiles too.
+	tmp, err := os.CreateTemp(filepath.Dir(dir), "write-*.tmp")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	if _, err := tmp.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		t.Fatal(err)
 	}
 }

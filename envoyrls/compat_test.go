@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -889,4 +890,28 @@ descriptors:
 			t.Errorf("%s: %v with reset %v, want %v with %ds", tt.name, st.GetCode(), st.GetDurationUntilReset().AsDuration(), tt.code, tt.want)
 		}
 	}
+}
+
+// Reloads read the directory as the server was told to: merged domains,
+// files in subdirectories, dotfiles skipped when asked, and warnings logged.
+func TestWatchReadsWithTheLoadOptions(t *testing.T) {
+	dir := writeFiles(t, t.TempDir(), map[string]string{"a.yaml": "domain: live\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
+	logs := &testenv.Buffer{}
+	srv, _ := memoryServer(t, dir, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Load: envoyrls.LoadOptions{MergeDomains: true, IgnoreDotfiles: true}})
+	watch(t, srv, dir)
+	writeFiles(t, dir, map[string]string{
+		"team/b.conf": "domain: live\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2, unit: day}\n",
+		".swap":       "not: [yaml",
+	})
+	waitFor(t, "the merged file to load", func() bool {
+		m, ok := srv.Config().Domain("live").Match(desc("b", "x").Entries)
+		return ok && m.Rule.Unit == rlspb.RateLimitResponse_RateLimit_DAY
+	})
+	if _, ok := srv.Config().Domain("live").Match(desc("a", "x").Entries); !ok {
+		t.Fatal("the first file's rule is gone after the merge")
+	}
+	waitFor(t, "the repeated key to be logged", func() bool {
+		return strings.Contains(logs.String(), `b.conf:4: key \"unit\" is written again at line 4`)
+	})
 }

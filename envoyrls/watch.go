@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"crypto/sha256"
+	"slices"
 	"time"
 )
 
@@ -45,9 +46,14 @@ func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) 
 		}
 		first := last == [32]byte{}
 		last, lastErr = fp, ""
+		// The first poll reloads what the caller loaded and reported, most
+		// likely: its warnings are news only if they differ.
+		news := !slices.Equal(cfg.Warnings(), s.Config().Warnings())
 		s.SetConfig(cfg)
 		if !first {
 			s.log.Info("envoy rate limit configuration reloaded", "dir", dir, "domains", cfg.Domains())
+		}
+		if !first || news {
 			for _, w := range cfg.Warnings() {
 				s.log.Warn("envoy rate limit configuration: "+w, "dir", dir)
 			}

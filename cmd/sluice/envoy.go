@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
@@ -40,6 +40,16 @@ type envoyConfig struct {
 	JSONTLS *tlsconfig.Reloader
 	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
 	GRPCTLS *tlsconfig.Reloader
+	// GRPCClientSAN, if set, is a name every client certificate must carry.
+	GRPCClientSAN string
+	// GRPCUDS is a unix socket to serve gRPC on (--grpc-uds).
+	GRPCUDS string
+	// MaxConnAge and MaxConnAgeGrace bound gRPC connections' lives.
+	MaxConnAge, MaxConnAgeGrace time.Duration
+	// DebugAddr serves /rlconfig (--debug-addr).
+	DebugAddr string
+	// Registry, if set, gets the configuration load metrics.
+	Registry prometheus.Registerer
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -60,6 +70,12 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		if cfg.JSONAddr != "" {
 			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
 		}
+		if cfg.GRPCUDS != "" {
+			return nil, errors.New("--grpc-uds serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
+		}
+		if cfg.DebugAddr != "" {
+			return nil, errors.New("--debug-addr shows Envoy's rate limit configuration, which needs one: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
+		}
 		return noop, nil
 	}
 	if cfg.Engine == nil {
@@ -69,19 +85,26 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if logger == nil {
 		logger = slog.Default()
 	}
+	loads := newEnvoyLoadMetrics(cfg.Registry)
 	loaded, err := envoyrls.LoadDir(cfg.ConfigDir)
 	if err != nil {
+		loads.observe(nil, err)
 		return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
 	}
 	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
 	srv.SetConfig(loaded)
 	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
+	onLoad := func(c *envoyrls.Config, err error) {
+		loads.observe(c, err)
+		warnIfNoDomain(logger, cfg.ConfigDir, c)
+	}
+	onLoad(loaded, nil)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		srv.Watch(watchCtx, cfg.ConfigDir, envoyReloadInterval)
+		srv.WatchDir(watchCtx, cfg.ConfigDir, envoyrls.WatchOptions{Interval: envoyReloadInterval, OnLoad: onLoad})
 	}()
 
 	if cfg.Mux != nil {
@@ -106,26 +129,40 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		go func() { jsonDone <- serveHTTP(jsonSrv, lis) }()
 	}
 
-	var gs *grpc.Server
-	serveDone := make(chan error, 1)
-	if cfg.GRPCAddr != "" {
-		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.GRPCAddr)
-		if err != nil {
+	var debugSrv *http.Server
+	if cfg.DebugAddr != "" {
+		if debugSrv, err = startEnvoyDebug(ctx, cfg, srv, logger); err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
 			}
 			stopWatch()
 			<-watchDone
-			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
+			return nil, err
 		}
-		opts := envoyrls.ServerOptions()
-		if cfg.GRPCTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS.ServerConfig("h2"))))
+	}
+
+	var gs *grpc.Server
+	var serveDone chan error
+	if cfg.GRPCAddr != "" || cfg.GRPCUDS != "" {
+		lns, err := grpcListeners(ctx, cfg)
+		if err != nil {
+			if jsonSrv != nil {
+				_ = jsonSrv.Close()
+			}
+			if debugSrv != nil {
+				_ = debugSrv.Close()
+			}
+			stopWatch()
+			<-watchDone
+			return nil, err
 		}
-		gs = grpc.NewServer(opts...)
+		gs = grpc.NewServer(grpcServerOptions(cfg)...)
 		srv.Register(gs)
-		logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "tls", tlsMode(cfg.GRPCTLS))
-		go func() { serveDone <- gs.Serve(lis) }()
+		serveDone = make(chan error, len(lns))
+		for _, lis := range lns {
+			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsMode(cfg.GRPCTLS))
+			go func() { serveDone <- gs.Serve(lis) }()
+		}
 	}
 
 	return func(ctx context.Context) error {
@@ -155,9 +192,14 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 				gs.Stop()
 				<-stopped
 			}
-			if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				errs = append(errs, fmt.Errorf("envoy gRPC server: %w", err))
+			for range cap(serveDone) {
+				if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+					errs = append(errs, fmt.Errorf("envoy gRPC server: %w", err))
+				}
 			}
+		}
+		if debugSrv != nil {
+			_ = debugSrv.Close()
 		}
 		return errors.Join(errs...)
 	}, nil

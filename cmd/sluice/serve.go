@@ -75,6 +75,21 @@ type serveConfig struct {
 	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
 	TLSCert, TLSKey, TLSClientCA             string
 	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
+	// GRPCTLSClientSAN, if set, is a name every gRPC client certificate
+	// must carry (GRPC_CLIENT_TLS_SAN).
+	GRPCTLSClientSAN string
+	// GRPCUDS serves the Envoy gRPC service on a unix socket too.
+	GRPCUDS string
+	// GRPCMaxConnectionAge and its grace close gRPC connections after a
+	// while, so clients rebalance over new instances (0: never).
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
+	// DebugAddr serves /rlconfig, the loaded Envoy configuration as text.
+	DebugAddr string
+	// LogFormat is json or text.
+	LogFormat string
+	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
+	// logged once the logger exists.
+	envoyEnv envoyEnvReport
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -96,6 +111,11 @@ With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
 Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			report, err := applyEnvoyEnv(cmd.Flags(), os.LookupEnv)
+			if err != nil {
+				return err
+			}
+			cfg.envoyEnv = report
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
@@ -129,6 +149,12 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate of --grpc-addr (plaintext gRPC when empty; like envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT)")
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY)")
 	f.StringVar(&cfg.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA certificates: gRPC clients must then present a certificate signed by one of them (mutual TLS; GRPC_CLIENT_TLS_CACERT)")
+	f.StringVar(&cfg.GRPCTLSClientSAN, "grpc-tls-client-san", "", "with --grpc-tls-client-ca: a DNS name every client certificate must carry (GRPC_CLIENT_TLS_SAN)")
+	f.StringVar(&cfg.GRPCUDS, "grpc-uds", "", "unix socket path to serve the Envoy gRPC service on, alone or beside --grpc-addr (GRPC_UDS)")
+	f.DurationVar(&cfg.GRPCMaxConnectionAge, "grpc-max-connection-age", 0, "close a gRPC connection (GOAWAY) after this long, so Envoy rebalances over new instances (0: never; GRPC_MAX_CONNECTION_AGE)")
+	f.DurationVar(&cfg.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", 0, "after --grpc-max-connection-age, how long calls in flight may finish before the connection is closed (0: no limit; GRPC_MAX_CONNECTION_AGE_GRACE)")
+	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
+	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
@@ -143,11 +169,23 @@ func (cfg serveConfig) memoryOptions(m *metrics.Metrics) memory.Options {
 
 // newLogger returns the JSON logger every command of the service uses.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	return newFormatLogger(w, level, "json")
+}
+
+// newFormatLogger returns a logger writing in format, json or text.
+func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", level)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json", "":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("unknown log format %q (want json or text)", format)
 }
 
 // validate checks the configuration before anything is opened.
@@ -191,8 +229,17 @@ func (cfg serveConfig) validate() error {
 	if err := validateTLSFlags(cfg.grpcTLSFiles(), grpcTLSFlagNames); err != nil {
 		return err
 	}
-	if cfg.GRPCAddr == "" && cfg.GRPCTLSCert != "" {
-		return errors.New("--grpc-tls-cert is set but --grpc-addr is not: there is no gRPC listener to serve it on")
+	if cfg.GRPCAddr == "" && cfg.GRPCUDS == "" && cfg.GRPCTLSCert != "" {
+		return errors.New("--grpc-tls-cert is set but neither --grpc-addr nor --grpc-uds is: there is no gRPC listener to serve it on")
+	}
+	if cfg.GRPCTLSClientSAN != "" && cfg.GRPCTLSClientCA == "" {
+		return errors.New("--grpc-tls-client-san checks client certificates, which needs mutual TLS: set --grpc-tls-client-ca too")
+	}
+	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
+	}
+	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
+		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
 	return nil
 }
@@ -307,12 +354,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	log, err := newLogger(stderr, cfg.LogLevel)
+	log, err := newFormatLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return nil, err
 	}
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
+	cfg.envoyEnv.log(log)
 	// Certificates are read before anything is opened, so a wrong file
 	// fails the start at once.
 	httpTLSFiles, err := loadTLS(cfg.tlsFiles(), tlsFlagNames, log)
@@ -420,6 +468,12 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	// nor --envoy-config it does nothing.
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
 		GRPCAddr:        cfg.GRPCAddr,
+		GRPCUDS:         cfg.GRPCUDS,
+		GRPCClientSAN:   cfg.GRPCTLSClientSAN,
+		MaxConnAge:      cfg.GRPCMaxConnectionAge,
+		MaxConnAgeGrace: cfg.GRPCMaxConnectionAgeGrace,
+		DebugAddr:       cfg.DebugAddr,
+		Registry:        registry,
 		JSONAddr:        cfg.EnvoyJSONAddr,
 		ConfigDir:       cfg.EnvoyConfig,
 		Engine:          engine,

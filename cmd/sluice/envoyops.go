@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/sluicelabs/sluice/envoyrls"
+)
+
+// Results of sluice_envoy_config_loads_total.
+const (
+	envoyLoadSuccess = "success"
+	envoyLoadFailure = "failure"
+)
+
+// envoyLoadMetrics counts loads of the Envoy rate-limit configuration, so a
+// broken file is an alert rather than one log line.
+type envoyLoadMetrics struct {
+	loads       *prometheus.CounterVec
+	lastSuccess prometheus.Gauge
+}
+
+func newEnvoyLoadMetrics(reg prometheus.Registerer) *envoyLoadMetrics {
+	m := &envoyLoadMetrics{
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_envoy_config_loads_total",
+			Help: "Loads of the Envoy rate-limit configuration (at start and on every change), by result: success, or failure (the last good configuration stays in force).",
+		}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_envoy_config_last_success_timestamp_seconds",
+			Help: "Unix time of the last successful load of the Envoy rate-limit configuration.",
+		}),
+	}
+	// Both results exist from the start, so increase() sees the first failure.
+	m.loads.WithLabelValues(envoyLoadSuccess)
+	m.loads.WithLabelValues(envoyLoadFailure)
+	if reg != nil {
+		m.loads = registerOrReuse(reg, m.loads)
+		m.lastSuccess = registerOrReuse(reg, m.lastSuccess)
+	}
+	return m
+}
+
+// registerOrReuse registers c, or returns the identical collector a previous
+// start of the server in this process registered.
+func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		if existing, ok := already.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	return c
+}
+
+// observe counts one load: cfg when it succeeded, err when it did not.
+func (m *envoyLoadMetrics) observe(_ *envoyrls.Config, err error) {
+	if err != nil {
+		m.loads.WithLabelValues(envoyLoadFailure).Inc()
+		return
+	}
+	m.loads.WithLabelValues(envoyLoadSuccess).Inc()
+	m.lastSuccess.SetToCurrentTime()
+}
+
+// warnIfNoDomain warns when a load found no domain: every descriptor is then
+// answered OK, which is most often a mount at the wrong path.
+func warnIfNoDomain(log *slog.Logger, dir string, cfg *envoyrls.Config) {
+	if cfg != nil && len(cfg.Domains()) == 0 {
+		log.Warn("the Envoy rate limit configuration directory holds no configuration file: no domain is loaded and every request is answered OK", "dir", dir)
+	}
+}
+
+// startEnvoyDebug serves /rlconfig on cfg.DebugAddr, apart from every other
+// listener as in envoyproxy/ratelimit.
+func startEnvoyDebug(ctx context.Context, cfg envoyConfig, srv *envoyrls.Server, log *slog.Logger) (*http.Server, error) {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.DebugAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the debug listener on --debug-addr %s: %w", cfg.DebugAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /rlconfig", srv.ConfigDumpHandler())
+	debugSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(cfg.JSONTLS),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = serveHTTP(debugSrv, lis) }()
+	log.Info("debug listener serving /rlconfig", "addr", lis.Addr().String(), "tls", tlsMode(cfg.JSONTLS))
+	return debugSrv, nil
+}
+
+// grpcListeners opens the gRPC listeners: TCP on GRPCAddr, a unix socket on
+// GRPCUDS, or both.
+func grpcListeners(ctx context.Context, cfg envoyConfig) ([]net.Listener, error) {
+	var lns []net.Listener
+	if cfg.GRPCAddr != "" {
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.GRPCAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
+		}
+		lns = append(lns, lis)
+	}
+	if cfg.GRPCUDS != "" {
+		if err := removeStaleSocket(cfg.GRPCUDS); err != nil {
+			closeAllListeners(lns)
+			return nil, err
+		}
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "unix", cfg.GRPCUDS)
+		if err != nil {
+			closeAllListeners(lns)
+			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-uds %s: %w", cfg.GRPCUDS, err)
+		}
+		lns = append(lns, lis)
+	}
+	return lns, nil
+}
+
+// removeStaleSocket removes a socket a killed process left at path (a clean
+// stop removes its own), so a restart can listen again; any other file there
+// is an error, never removed.
+func removeStaleSocket(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--grpc-uds %s: %w", path, err)
+	}
+	if st.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("--grpc-uds %s exists and is not a socket: give the path of a socket to create", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("--grpc-uds %s: remove the stale socket: %w", path, err)
+	}
+	return nil
+}
+
+func closeAllListeners(lns []net.Listener) {
+	for _, l := range lns {
+		_ = l.Close()
+	}
+}
+
+// grpcServerOptions are the rate limit service's options with the
+// operator's TLS and connection age.
+func grpcServerOptions(cfg envoyConfig) []grpc.ServerOption {
+	opts := envoyrls.ServerOptions()
+	if cfg.MaxConnAge > 0 || cfg.MaxConnAgeGrace > 0 {
+		opts = append(opts, envoyrls.MaxConnectionAgeOption(cfg.MaxConnAge, cfg.MaxConnAgeGrace))
+	}
+	if cfg.GRPCTLS != nil {
+		tc := cfg.GRPCTLS.ServerConfig("h2")
+		if cfg.GRPCClientSAN != "" {
+			tc = requireClientSAN(tc, cfg.GRPCClientSAN)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	return opts
+}
+
+// requireClientSAN makes c refuse a client certificate that does not carry
+// san as a DNS name (as envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN does), on
+// top of the CA check c already makes.
+func requireClientSAN(c *tls.Config, san string) *tls.Config {
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no client certificate")
+		}
+		if err := cs.PeerCertificates[0].VerifyHostname(san); err != nil {
+			return fmt.Errorf("the client certificate is not for %q (--grpc-tls-client-san): %w", san, err)
+		}
+		return nil
+	}
+	c.VerifyConnection = verify
+	if next := c.GetConfigForClient; next != nil {
+		// The reloading configuration builds one per handshake: check there.
+		c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := next(hello)
+			if cc != nil {
+				cc.VerifyConnection = verify
+			}
+			return cc, err
+		}
+	}
+	return c
+}

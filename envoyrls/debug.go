@@ -16,7 +16,8 @@ func (c *Config) Dump() string {
 	if c == nil {
 		return ""
 	}
-	var lines []string
+	type line struct{ key, text string }
+	var lines []line
 	for _, name := range c.Domains() {
 		d := c.domains[name]
 		for _, r := range d.Rules() {
@@ -24,12 +25,17 @@ func (c *Config) Dump() string {
 			if !r.Unlimited {
 				unit, perUnit = r.Unit.String(), r.RequestsPerUnit
 			}
-			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n",
-				fullKey(d.Name, r.Path), unit, perUnit, r.Shadow))
+			key := fullKey(d.Name, r.Path)
+			lines = append(lines, line{key, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, unit, perUnit, r.Shadow)})
 		}
 	}
-	sort.Strings(lines)
-	return strings.Join(lines, "")
+	// By key, so a descriptor comes before those nested in it.
+	sort.Slice(lines, func(i, j int) bool { return lines[i].key < lines[j].key })
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.text)
+	}
+	return b.String()
 }
 
 // fullKey turns a rule path ("database=users.user_id", escaped segments

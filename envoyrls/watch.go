@@ -39,6 +39,8 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 	// the caller's first load and this call is not missed.
 	var last, refused [32]byte
 	lastErr := ""
+	// The first poll's success repeats the caller's own load: not reported.
+	firstPoll := true
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -48,6 +50,8 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 		case <-t.C:
 		}
 		fp, err := fingerprint(dir)
+		wasFirst := firstPoll
+		firstPoll = false
 		if err == nil && (fp == last || fp == refused) {
 			continue
 		}
@@ -67,10 +71,9 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 			}
 			continue
 		}
-		first := last == [32]byte{}
 		last, refused, lastErr = fp, [32]byte{}, ""
 		s.SetConfig(cfg)
-		if !first {
+		if !wasFirst {
 			s.log.Info("envoy rate limit configuration reloaded", "dir", dir, "domains", cfg.Domains())
 			onLoad(cfg, nil)
 		}

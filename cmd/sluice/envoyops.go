@@ -127,8 +127,8 @@ func grpcListeners(ctx context.Context, cfg envoyConfig) ([]net.Listener, error)
 }
 
 // removeStaleSocket removes a socket a killed process left at path (a clean
-// stop removes its own), so a restart can listen again; any other file there
-// is an error, never removed.
+// stop removes its own), so a restart can listen again. A socket something
+// still answers on, or any other file, is an error and left alone.
 func removeStaleSocket(path string) error {
 	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -139,6 +139,10 @@ func removeStaleSocket(path string) error {
 	}
 	if st.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("--grpc-uds %s exists and is not a socket: give the path of a socket to create", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		_ = c.Close()
+		return fmt.Errorf("--grpc-uds %s is in use: another process listens on it", path)
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("--grpc-uds %s: remove the stale socket: %w", path, err)

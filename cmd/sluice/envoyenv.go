@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -248,6 +249,13 @@ func applyEnvoyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) (envoy
 		}
 		report.applied = append(report.applied, from+" -> --"+row.flag)
 	}
+	// Every value is checked before the first is set, so a bad one changes
+	// nothing.
+	for _, s := range sets {
+		if err := checkFlagValue(fs.Lookup(s.flag), s.value); err != nil {
+			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid value for --%s: %w", strings.Join(s.vars, ","), s.value, s.flag, err))
+		}
+	}
 	if len(errs) > 0 {
 		return envoyEnvReport{}, errors.Join(errs...)
 	}
@@ -256,10 +264,25 @@ func applyEnvoyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) (envoy
 	}
 	for _, s := range sets {
 		if err := fs.Set(s.flag, s.value); err != nil {
-			return envoyEnvReport{}, fmt.Errorf("environment variable %s is not a valid value for --%s: %w", strings.Join(s.vars, ", "), s.flag, err)
+			return envoyEnvReport{}, fmt.Errorf("environment variable %s is not a valid value for --%s: %w", strings.Join(s.vars, ","), s.flag, err)
 		}
 	}
 	return report, nil
+}
+
+// checkFlagValue parses value as f's type would, without setting it. String
+// flags take any value (and may hold a secret, so are never quoted in errors).
+func checkFlagValue(f *pflag.Flag, value string) error {
+	var err error
+	switch f.Value.Type() {
+	case "duration":
+		_, err = time.ParseDuration(value)
+	case "bool":
+		_, err = strconv.ParseBool(value)
+	case "int":
+		_, err = strconv.Atoi(value)
+	}
+	return err
 }
 
 func rowValue(row envoyEnvRow, get envoyEnvGet) (string, bool, error) {
@@ -420,12 +443,16 @@ func redisURL(get envoyEnvGet) (string, bool, error) {
 		}
 	}
 	hosts := strings.Split(raw, ",")
-	for _, h := range hosts {
+	servers := hosts
+	if strings.EqualFold(get("REDIS_TYPE"), "sentinel") {
+		if len(hosts) < 2 {
+			return "", false, errors.New("REDIS_URL with REDIS_TYPE=sentinel needs the master set name, then the sentinels: mymaster,host1:26379,host2:26379")
+		}
+		servers = hosts[1:]
+	}
+	for _, h := range servers {
 		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			if len(hosts) > 1 && h == hosts[0] && strings.EqualFold(get("REDIS_TYPE"), "sentinel") {
-				continue // the master set name
-			}
-			return "", false, fmt.Errorf("REDIS_URL: %q is not host:port", h)
+			return "", false, fmt.Errorf("REDIS_URL: %q is not host:port (Sluice reaches Redis over TCP only)", h)
 		}
 	}
 	u := url.URL{User: user}
@@ -444,9 +471,6 @@ func redisURL(get envoyEnvGet) (string, bool, error) {
 		}
 		u.Scheme, u.Host = "redis-cluster", raw
 	case "sentinel":
-		if len(hosts) < 2 {
-			return "", false, errors.New("REDIS_URL with REDIS_TYPE=sentinel needs the master set name, then the sentinels: mymaster,host1:26379,host2:26379")
-		}
 		if useTLS {
 			return "", false, errors.New("REDIS_TLS=true with REDIS_TYPE=sentinel is not implemented in Sluice")
 		}
@@ -454,7 +478,7 @@ func redisURL(get envoyEnvGet) (string, bool, error) {
 			return "", false, errors.New("REDIS_AUTH as user:password with REDIS_TYPE=sentinel is not implemented in Sluice: give the password alone")
 		}
 		pass, _ := user.Password()
-		u.Scheme, u.Host = "redis-sentinel", strings.Join(hosts[1:], ",")
+		u.Scheme, u.Host = "redis-sentinel", strings.Join(servers, ",")
 		u.User = url.User(hosts[0])
 		if pass != "" {
 			u.User = url.UserPassword(hosts[0], pass)

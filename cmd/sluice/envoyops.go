@@ -30,6 +30,8 @@ const (
 type envoyLoadMetrics struct {
 	loads       *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
+	// lastFailure after lastSuccess means the files in place do not load.
+	lastFailure prometheus.Gauge
 }
 
 func newEnvoyLoadMetrics(reg prometheus.Registerer) *envoyLoadMetrics {
@@ -42,6 +44,10 @@ func newEnvoyLoadMetrics(reg prometheus.Registerer) *envoyLoadMetrics {
 			Name: "sluice_envoy_config_last_success_timestamp_seconds",
 			Help: "Unix time of the last successful load of the Envoy rate-limit configuration.",
 		}),
+		lastFailure: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_envoy_config_last_failure_timestamp_seconds",
+			Help: "Unix time of the last failed load of the Envoy rate-limit configuration (0: none since start); later than the last success means the files in place do not load.",
+		}),
 	}
 	// Both results exist from the start, so increase() sees the first failure.
 	m.loads.WithLabelValues(envoyLoadSuccess)
@@ -49,6 +55,7 @@ func newEnvoyLoadMetrics(reg prometheus.Registerer) *envoyLoadMetrics {
 	if reg != nil {
 		m.loads = registerOrReuse(reg, m.loads)
 		m.lastSuccess = registerOrReuse(reg, m.lastSuccess)
+		m.lastFailure = registerOrReuse(reg, m.lastFailure)
 	}
 	return m
 }
@@ -70,6 +77,7 @@ func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 func (m *envoyLoadMetrics) observe(_ *envoyrls.Config, err error) {
 	if err != nil {
 		m.loads.WithLabelValues(envoyLoadFailure).Inc()
+		m.lastFailure.SetToCurrentTime()
 		return
 	}
 	m.loads.WithLabelValues(envoyLoadSuccess).Inc()

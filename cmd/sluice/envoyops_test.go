@@ -248,6 +248,9 @@ func TestEnvoyDebugListenerAndLoadMetrics(t *testing.T) {
 	if got := gaugeOrCounter(t, reg, "sluice_envoy_config_loads_total", "failure"); got != 0 {
 		t.Fatalf("failed loads %v, want 0", got)
 	}
+	if got := gaugeOrCounter(t, reg, "sluice_envoy_config_last_failure_timestamp_seconds", ""); got != 0 {
+		t.Fatalf("last failure at %v with none, want 0", got)
+	}
 	firstSuccess := gaugeOrCounter(t, reg, "sluice_envoy_config_last_success_timestamp_seconds", "")
 	if firstSuccess < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Fatalf("last success at %v, want about now", firstSuccess)
@@ -275,6 +278,9 @@ func TestEnvoyDebugListenerAndLoadMetrics(t *testing.T) {
 	}
 	if got := gaugeOrCounter(t, reg, "sluice_envoy_config_last_success_timestamp_seconds", ""); got != firstSuccess {
 		t.Fatalf("last success moved to %v on a failed load", got)
+	}
+	if got := gaugeOrCounter(t, reg, "sluice_envoy_config_last_failure_timestamp_seconds", ""); got < firstSuccess {
+		t.Fatalf("last failure at %v, want after the last success %v", got, firstSuccess)
 	}
 
 	write(`domain: api

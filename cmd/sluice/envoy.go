@@ -22,6 +22,11 @@ import (
 type envoyConfig struct {
 	GRPCAddr  string // --grpc-addr, "" = no gRPC listener
 	ConfigDir string // --envoy-config, "" = no Envoy rate limit service
+	// XDSServer, instead of ConfigDir, is the xDS management server the
+	// configuration comes from (--envoy-xds-server), with its options.
+	XDSServer        string
+	XDSNodeID        string
+	XDSRetryInterval time.Duration
 	// Engine is the check engine of the shared store.
 	Engine *check.Engine
 	Logger *slog.Logger
@@ -63,20 +68,22 @@ const envoyReloadInterval = time.Second
 // down gracefully (forcibly once ctx ends) and stops the watcher.
 func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
-	if cfg.ConfigDir == "" {
-		if cfg.GRPCAddr != "" {
-			return nil, errors.New("--grpc-addr serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
-		}
-		if cfg.JSONAddr != "" {
-			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
-		}
-		if cfg.GRPCUDS != "" {
-			return nil, errors.New("--grpc-uds serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
-		}
-		if cfg.DebugAddr != "" {
-			return nil, errors.New("--debug-addr shows Envoy's rate limit configuration, which needs one: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
+	if cfg.ConfigDir == "" && cfg.XDSServer == "" {
+		const need = ", which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files, or --envoy-xds-server"
+		switch {
+		case cfg.GRPCAddr != "":
+			return nil, errors.New("--grpc-addr serves Envoy's rate limit service" + need)
+		case cfg.JSONAddr != "":
+			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON" + need)
+		case cfg.GRPCUDS != "":
+			return nil, errors.New("--grpc-uds serves Envoy's rate limit service" + need)
+		case cfg.DebugAddr != "":
+			return nil, errors.New("--debug-addr shows Envoy's rate limit configuration" + need)
 		}
 		return noop, nil
+	}
+	if cfg.ConfigDir != "" && cfg.XDSServer != "" {
+		return nil, errors.New("--envoy-config and --envoy-xds-server both give the Envoy rate limit configuration; use one")
 	}
 	if cfg.Engine == nil {
 		return nil, errors.New("the Envoy rate limit service needs a check engine")
@@ -85,27 +92,11 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if logger == nil {
 		logger = slog.Default()
 	}
-	loads := newEnvoyLoadMetrics(cfg.Registry)
-	loaded, err := envoyrls.LoadDir(cfg.ConfigDir)
-	if err != nil {
-		loads.observe(nil, err)
-		return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
-	}
 	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
-	srv.SetConfig(loaded)
-	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
-	onLoad := func(c *envoyrls.Config, err error) {
-		loads.observe(c, err)
-		warnIfNoDomain(logger, cfg.ConfigDir, c)
+	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
+	if err != nil {
+		return nil, err
 	}
-	onLoad(loaded, nil)
-
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		srv.WatchDir(watchCtx, cfg.ConfigDir, envoyrls.WatchOptions{Interval: envoyReloadInterval, OnLoad: onLoad})
-	}()
 
 	if cfg.Mux != nil {
 		// envoyproxy/ratelimit's HTTP health path, for existing probes. It
@@ -120,7 +111,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.JSONAddr)
 		if err != nil {
 			stopWatch()
-			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
 		}
 		jsonSrv = envoyJSONServer(srv, logger)
@@ -136,7 +126,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 				_ = jsonSrv.Close()
 			}
 			stopWatch()
-			<-watchDone
 			return nil, err
 		}
 	}
@@ -153,7 +142,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 				_ = debugSrv.Close()
 			}
 			stopWatch()
-			<-watchDone
 			return nil, err
 		}
 		gs = grpc.NewServer(grpcServerOptions(cfg)...)
@@ -167,7 +155,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 
 	return func(ctx context.Context) error {
 		stopWatch()
-		<-watchDone
 		// NOT_SERVING first, on gRPC and on GET /healthcheck alike, so
 		// probes move traffic away before the listeners close.
 		srv.Shutdown()

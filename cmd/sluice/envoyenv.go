@@ -103,8 +103,11 @@ var envoyEnvTable = []envoyEnvRow{
 	// mapped("envoy-ignore-dotfiles", nil, "RUNTIME_IGNOREDOTFILES"),
 	// mapped("envoy-merge-domains", nil, "MERGE_DOMAIN_CONFIG"),
 	missing("RUNTIME_IGNOREDOTFILES", "MERGE_DOMAIN_CONFIG"), // merge: envoy-config (delete once the rows above are enabled)
-	missing("FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
-		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+	mapped("envoy-xds-server", whenXDS("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL"),
+	mapped("envoy-xds-node-id", whenXDS("CONFIG_GRPC_XDS_NODE_ID", ""), "CONFIG_GRPC_XDS_NODE_ID"),
+	mapped("envoy-xds-retry-interval", whenXDS("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", ""), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"),
+	ignored("Sluice starts its listeners at once and answers UNAVAILABLE (health NOT_SERVING) until the first configuration arrives from xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG"),
+	missing("CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
 		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
@@ -234,6 +237,9 @@ func applyEnvoyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) (envoy
 		}
 		if !ok {
 			for _, v := range set {
+				if v == "CONFIG_TYPE" {
+					continue // it chose the other source's rows
+				}
 				report.ignored = append(report.ignored, v+": no effect with the other variables as they are set, as in envoyproxy/ratelimit")
 			}
 			continue
@@ -393,12 +399,9 @@ func logFormat(get envoyEnvGet) (string, bool, error) {
 
 // runtimeDir is the directory goruntime reads the configuration from.
 func runtimeDir(get envoyEnvGet) (string, bool, error) {
-	switch t := get("CONFIG_TYPE"); strings.ToUpper(t) {
-	case "", "FILE":
-	case "GRPC_XDS_SOTW":
-		return "", false, errors.New("CONFIG_TYPE=GRPC_XDS_SOTW (rate-limit configuration from an xDS server) is not implemented in Sluice: mount the configuration files and use CONFIG_TYPE=FILE")
-	default:
-		return "", false, fmt.Errorf("environment variable CONFIG_TYPE=%q is not a configuration type (FILE or GRPC_XDS_SOTW)", t)
+	xds, err := configFromXDS(get)
+	if err != nil || xds {
+		return "", false, err
 	}
 	root := get("RUNTIME_ROOT")
 	if root == "" {
@@ -409,6 +412,34 @@ func runtimeDir(get envoyEnvGet) (string, bool, error) {
 		app = "config"
 	}
 	return filepath.Join(root, get("RUNTIME_SUBDIRECTORY"), app), true, nil
+}
+
+// configFromXDS tells whether CONFIG_TYPE asks for the xDS source.
+func configFromXDS(get envoyEnvGet) (bool, error) {
+	switch t := get("CONFIG_TYPE"); strings.ToUpper(t) {
+	case "", "FILE":
+		return false, nil
+	case "GRPC_XDS_SOTW":
+		return true, nil
+	default:
+		return false, fmt.Errorf("environment variable CONFIG_TYPE=%q is not a configuration type (FILE or GRPC_XDS_SOTW)", t)
+	}
+}
+
+// whenXDS passes an xDS variable on (or envoyproxy/ratelimit's default, if
+// any) when CONFIG_TYPE=GRPC_XDS_SOTW.
+func whenXDS(name, def string) func(envoyEnvGet) (string, bool, error) {
+	return func(get envoyEnvGet) (string, bool, error) {
+		xds, err := configFromXDS(get)
+		if err != nil || !xds {
+			return "", false, nil // CONFIG_TYPE's own error is the runtime row's
+		}
+		v := get(name)
+		if v == "" {
+			v = def
+		}
+		return v, v != "", nil
+	}
 }
 
 // redisURL turns REDIS_URL and its companions into a Sluice Redis URL.

@@ -126,6 +126,9 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		{"log_levels_of_logrus", map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "trace"}, with(map[string]string{"log-level": "debug"}), []string{"USE_STATSD"}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9102"}, with(map[string]string{"metrics-addr": ":9102"}), nil},
 		{"prometheus_off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9102"}, with(nil), []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}},
+		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_NODE_ID": "rl-1", "RUNTIME_ROOT": "/data"},
+			with(map[string]string{"envoy-config": "", "envoy-xds-server": "localhost:18000", "envoy-xds-node-id": "rl-1"}), []string{"RUNTIME_ROOT"}},
+		{"xds_server_without_xds", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "xds:18000"}, with(nil), []string{"CONFIG_GRPC_XDS_SERVER_URL"}},
 		{"response_headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, with(map[string]string{"envoy-response-headers": "true"}), nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -229,7 +232,6 @@ func TestEnvoyEnvRefusesBadValues(t *testing.T) {
 		{map[string]string{"REDIS_URL": "mymaster", "REDIS_TYPE": "sentinel"}, "needs the master set name, then the sentinels"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS": "yes please"}, `REDIS_TLS="yes please" is not a boolean`},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache" is not implemented`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE=GRPC_XDS_SOTW"},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL" is not a configuration type`},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT"},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, `GRPC_MAX_CONNECTION_AGE="forever" is not a valid value for --grpc-max-connection-age`},

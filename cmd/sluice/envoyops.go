@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicelabs/sluice/envoyrls"
 )
@@ -87,9 +88,58 @@ func (m *envoyLoadMetrics) observe(_ *envoyrls.Config, err error) {
 // warnIfNoDomain warns when a load found no domain: every descriptor is then
 // answered OK, which is most often a mount at the wrong path.
 func warnIfNoDomain(log *slog.Logger, dir string, cfg *envoyrls.Config) {
-	if cfg != nil && len(cfg.Domains()) == 0 {
-		log.Warn("the Envoy rate limit configuration directory holds no configuration file: no domain is loaded and every request is answered OK", "dir", dir)
+	if cfg == nil || len(cfg.Domains()) > 0 {
+		return
 	}
+	if dir == "" {
+		log.Warn("the xDS server sent no RateLimitConfig resource: no domain is loaded and every request is answered OK")
+		return
+	}
+	log.Warn("the Envoy rate limit configuration directory holds no configuration file: no domain is loaded and every request is answered OK", "dir", dir)
+}
+
+// startEnvoyConfigSource loads srv's configuration from the directory (its
+// first load must succeed) or the xDS server, and keeps it current, counting
+// every load, until stop is called.
+func startEnvoyConfigSource(cfg envoyConfig, srv *envoyrls.Server, log *slog.Logger) (stop func(), err error) {
+	loads := newEnvoyLoadMetrics(cfg.Registry)
+	onLoad := func(c *envoyrls.Config, err error) {
+		loads.observe(c, err)
+		warnIfNoDomain(log, cfg.ConfigDir, c)
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	if cfg.XDSServer != "" {
+		conn, err := grpc.NewClient(cfg.XDSServer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			stopWatch()
+			return nil, fmt.Errorf("--envoy-xds-server %s: %w", cfg.XDSServer, err)
+		}
+		log.Info("envoy rate limit configuration from xDS: not serving until the first one arrives", "server", cfg.XDSServer, "node_id", cfg.XDSNodeID)
+		go func() {
+			defer close(watchDone)
+			defer conn.Close()
+			srv.WatchXDS(watchCtx, conn, envoyrls.XDSOptions{NodeID: cfg.XDSNodeID, RetryInterval: cfg.XDSRetryInterval, OnLoad: onLoad})
+		}()
+	} else {
+		loaded, err := envoyrls.LoadDir(cfg.ConfigDir)
+		if err != nil {
+			stopWatch()
+			loads.observe(nil, err)
+			return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
+		}
+		srv.SetConfig(loaded)
+		log.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
+		onLoad(loaded, nil)
+		go func() {
+			defer close(watchDone)
+			srv.WatchDir(watchCtx, cfg.ConfigDir, envoyrls.WatchOptions{Interval: envoyReloadInterval, OnLoad: onLoad})
+		}()
+	}
+	return func() {
+		stopWatch()
+		<-watchDone
+	}, nil
 }
 
 // startEnvoyDebug serves /rlconfig on cfg.DebugAddr, apart from every other

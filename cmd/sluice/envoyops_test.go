@@ -16,15 +16,18 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
+	"github.com/sluicelabs/sluice/internal/xdstest"
 	"github.com/sluicelabs/sluice/memory"
 )
 
@@ -318,4 +321,60 @@ func TestEnvoyWarnsOfAnEmptyDirectory(t *testing.T) {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+}
+
+// TestEnvoyConfigFromXDS: with --envoy-xds-server the service starts
+// NOT_SERVING, and serves once the management server sends its node a
+// configuration, counted as a load.
+func TestEnvoyConfigFromXDS(t *testing.T) {
+	mgmt := xdstest.Start(t)
+	addr := freeAddr(t)
+	reg := prometheus.NewRegistry()
+	startTestEnvoy(t, envoyConfig{GRPCAddr: addr, XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Registry: reg})
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := func() healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Status
+	}
+	if got := health(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health %v before any configuration, want NOT_SERVING", got)
+	}
+	mgmt.Set(t, "rls", "1", &rlconfv3.RateLimitConfig{Name: "api", Domain: "api", Descriptors: []*rlconfv3.RateLimitDescriptor{{
+		Key: "user", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1},
+	}}})
+	deadline := time.Now().Add(15 * time.Second) // generous: not what is tested
+	for health() != healthpb.HealthCheckResponse_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("not SERVING within 15s of the snapshot")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+		if resp, err := shouldRateLimit(addr, insecure.NewCredentials()); err != nil || resp.OverallCode != want {
+			t.Fatalf("ShouldRateLimit: %v, %v; want %v", resp, err, want)
+		}
+	}
+	if got := gaugeOrCounter(t, reg, "sluice_envoy_config_loads_total", "success"); got != 1 {
+		t.Fatalf("successful loads %v, want 1", got)
+	}
+}
+
+func TestStartEnvoyRefusesTwoConfigurationSources(t *testing.T) {
+	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	defer func() { engine.Close(); store.Close() }()
+	_, err := startEnvoy(context.Background(), envoyConfig{ConfigDir: envoyTestDir(t, envoyTestConfig), XDSServer: "127.0.0.1:1", Engine: engine})
+	if err == nil || !strings.Contains(err.Error(), "use one") {
+		t.Fatalf("error %v, want both sources refused", err)
+	}
 }

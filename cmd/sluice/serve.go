@@ -87,6 +87,11 @@ type serveConfig struct {
 	DebugAddr string
 	// LogFormat is json or text.
 	LogFormat string
+	// EnvoyXDSServer, instead of EnvoyConfig, takes the Envoy configuration
+	// from an xDS management server.
+	EnvoyXDSServer        string
+	EnvoyXDSNodeID        string
+	EnvoyXDSRetryInterval time.Duration
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
 	envoyEnv envoyEnvReport
@@ -155,6 +160,9 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.DurationVar(&cfg.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", 0, "after --grpc-max-connection-age, how long calls in flight may finish before the connection is closed (0: no limit; GRPC_MAX_CONNECTION_AGE_GRACE)")
 	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
 	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
+	f.StringVar(&cfg.EnvoyXDSNodeID, "envoy-xds-node-id", "default", "node ID presented to --envoy-xds-server, which keys its snapshots by it (CONFIG_GRPC_XDS_NODE_ID)")
+	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
@@ -237,6 +245,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
+	}
+	if cfg.EnvoyXDSRetryInterval < 0 {
+		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
 	}
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
@@ -467,22 +478,25 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
 	// nor --envoy-config it does nothing.
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
-		GRPCAddr:        cfg.GRPCAddr,
-		GRPCUDS:         cfg.GRPCUDS,
-		GRPCClientSAN:   cfg.GRPCTLSClientSAN,
-		MaxConnAge:      cfg.GRPCMaxConnectionAge,
-		MaxConnAgeGrace: cfg.GRPCMaxConnectionAgeGrace,
-		DebugAddr:       cfg.DebugAddr,
-		Registry:        registry,
-		JSONAddr:        cfg.EnvoyJSONAddr,
-		ConfigDir:       cfg.EnvoyConfig,
-		Engine:          engine,
-		Logger:          log,
-		Mux:             mux,
-		Metrics:         m,
-		ResponseHeaders: cfg.EnvoyResponseHeaders,
-		JSONTLS:         httpTLSFiles,
-		GRPCTLS:         grpcTLSFiles,
+		GRPCAddr:         cfg.GRPCAddr,
+		GRPCUDS:          cfg.GRPCUDS,
+		GRPCClientSAN:    cfg.GRPCTLSClientSAN,
+		MaxConnAge:       cfg.GRPCMaxConnectionAge,
+		MaxConnAgeGrace:  cfg.GRPCMaxConnectionAgeGrace,
+		DebugAddr:        cfg.DebugAddr,
+		Registry:         registry,
+		JSONAddr:         cfg.EnvoyJSONAddr,
+		ConfigDir:        cfg.EnvoyConfig,
+		XDSServer:        cfg.EnvoyXDSServer,
+		XDSNodeID:        cfg.EnvoyXDSNodeID,
+		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
+		Engine:           engine,
+		Logger:           log,
+		Mux:              mux,
+		Metrics:          m,
+		ResponseHeaders:  cfg.EnvoyResponseHeaders,
+		JSONTLS:          httpTLSFiles,
+		GRPCTLS:          grpcTLSFiles,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,79 @@
+// Package xdstest runs a real go-control-plane xDS management server for
+// tests: it serves snapshots of envoyproxy/ratelimit's RateLimitConfig
+// resources over the aggregated discovery service, and records the NACKs it
+// receives.
+package xdstest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// Server is a running management server.
+type Server struct {
+	// Addr is its host:port.
+	Addr  string
+	cache cachev3.SnapshotCache
+	mu    sync.Mutex
+	nacks []string
+}
+
+// Start starts a management server on a loopback port; it stops when the
+// test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
+	ctx, cancel := context.WithCancel(context.Background())
+	callbacks := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+		if d := req.GetErrorDetail(); d != nil {
+			s.mu.Lock()
+			s.nacks = append(s.nacks, d.GetMessage())
+			s.mu.Unlock()
+		}
+		return nil
+	}}
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, callbacks))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	s.Addr = lis.Addr().String()
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(func() { gs.Stop(); cancel() })
+	return s
+}
+
+// Set makes configs, at version, the snapshot served to node.
+func (s *Server) Set(t testing.TB, node, version string, configs ...*rlconfv3.RateLimitConfig) {
+	t.Helper()
+	res := make([]types.Resource, 0, len(configs))
+	for _, c := range configs {
+		res = append(res, c)
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cache.SetSnapshot(context.Background(), node, snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// NACKs returns the error messages of the NACKs received so far.
+func (s *Server) NACKs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.nacks...)
+}

@@ -378,3 +378,38 @@ func TestStartEnvoyRefusesTwoConfigurationSources(t *testing.T) {
 		t.Fatalf("error %v, want both sources refused", err)
 	}
 }
+
+// TestEnvoyGRPCCertificateReload: a certificate rotated on disk is served to
+// new gRPC connections without a restart (GRPC_SERVER_TLS_CERT has no such
+// reload in envoyproxy/ratelimit).
+func TestEnvoyGRPCCertificateReload(t *testing.T) {
+	f := newTLSFixture(t, "grpc-ca")
+	reloader, err := tlsconfig.New(tlsconfig.Files{Cert: f.cert, Key: f.key}, tlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	startTestEnvoy(t, envoyConfig{GRPCAddr: addr, ConfigDir: envoyTestDir(t, envoyTestConfig), GRPCTLS: reloader})
+	servedSerial := func() string {
+		t.Helper()
+		var serial string
+		creds := credentials.NewTLS(&tls.Config{RootCAs: f.ca.Pool(), VerifyConnection: func(cs tls.ConnectionState) error {
+			serial = cs.PeerCertificates[0].SerialNumber.String()
+			return nil
+		}})
+		if _, err := shouldRateLimit(addr, creds); err != nil {
+			t.Fatal(err)
+		}
+		return serial
+	}
+	first := servedSerial()
+	next := f.ca.Server(t)
+	next.Write(t, filepath.Dir(f.cert), "server")
+	deadline := time.Now().Add(15 * time.Second) // generous: not what is tested
+	for servedSerial() != next.Serial.String() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still serving serial %s 15s after the rotation, want %s", first, next.Serial)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -45,6 +45,9 @@ type Options struct {
 	// response_headers_to_add (envoyproxy/ratelimit's
 	// LIMIT_RESPONSE_HEADERS_ENABLED).
 	ResponseHeaders bool
+	// RatelimitKeys counts default fixed windows under envoyproxy/ratelimit's
+	// Redis keys, for a store wrapped in a RatelimitKeyStore (see there).
+	RatelimitKeys bool
 }
 
 // Server answers Envoy's ShouldRateLimit. It is safe for concurrent use, and
@@ -55,6 +58,7 @@ type Server struct {
 	metrics         *metrics.Metrics
 	log             *slog.Logger
 	responseHeaders bool
+	ratelimitKeys   bool
 	mu              sync.Mutex // serialises SetConfig
 	config          atomic.Pointer[compiled]
 	health          *health.Server
@@ -98,6 +102,7 @@ func NewServer(opts Options) *Server {
 		metrics:         opts.Metrics,
 		log:             opts.Logger,
 		responseHeaders: opts.ResponseHeaders,
+		ratelimitKeys:   opts.RatelimitKeys,
 		health:          health.NewServer(),
 		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
@@ -261,7 +266,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		if m, ok := domain.Match(desc.GetEntries()); ok {
-			it.rule, it.subject, it.check = m.Rule, m.Subject, cd.rules[m.Rule]
+			it.rule, it.subject, it.check = m.Rule, s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject), cd.rules[m.Rule]
 		}
 	}
 	markReplaced(items)

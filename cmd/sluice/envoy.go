@@ -27,6 +27,9 @@ type envoyConfig struct {
 	XDSServer        string
 	XDSNodeID        string
 	XDSRetryInterval time.Duration
+	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
+	// keys (--envoy-key-format ratelimit); the store must be wrapped too.
+	RatelimitKeys bool
 	// Engine is the check engine of the shared store.
 	Engine *check.Engine
 	Logger *slog.Logger
@@ -92,7 +95,8 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if logger == nil {
 		logger = slog.Default()
 	}
-	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders,
+		RatelimitKeys: cfg.RatelimitKeys})
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {
 		return nil, err

@@ -140,7 +140,11 @@ var envoyEnvTable = []envoyEnvRow{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"),
 	missing("MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT",
 		"MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"),
-	missing("CACHE_KEY_PREFIX"),
+	// With REDIS_URL, counters are shared with envoyproxy/ratelimit's fleet
+	// on that Redis, so a rolling migration neither doubles limits nor
+	// resets windows.
+	mapped("envoy-key-format", ratelimitKeyFormat),
+	mapped("envoy-key-prefix", whenRedis("CACHE_KEY_PREFIX"), "CACHE_KEY_PREFIX"),
 	ignored("Sluice's local deny cache is always on: exact (it never denies what the store would allow), bounded in entries, cleared on every configuration change", "LOCAL_CACHE_SIZE_IN_BYTES"),
 	ignored("Sluice never counts a denied request, which is what this variable asks for", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	ignored("Sluice's keys expire exactly when dropping them loses nothing, never with jitter", "EXPIRATION_JITTER_MAX_SECONDS"),
@@ -518,6 +522,23 @@ func redisURL(get envoyEnvGet) (string, bool, error) {
 		return "", false, fmt.Errorf("environment variable REDIS_TYPE=%q is not a Redis type (single, cluster or sentinel)", get("REDIS_TYPE"))
 	}
 	return u.String(), true, nil
+}
+
+// ratelimitKeyFormat keeps envoyproxy/ratelimit's Redis keys when the
+// environment gives its Redis.
+func ratelimitKeyFormat(get envoyEnvGet) (string, bool, error) {
+	if get("REDIS_URL") == "" {
+		return "", false, nil
+	}
+	return envoyKeyFormatRatelimit, true, nil
+}
+
+// whenRedis passes a variable on when REDIS_URL is set too.
+func whenRedis(name string) func(envoyEnvGet) (string, bool, error) {
+	return func(get envoyEnvGet) (string, bool, error) {
+		v := get(name)
+		return v, v != "" && get("REDIS_URL") != "", nil
+	}
 }
 
 // prometheusAddr serves /metrics on PROMETHEUS_ADDR (default :9090) when

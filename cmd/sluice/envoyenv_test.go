@@ -101,7 +101,7 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		{"generic_names_alone_do_nothing", map[string]string{"PORT": "9000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug", "LOG_FORMAT": "text"}, map[string]string{}, nil},
 		{"a_deployment", map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "WARN", "LOG_FORMAT": "json", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379",
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"},
-			with(map[string]string{"log-level": "warn", "log-format": "json", "redis": "redis://redis:6379", "envoy-config": "/data/ratelimit/config"}),
+			with(map[string]string{"log-level": "warn", "log-format": "json", "redis": "redis://redis:6379", "envoy-config": "/data/ratelimit/config", "envoy-key-format": "ratelimit"}),
 			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT"}},
 		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9000", "GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9001", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "9002",
 			"GRPC_MAX_CONNECTION_AGE": "10m", "GRPC_MAX_CONNECTION_AGE_GRACE": "30s", "RUNTIME_APPDIRECTORY": "rl"},
@@ -110,14 +110,17 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		{"unix_socket_alone_as_there", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9001"},
 			with(map[string]string{"grpc-uds": "/run/rl.sock", "grpc-addr": ""}), []string{"GRPC_PORT"}},
 		{"redis_password_and_tls", map[string]string{"REDIS_URL": "r:6380", "REDIS_AUTH": "s3cret/+@", "REDIS_TLS": "true"},
-			with(map[string]string{"redis": "rediss://:s3cret%2F+%40@r:6380"}), nil},
+			with(map[string]string{"redis": "rediss://:s3cret%2F+%40@r:6380", "envoy-key-format": "ratelimit"}), nil},
 		{"redis_user_and_password", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "app:pw"},
-			with(map[string]string{"redis": "redis://app:pw@r:6379"}), nil},
+			with(map[string]string{"redis": "redis://app:pw@r:6379", "envoy-key-format": "ratelimit"}), nil},
 		{"redis_cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"},
-			with(map[string]string{"redis": "redis-cluster://a:7000,b:7001"}), nil},
+			with(map[string]string{"redis": "redis-cluster://a:7000,b:7001", "envoy-key-format": "ratelimit"}), nil},
 		{"redis_sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw"},
-			with(map[string]string{"redis": "redis-sentinel://mymaster:pw@s1:26379,s2:26379"}), nil},
-		{"redis_url_of_sluice", map[string]string{"REDIS_URL": "redis://r:6379/2"}, with(map[string]string{"redis": "redis://r:6379/2"}), nil},
+			with(map[string]string{"redis": "redis-sentinel://mymaster:pw@s1:26379,s2:26379", "envoy-key-format": "ratelimit"}), nil},
+		{"cache_key_prefix", map[string]string{"REDIS_URL": "r:6379", "CACHE_KEY_PREFIX": "rl_"},
+			with(map[string]string{"redis": "redis://r:6379", "envoy-key-format": "ratelimit", "envoy-key-prefix": "rl_"}), nil},
+		{"cache_key_prefix_without_redis", map[string]string{"CACHE_KEY_PREFIX": "rl_"}, with(nil), []string{"CACHE_KEY_PREFIX"}},
+		{"redis_url_of_sluice", map[string]string{"REDIS_URL": "redis://r:6379/2"}, with(map[string]string{"redis": "redis://r:6379/2", "envoy-key-format": "ratelimit"}), nil},
 		{"grpc_mutual_tls", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem",
 			"GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy.internal"},
 			with(map[string]string{"grpc-tls-cert": "/c.pem", "grpc-tls-key": "/k.pem", "grpc-tls-client-ca": "/ca.pem", "grpc-tls-client-san": "envoy.internal"}), nil},
@@ -187,6 +190,9 @@ func TestEnvoyEnvFlagsWin(t *testing.T) {
 	}
 	if strings.Join(report.overridden, ",") != "GRPC_PORT" {
 		t.Fatalf("overridden %v, want [GRPC_PORT]", report.overridden)
+	}
+	if got := fs.Lookup("envoy-key-format").Value.String(); got != "ratelimit" {
+		t.Fatalf("--envoy-key-format %q with REDIS_URL, want ratelimit", got)
 	}
 	if got := fs.Lookup("redis").Value.String(); got != "redis://r:6379" {
 		t.Fatalf("--redis %q: the other variables still apply", got)
@@ -353,9 +359,10 @@ descriptors:
 			t.Fatalf("ShouldRateLimit: %v, %v; want %v", resp, err, want)
 		}
 	}
-	// The counter is in REDIS_URL's Redis, not in the process.
-	if n, err := redis.Do("DBSIZE"); err != nil || n == "0" {
-		t.Fatalf("Redis DBSIZE %q, %v: the counter is not in REDIS_URL's Redis", n, err)
+	// The counter is in REDIS_URL's Redis, under envoyproxy/ratelimit's own
+	// key (no CACHE_KEY_PREFIX), so both services share it.
+	if keys, err := redis.Do("KEYS", "api_user_u_*"); err != nil || strings.Count(keys, "api_user_u_") != 1 {
+		t.Fatalf("Redis KEYS api_user_u_*: %q, %v; want envoyproxy/ratelimit's key of the counter", keys, err)
 	}
 	if code, body := getHealth(t, fmt.Sprintf("http://127.0.0.1:%d", port)); code != 200 || body != "OK" {
 		t.Fatalf("GET /healthcheck on PORT: %d %q, want 200 OK", code, body)

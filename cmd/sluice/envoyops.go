@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 // Results of sluice_envoy_config_loads_total.
@@ -256,4 +259,25 @@ func requireClientSAN(c *tls.Config, san string) *tls.Config {
 		}
 	}
 	return c
+}
+
+// Values of --envoy-key-format.
+const (
+	envoyKeyFormatSluice    = "sluice"
+	envoyKeyFormatRatelimit = "ratelimit"
+)
+
+// withRatelimitKeys wraps the Redis store so the Envoy service's default
+// fixed windows are counted under envoyproxy/ratelimit's keys, on a client
+// of their own to the same Redis.
+func withRatelimitKeys(rs sluice.Store, redisURL, prefix string) (sluice.Store, func() error, error) {
+	opts, err := sluiceredis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := rueidis.NewClient(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to Redis for --envoy-key-format ratelimit: %w", err)
+	}
+	return envoyrls.NewRatelimitKeyStore(rs, client, prefix), func() error { client.Close(); return nil }, nil
 }

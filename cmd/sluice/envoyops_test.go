@@ -413,3 +413,22 @@ func TestEnvoyGRPCCertificateReload(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestServeValidatesEnvoyKeyFormat(t *testing.T) {
+	base := serveConfig{Addr: ":8080", StoreTimeout: time.Second, DefaultFailureMode: "closed"}
+	for _, c := range []struct {
+		format, prefix, redis, want string
+	}{
+		{"ratelimit", "", "", "set --redis too"},
+		{"envoy", "", "redis://r:6379", `--envoy-key-format "envoy" is not a key format`},
+		{"sluice", "rl_", "redis://r:6379", "--envoy-key-prefix applies to --envoy-key-format ratelimit only"},
+		{"ratelimit", "rl_", "redis://r:6379", ""},
+	} {
+		cfg := base
+		cfg.EnvoyKeyFormat, cfg.EnvoyKeyPrefix, cfg.Redis = c.format, c.prefix, c.redis
+		err := cfg.validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: error %v, want %q", c, err, c.want)
+		}
+	}
+}

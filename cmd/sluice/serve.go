@@ -92,6 +92,9 @@ type serveConfig struct {
 	EnvoyXDSServer        string
 	EnvoyXDSNodeID        string
 	EnvoyXDSRetryInterval time.Duration
+	// EnvoyKeyFormat is sluice or ratelimit (envoyproxy/ratelimit's Redis
+	// keys for default fixed windows, under EnvoyKeyPrefix).
+	EnvoyKeyFormat, EnvoyKeyPrefix string
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
 	envoyEnv envoyEnvReport
@@ -160,6 +163,8 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.DurationVar(&cfg.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", 0, "after --grpc-max-connection-age, how long calls in flight may finish before the connection is closed (0: no limit; GRPC_MAX_CONNECTION_AGE_GRACE)")
 	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
 	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&cfg.EnvoyKeyFormat, "envoy-key-format", "sluice", "Redis keys of the Envoy service's default fixed windows: sluice, or ratelimit to share counters with envoyproxy/ratelimit on the same Redis during a migration (needs --redis)")
+	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
 	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
 	f.StringVar(&cfg.EnvoyXDSNodeID, "envoy-xds-node-id", "default", "node ID presented to --envoy-xds-server, which keys its snapshots by it (CONFIG_GRPC_XDS_NODE_ID)")
 	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
@@ -245,6 +250,18 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
+	}
+	switch cfg.EnvoyKeyFormat {
+	case "", envoyKeyFormatSluice:
+		if cfg.EnvoyKeyPrefix != "" {
+			return errors.New("--envoy-key-prefix applies to --envoy-key-format ratelimit only")
+		}
+	case envoyKeyFormatRatelimit:
+		if cfg.Redis == "" {
+			return errors.New("--envoy-key-format ratelimit shares counters with envoyproxy/ratelimit in Redis: set --redis too")
+		}
+	default:
+		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
 	}
 	if cfg.EnvoyXDSRetryInterval < 0 {
 		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
@@ -428,6 +445,14 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 		closers = append(closers, rs.Close)
 		store, storePing = rs, rs.Ping
+		if cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
+			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix)
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, closeKeys)
+			store = wrapped
+		}
 	} else {
 		ms := memory.New(cfg.memoryOptions(m))
 		closers = append(closers, ms.Close)
@@ -487,6 +512,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		Registry:         registry,
 		JSONAddr:         cfg.EnvoyJSONAddr,
 		ConfigDir:        cfg.EnvoyConfig,
+		RatelimitKeys:    cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
 		XDSServer:        cfg.EnvoyXDSServer,
 		XDSNodeID:        cfg.EnvoyXDSNodeID,
 		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -262,7 +261,7 @@ func buildSluice(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command is not on PATH, so the binary cannot be built: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "sluice")
 	out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput()

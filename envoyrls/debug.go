@@ -10,8 +10,9 @@ import (
 
 // Dump lists every rate limit of c, one per line, in envoyproxy/ratelimit's
 // /rlconfig form: "domain.key_value.key: unit=MINUTE requests_per_unit=10,
-// shadow_mode: false", sorted so two dumps of one configuration compare
-// equal. An unlimited rule shows unit=UNKNOWN requests_per_unit=0, as there.
+// shadow_mode: false, quota_mode: false", sorted so two dumps of one
+// configuration compare equal. An unlimited rule shows unit=UNKNOWN
+// requests_per_unit=0, as there.
 func (c *Config) Dump() string {
 	if c == nil {
 		return ""
@@ -26,7 +27,8 @@ func (c *Config) Dump() string {
 				unit, perUnit = r.Unit.String(), r.RequestsPerUnit
 			}
 			key := fullKey(d.Name, r.Path)
-			lines = append(lines, line{key, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, unit, perUnit, r.Shadow)})
+			// merge: envoy-config: print the rule's quota_mode once rules have one.
+			lines = append(lines, line{key, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: false\n", key, unit, perUnit, r.Shadow)})
 		}
 	}
 	// By key, so a descriptor comes before those nested in it.

@@ -86,7 +86,7 @@ func TestXDSConfiguration(t *testing.T) {
 	mgmt.Set(t, "other-node", "1", userLimit(5, rlconfv3.RateLimitUnit_HOUR))
 	mgmt.Set(t, "rls-node", "1", userLimit(1, rlconfv3.RateLimitUnit_HOUR))
 	waitUntil(t, "the first configuration", func() bool { return srv.Config() != nil })
-	if got := srv.Config().Dump(); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false\napi.user.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false\n" {
+	if got := srv.Config().Dump(); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\napi.user.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" {
 		t.Fatalf("configuration from xDS:\n%s", got)
 	}
 	if a, b := call(), call(); a != rlspb.RateLimitResponse_OK || b != rlspb.RateLimitResponse_OVER_LIMIT {

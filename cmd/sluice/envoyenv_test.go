@@ -366,7 +366,7 @@ descriptors:
 	if code, body := getHealth(t, fmt.Sprintf("http://127.0.0.1:%d", port)); code != 200 || body != "OK" {
 		t.Fatalf("GET /healthcheck on PORT: %d %q, want 200 OK", code, body)
 	}
-	if got := getText(t, fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debugPort)); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false\n" {
+	if got := getText(t, fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debugPort)); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\n" {
 		t.Fatalf("/rlconfig on DEBUG_PORT: %q", got)
 	}
 	// LOG_LEVEL=WARN and LOG_FORMAT=text: warnings only, as text; the one

@@ -241,7 +241,7 @@ func TestEnvoyDebugListenerAndLoadMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	startTestEnvoy(t, envoyConfig{ConfigDir: dir, DebugAddr: debugAddr, Registry: reg})
 
-	const want = "api.user: unit=HOUR requests_per_unit=2, shadow_mode: false\n"
+	const want = "api.user: unit=HOUR requests_per_unit=2, shadow_mode: false, quota_mode: false\n"
 	if got := getText(t, "http://"+debugAddr+"/rlconfig"); got != want {
 		t.Fatalf("/rlconfig:\n%q\nwant\n%q", got, want)
 	}
@@ -297,8 +297,8 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1}
 `)
 	waitFor("a successful reload counted", func() bool { return gaugeOrCounter(t, reg, "sluice_envoy_config_loads_total", "success") == 2 })
-	const want2 = "api.user_a.b: unit=MINUTE requests_per_unit=5, shadow_mode: false\n" +
-		"api.user_a.b.path: unit=SECOND requests_per_unit=1, shadow_mode: true\n"
+	const want2 = "api.user_a.b: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
+		"api.user_a.b.path: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false\n"
 	if got := getText(t, "http://"+debugAddr+"/rlconfig"); got != want2 {
 		t.Fatalf("/rlconfig after the fix:\n%q\nwant\n%q", got, want2)
 	}

@@ -26,18 +26,6 @@ func userLimit(perHour uint32, unit rlconfv3.RateLimitUnit) *rlconfv3.RateLimitC
 	}}}
 }
 
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	// Generous: the deadline is not what is tested.
-	deadline := time.Now().Add(15 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 15s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestXDSConfiguration: the rate-limit configuration comes from a real xDS
 // management server; an invalid snapshot is NACKed with the reason and the
 // last good configuration stays in force; a valid one replaces it.
@@ -85,7 +73,7 @@ func TestXDSConfiguration(t *testing.T) {
 	// A snapshot for another node is not ours.
 	mgmt.Set(t, "other-node", "1", userLimit(5, rlconfv3.RateLimitUnit_HOUR))
 	mgmt.Set(t, "rls-node", "1", userLimit(1, rlconfv3.RateLimitUnit_HOUR))
-	waitUntil(t, "the first configuration", func() bool { return srv.Config() != nil })
+	waitFor(t, "the first configuration", func() bool { return srv.Config() != nil })
 	if got := srv.Config().Dump(); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\napi.user.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" {
 		t.Fatalf("configuration from xDS:\n%s", got)
 	}
@@ -95,7 +83,7 @@ func TestXDSConfiguration(t *testing.T) {
 
 	// Invalid (a limit without a unit): NACKed, the last good one stays.
 	mgmt.Set(t, "rls-node", "2", userLimit(100, rlconfv3.RateLimitUnit_UNKNOWN))
-	waitUntil(t, "a NACK", func() bool { return len(mgmt.NACKs()) > 0 })
+	waitFor(t, "a NACK", func() bool { return len(mgmt.NACKs()) > 0 })
 	if nack := mgmt.NACKs()[0]; !strings.Contains(nack, "xds:api-limits") || !strings.Contains(nack, "unit") {
 		t.Fatalf("NACK %q does not name the resource and what is wrong", nack)
 	}
@@ -111,7 +99,7 @@ func TestXDSConfiguration(t *testing.T) {
 	// Valid again, with a higher limit: in force (the counter is kept, so
 	// one more request is admitted).
 	mgmt.Set(t, "rls-node", "3", userLimit(2, rlconfv3.RateLimitUnit_HOUR))
-	waitUntil(t, "the third configuration", func() bool { return loadCount() >= 3 })
+	waitFor(t, "the third configuration", func() bool { return loadCount() >= 3 })
 	loadsMu.Lock()
 	if len(loads) != 3 || loads[2] != nil {
 		t.Errorf("loads reported %v, want success, failure (once, however often the server resends it), success", loads)

@@ -273,7 +273,7 @@ func buildSluice(t *testing.T) string {
 
 // TestServeStartsFromEnvoyRatelimitEnvironment runs the built binary as a
 // Deployment written for envoyproxy/ratelimit would, with only its
-// variables (and no SLUICE_*), and talks to it as Envoy and its probes do:
+// variables (and a generous SLUICE_STORE_TIMEOUT), and talks to it as Envoy and its probes do:
 // gRPC health and ShouldRateLimit, counters in the given Redis, GET
 // /healthcheck on PORT and /rlconfig on DEBUG_PORT.
 func TestServeStartsFromEnvoyRatelimitEnvironment(t *testing.T) {
@@ -309,6 +309,9 @@ descriptors:
 		fmt.Sprintf("GRPC_PORT=%d", grpcPort),
 		"DEBUG_HOST=127.0.0.1",
 		fmt.Sprintf("DEBUG_PORT=%d", debugPort),
+		// Sluice's own per-call deadline (50ms) is not what is tested: on a
+		// loaded test machine the first script load can take longer.
+		"SLUICE_STORE_TIMEOUT=10s",
 	}
 	var stderr testenv.Buffer
 	cmd.Stderr = &stderr

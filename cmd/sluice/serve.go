@@ -116,7 +116,10 @@ With no flags it runs on an in-process memory store and a SQLite catalog in
 With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
 --tls-client-ca); --grpc-tls-* do the same for --grpc-addr (docs/service.md).
 
-Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
+Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).
+envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
+...) are read too, below SLUICE_* and flags, so its Deployments run unchanged
+(docs/envoy.md, "Migrating from envoyproxy/ratelimit").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			report, err := applyEnvoyEnv(cmd.Flags(), os.LookupEnv)

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -33,15 +34,20 @@ descriptors:
 // counted in Redis under envoyproxy/ratelimit's keys (prefix, domain,
 // key_value_ per entry, window start), so hits counted there by
 // envoyproxy/ratelimit (INCRBY on the same key) count here too; a deny
-// consumes nothing; Sluice's extensions keep Sluice's keys.
+// consumes nothing; Sluice's extensions keep Sluice's keys. The keys carry
+// no hash tag, and work on a Redis Cluster too.
 func TestRatelimitKeyFormat(t *testing.T) {
-	redis := testenv.Redis(t)
-	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{})
+	t.Run("single", func(t *testing.T) { testRatelimitKeyFormat(t, testenv.Redis(t).URL()) })
+	t.Run("cluster", func(t *testing.T) { testRatelimitKeyFormat(t, testenv.RedisCluster(t).URL()) })
+}
+
+func testRatelimitKeyFormat(t *testing.T, redisURL string) {
+	rs, err := sluiceredis.Open(redisURL, sluiceredis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	opts, err := sluiceredis.ParseURL(redis.URL())
+	opts, err := sluiceredis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +64,16 @@ func TestRatelimitKeyFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.SetConfig(cfg)
+	// do sends one command as envoyproxy/ratelimit (or an operator) would,
+	// routed to the key's node on a cluster.
+	do := func(args ...string) string {
+		t.Helper()
+		v, err := client.Do(context.Background(), client.B().Arbitrary(args[0]).Keys(args[1]).Args(args[2:]...).Build()).ToAny()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return fmt.Sprint(v)
+	}
 
 	call := func(key, value string) rlspb.RateLimitResponse_Code {
 		t.Helper()
@@ -71,11 +87,7 @@ func TestRatelimitKeyFormat(t *testing.T) {
 	}
 	get := func(key string) string {
 		t.Helper()
-		v, err := redis.Do("GET", key)
-		if err != nil {
-			t.Fatalf("GET %s: %v", key, err)
-		}
-		return v
+		return do("GET", key)
 	}
 	// windowKey is envoyproxy/ratelimit's key of a descriptor for the
 	// current window; the test skips in the rare run that crosses a window
@@ -101,15 +113,12 @@ func TestRatelimitKeyFormat(t *testing.T) {
 	if got := get(key); got != "1" {
 		t.Fatalf("%s = %q after one request, want 1", key, got)
 	}
-	ttl, err := redis.Do("TTL", key)
-	if n, _ := strconv.Atoi(ttl); err != nil || n <= 0 || n > 3600 {
-		t.Fatalf("TTL %s = %q, %v; want within the hour", key, ttl, err)
+	if ttl, _ := strconv.Atoi(do("TTL", key)); ttl <= 0 || ttl > 3600 {
+		t.Fatalf("TTL %s = %d; want within the hour", key, ttl)
 	}
 
 	// envoyproxy/ratelimit counts two requests of its own on the same key.
-	if _, err := redis.Do("INCRBY", key, "2"); err != nil {
-		t.Fatal(err)
-	}
+	do("INCRBY", key, "2")
 	stable("user_u1", 3600, func() {
 		if call("user", "u1") != rlspb.RateLimitResponse_OVER_LIMIT {
 			t.Fatal("3 of 3 counted between the two services, yet a fourth request was admitted")
@@ -138,7 +147,7 @@ func TestRatelimitKeyFormat(t *testing.T) {
 	if call("bucket", "b1") != rlspb.RateLimitResponse_OK {
 		t.Fatal("token bucket denied")
 	}
-	if n, err := redis.Do("EXISTS", windowKey("bucket_b1", 3600)); err != nil || n != "0" {
-		t.Fatalf("a token bucket made an envoyproxy/ratelimit key (EXISTS %q, %v)", n, err)
+	if n := do("EXISTS", windowKey("bucket_b1", 3600)); n != "0" {
+		t.Fatalf("a token bucket made an envoyproxy/ratelimit key (EXISTS %s)", n)
 	}
 }

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -112,4 +113,40 @@ func TestXDSConfiguration(t *testing.T) {
 
 func userDescriptor(user string) []*ratelimitv3.RateLimitDescriptor {
 	return []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}
+}
+
+// TestXDSReconnects: while the management server is away the last good
+// configuration stays in force; once one is back on the address, the stream
+// is reopened and its configuration taken.
+func TestXDSReconnects(t *testing.T) {
+	mgmt := xdstest.Start(t)
+	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	t.Cleanup(func() { engine.Close(); store.Close() })
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine})
+	conn, err := grpc.NewClient(mgmt.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() }) // after the watch below stops
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.WatchXDS(ctx, conn, envoyrls.XDSOptions{NodeID: "n", RetryInterval: 20 * time.Millisecond})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	inForce := func(perHour int) bool {
+		return srv.Config() != nil && strings.HasPrefix(srv.Config().Dump(), fmt.Sprintf("api.user: unit=HOUR requests_per_unit=%d,", perHour))
+	}
+
+	mgmt.Set(t, "n", "1", userLimit(5, rlconfv3.RateLimitUnit_HOUR))
+	waitFor(t, "the first configuration", func() bool { return inForce(5) })
+	mgmt.Stop()
+	if !inForce(5) {
+		t.Fatalf("with the management server away:\n%s\nwant the last good limit of 5", srv.Config().Dump())
+	}
+	again := xdstest.StartOn(t, mgmt.Addr)
+	again.Set(t, "n", "1", userLimit(7, rlconfv3.RateLimitUnit_HOUR))
+	waitFor(t, "the configuration of the restarted server", func() bool { return inForce(7) })
 }

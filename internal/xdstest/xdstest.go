@@ -26,11 +26,18 @@ type Server struct {
 	cache cachev3.SnapshotCache
 	mu    sync.Mutex
 	nacks []string
+
+	stop     func()
+	stopOnce sync.Once
 }
 
 // Start starts a management server on a loopback port; it stops when the
 // test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartOn(t, "127.0.0.1:0") }
+
+// StartOn starts a management server on addr (such as the Addr of one that
+// was stopped, to play a restart); it stops when the test ends.
+func StartOn(t testing.TB, addr string) *Server {
 	t.Helper()
 	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,16 +51,20 @@ func Start(t testing.TB) *Server {
 	}}
 	gs := grpc.NewServer()
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, callbacks))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	s.Addr = lis.Addr().String()
 	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(func() { gs.Stop(); cancel() })
+	s.stop = func() { gs.Stop(); cancel() }
+	t.Cleanup(s.Stop)
 	return s
 }
+
+// Stop stops the server, ending its streams; stopping twice is harmless.
+func (s *Server) Stop() { s.stopOnce.Do(s.stop) }
 
 // Set makes configs, at version, the snapshot served to node.
 func (s *Server) Set(t testing.TB, node, version string, configs ...*rlconfv3.RateLimitConfig) {

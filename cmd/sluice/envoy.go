@@ -27,6 +27,8 @@ type envoyConfig struct {
 	XDSServer        string
 	XDSNodeID        string
 	XDSRetryInterval time.Duration
+	// XDSTLS, if set, dials XDSServer over TLS.
+	XDSTLS *xdsTLSFiles
 	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
 	// keys (--envoy-key-format ratelimit); the store must be wrapped too.
 	RatelimitKeys bool

@@ -107,8 +107,13 @@ var envoyEnvTable = []envoyEnvRow{
 	mapped("envoy-xds-node-id", whenXDS("CONFIG_GRPC_XDS_NODE_ID", ""), "CONFIG_GRPC_XDS_NODE_ID"),
 	mapped("envoy-xds-retry-interval", whenXDS("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", ""), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"),
 	ignored("Sluice starts its listeners at once and answers UNAVAILABLE (health NOT_SERVING) until the first configuration arrives from xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG"),
-	missing("CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+	mapped("envoy-xds-tls", whenXDS("CONFIG_GRPC_XDS_SERVER_USE_TLS", ""), "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+	// (The files apply, as there, with CONFIG_GRPC_XDS_SERVER_USE_TLS.)
+	mapped("envoy-xds-tls-ca", whenXDSTLS("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
+	mapped("envoy-xds-tls-cert", whenXDSTLS("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+	mapped("envoy-xds-tls-key", whenXDSTLS("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+	mapped("envoy-xds-tls-server-name", whenXDSTLS("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+	missing("CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
 	ignored("Sluice's health is SERVING once its configuration is loaded, and a start with a broken file fails", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
@@ -442,6 +447,23 @@ func whenXDS(name, def string) func(envoyEnvGet) (string, bool, error) {
 		if v == "" {
 			v = def
 		}
+		return v, v != "", nil
+	}
+}
+
+// whenXDSTLS passes a variable on with CONFIG_TYPE=GRPC_XDS_SOTW and
+// CONFIG_GRPC_XDS_SERVER_USE_TLS true.
+func whenXDSTLS(name string) func(envoyEnvGet) (string, bool, error) {
+	return func(get envoyEnvGet) (string, bool, error) {
+		xds, err := configFromXDS(get)
+		if err != nil || !xds {
+			return "", false, nil
+		}
+		on, err := envBool(get, "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+		if err != nil || !on {
+			return "", false, err
+		}
+		v := get(name)
 		return v, v != "", nil
 	}
 }

@@ -130,6 +130,10 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		{"prometheus_off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9102"}, with(nil), []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}},
 		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_NODE_ID": "rl-1", "RUNTIME_ROOT": "/data"},
 			with(map[string]string{"envoy-config": "", "envoy-xds-server": "localhost:18000", "envoy-xds-node-id": "rl-1"}), []string{"RUNTIME_ROOT"}},
+		{"xds_over_tls", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.internal"},
+			with(map[string]string{"envoy-config": "", "envoy-xds-server": "xds:18000", "envoy-xds-tls": "true", "envoy-xds-tls-ca": "/ca.pem",
+				"envoy-xds-tls-cert": "/c.pem", "envoy-xds-tls-key": "/k.pem", "envoy-xds-tls-server-name": "xds.internal"}), nil},
 		{"xds_server_without_xds", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "xds:18000"}, with(nil), []string{"CONFIG_GRPC_XDS_SERVER_URL"}},
 		{"response_headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, with(map[string]string{"envoy-response-headers": "true"}), nil},
 	} {

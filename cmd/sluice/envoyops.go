@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
@@ -113,12 +114,18 @@ func startEnvoyConfigSource(cfg envoyConfig, srv *envoyrls.Server, log *slog.Log
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	if cfg.XDSServer != "" {
-		conn, err := grpc.NewClient(cfg.XDSServer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds, err := cfg.XDSTLS.credentials()
+		if err != nil {
+			stopWatch()
+			return nil, err
+		}
+		conn, err := grpc.NewClient(cfg.XDSServer, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			stopWatch()
 			return nil, fmt.Errorf("--envoy-xds-server %s: %w", cfg.XDSServer, err)
 		}
-		log.Info("envoy rate limit configuration from xDS: not serving until the first one arrives", "server", cfg.XDSServer, "node_id", cfg.XDSNodeID)
+		log.Info("envoy rate limit configuration from xDS: not serving until the first one arrives", "server", cfg.XDSServer, "node_id", cfg.XDSNodeID,
+			"tls", cfg.XDSTLS.mode())
 		go func() {
 			defer close(watchDone)
 			defer conn.Close()
@@ -280,4 +287,65 @@ func withRatelimitKeys(rs sluice.Store, redisURL, prefix string) (sluice.Store, 
 		return nil, nil, fmt.Errorf("connect to Redis for --envoy-key-format ratelimit: %w", err)
 	}
 	return envoyrls.NewRatelimitKeyStore(rs, client, prefix), func() error { client.Close(); return nil }, nil
+}
+
+// xdsTLSFiles are the TLS settings of the connection to the xDS server.
+type xdsTLSFiles struct{ ca, cert, key, serverName string }
+
+// xdsTLS is nil when --envoy-xds-tls is off.
+func (cfg serveConfig) xdsTLS() *xdsTLSFiles {
+	if !cfg.EnvoyXDSTLS {
+		return nil
+	}
+	return &xdsTLSFiles{cfg.EnvoyXDSTLSCA, cfg.EnvoyXDSTLSCert, cfg.EnvoyXDSTLSKey, cfg.EnvoyXDSTLSName}
+}
+
+// validateXDSTLS checks the --envoy-xds-tls* flags before anything is read.
+func (cfg serveConfig) validateXDSTLS() error {
+	files := cfg.EnvoyXDSTLSCA != "" || cfg.EnvoyXDSTLSCert != "" || cfg.EnvoyXDSTLSKey != "" || cfg.EnvoyXDSTLSName != ""
+	switch {
+	case files && !cfg.EnvoyXDSTLS:
+		return errors.New("--envoy-xds-tls-* are set but --envoy-xds-tls is not: set it to dial the xDS server over TLS")
+	case cfg.EnvoyXDSTLS && cfg.EnvoyXDSServer == "":
+		return errors.New("--envoy-xds-tls is set but --envoy-xds-server is not: there is no xDS server to dial")
+	case (cfg.EnvoyXDSTLSCert == "") != (cfg.EnvoyXDSTLSKey == ""):
+		return errors.New("--envoy-xds-tls-cert and --envoy-xds-tls-key go together: give both for mutual TLS, or neither")
+	}
+	return nil
+}
+
+// credentials reads the files into the transport credentials of the xDS
+// connection: plaintext when f is nil. They are read once, at start.
+func (f *xdsTLSFiles) credentials() (credentials.TransportCredentials, error) {
+	if f == nil {
+		return insecure.NewCredentials(), nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
+	if f.ca != "" {
+		pool, err := tlsconfig.LoadCAPool(f.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--envoy-xds-tls-ca: %w", err)
+		}
+		c.RootCAs = pool
+	}
+	if f.cert != "" {
+		pair, err := tlsconfig.LoadKeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--envoy-xds-tls-cert / --envoy-xds-tls-key: %w", err)
+		}
+		c.Certificates = []tls.Certificate{*pair}
+	}
+	return credentials.NewTLS(c), nil
+}
+
+// mode says, for logs, how the xDS server is dialled.
+func (f *xdsTLSFiles) mode() string {
+	switch {
+	case f == nil:
+		return "off"
+	case f.cert != "":
+		return "mutual"
+	default:
+		return "on"
+	}
 }

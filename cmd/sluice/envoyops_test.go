@@ -432,3 +432,51 @@ func TestServeValidatesEnvoyKeyFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyConfigFromXDSOverMutualTLS: --envoy-xds-tls-* dial the management
+// server over mutual TLS, verifying it against the given CA and name.
+func TestEnvoyConfigFromXDSOverMutualTLS(t *testing.T) {
+	f := newTLSFixture(t, "xds-ca")
+	serverPair, err := tlsconfig.LoadKeyPair(f.cert, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := xdstest.Start(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{*serverPair}, ClientCAs: f.ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert,
+	})))
+	clientCert, clientKey := f.ca.Client(t, "sluice").Write(t, t.TempDir(), "client")
+	mgmt.Set(t, "rls", "1", &rlconfv3.RateLimitConfig{Name: "api", Domain: "api", Descriptors: []*rlconfv3.RateLimitDescriptor{{
+		Key: "user", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1},
+	}}})
+	reg := prometheus.NewRegistry()
+	startTestEnvoy(t, envoyConfig{XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Registry: reg,
+		XDSTLS: &xdsTLSFiles{ca: f.caFile, cert: clientCert, key: clientKey, serverName: "localhost"}})
+	deadline := time.Now().Add(15 * time.Second) // generous: not what is tested
+	for gaugeOrCounter(t, reg, "sluice_envoy_config_loads_total", "success") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no configuration from the xDS server over mutual TLS within 15s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeValidatesXDSTLS(t *testing.T) {
+	base := serveConfig{Addr: ":8080", StoreTimeout: time.Second, DefaultFailureMode: "closed", EnvoyXDSServer: "xds:18000"}
+	for _, c := range []struct {
+		change func(*serveConfig)
+		want   string
+	}{
+		{func(c *serveConfig) { c.EnvoyXDSTLSCA = "/ca.pem" }, "--envoy-xds-tls-* are set but --envoy-xds-tls is not"},
+		{func(c *serveConfig) { c.EnvoyXDSTLS, c.EnvoyXDSServer = true, "" }, "there is no xDS server to dial"},
+		{func(c *serveConfig) { c.EnvoyXDSTLS, c.EnvoyXDSTLSCert = true, "/c.pem" }, "--envoy-xds-tls-cert and --envoy-xds-tls-key go together"},
+	} {
+		cfg := base
+		c.change(&cfg)
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want %q", err, c.want)
+		}
+	}
+	if _, err := (&xdsTLSFiles{ca: filepath.Join(t.TempDir(), "missing.pem")}).credentials(); err == nil || !strings.Contains(err.Error(), "--envoy-xds-tls-ca") {
+		t.Errorf("a missing CA file: %v, want an error naming --envoy-xds-tls-ca", err)
+	}
+}

@@ -92,6 +92,10 @@ type serveConfig struct {
 	EnvoyXDSServer        string
 	EnvoyXDSNodeID        string
 	EnvoyXDSRetryInterval time.Duration
+	// EnvoyXDSTLS dials the xDS server over TLS: CA (default: the system's),
+	// client certificate and key (mutual TLS), and the name to verify.
+	EnvoyXDSTLS                                                     bool
+	EnvoyXDSTLSCA, EnvoyXDSTLSCert, EnvoyXDSTLSKey, EnvoyXDSTLSName string
 	// EnvoyKeyFormat is sluice or ratelimit (envoyproxy/ratelimit's Redis
 	// keys for default fixed windows, under EnvoyKeyPrefix).
 	EnvoyKeyFormat, EnvoyKeyPrefix string
@@ -170,6 +174,11 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
 	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
 	f.StringVar(&cfg.EnvoyXDSNodeID, "envoy-xds-node-id", "default", "node ID presented to --envoy-xds-server, which keys its snapshots by it (CONFIG_GRPC_XDS_NODE_ID)")
+	f.BoolVar(&cfg.EnvoyXDSTLS, "envoy-xds-tls", false, "dial --envoy-xds-server over TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS)")
+	f.StringVar(&cfg.EnvoyXDSTLSCA, "envoy-xds-tls-ca", "", "with --envoy-xds-tls: PEM CA certificates the xDS server's certificate must chain to (default: the system's; CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")
+	f.StringVar(&cfg.EnvoyXDSTLSCert, "envoy-xds-tls-cert", "", "with --envoy-xds-tls: PEM client certificate to present, for mutual TLS (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")
+	f.StringVar(&cfg.EnvoyXDSTLSKey, "envoy-xds-tls-key", "", "PEM private key of --envoy-xds-tls-cert (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
+	f.StringVar(&cfg.EnvoyXDSTLSName, "envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the xDS server's certificate must carry (default: the host of --envoy-xds-server; CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
@@ -265,6 +274,9 @@ func (cfg serveConfig) validate() error {
 		}
 	default:
 		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
+	}
+	if err := cfg.validateXDSTLS(); err != nil {
+		return err
 	}
 	if cfg.EnvoyXDSRetryInterval < 0 {
 		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
@@ -519,6 +531,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		XDSServer:        cfg.EnvoyXDSServer,
 		XDSNodeID:        cfg.EnvoyXDSNodeID,
 		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
+		XDSTLS:           cfg.xdsTLS(),
 		Engine:           engine,
 		Logger:           log,
 		Mux:              mux,

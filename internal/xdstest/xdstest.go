@@ -31,13 +31,15 @@ type Server struct {
 	stopOnce sync.Once
 }
 
-// Start starts a management server on a loopback port; it stops when the
-// test ends.
-func Start(t testing.TB) *Server { return StartOn(t, "127.0.0.1:0") }
+// Start starts a management server on a loopback port, with opts (such as
+// grpc.Creds for TLS); it stops when the test ends.
+func Start(t testing.TB, opts ...grpc.ServerOption) *Server {
+	return StartOn(t, "127.0.0.1:0", opts...)
+}
 
 // StartOn starts a management server on addr (such as the Addr of one that
 // was stopped, to play a restart); it stops when the test ends.
-func StartOn(t testing.TB, addr string) *Server {
+func StartOn(t testing.TB, addr string, opts ...grpc.ServerOption) *Server {
 	t.Helper()
 	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +51,7 @@ func StartOn(t testing.TB, addr string) *Server {
 		}
 		return nil
 	}}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, callbacks))
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 )
 
@@ -21,6 +23,12 @@ type XDSOptions struct {
 	// which keys its snapshots by it (envoyproxy/ratelimit's
 	// CONFIG_GRPC_XDS_NODE_ID, "default" there and here).
 	NodeID string
+	// NodeMetadata is the node's metadata, as string values
+	// (CONFIG_GRPC_XDS_NODE_METADATA).
+	NodeMetadata map[string]string
+	// Headers are sent with the stream as gRPC metadata, such as a token the
+	// management server asks for (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	Headers map[string]string
 	// RetryInterval is the wait before reconnecting after the stream ends
 	// (default 3s, as CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL).
 	RetryInterval time.Duration
@@ -49,9 +57,19 @@ func (s *Server) WatchXDS(ctx context.Context, conn grpc.ClientConnInterface, op
 		onLoad = func(*Config, error) {}
 	}
 	node := &corev3.Node{Id: opts.NodeID}
+	if len(opts.NodeMetadata) > 0 {
+		node.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for k, v := range opts.NodeMetadata {
+			node.Metadata.Fields[k] = structpb.NewStringValue(v)
+		}
+	}
+	streamCtx := ctx
+	if len(opts.Headers) > 0 {
+		streamCtx = metadata.NewOutgoingContext(ctx, metadata.New(opts.Headers))
+	}
 	lastErr := ""
 	for ctx.Err() == nil {
-		err := s.followXDS(ctx, conn, node, onLoad)
+		err := s.followXDS(streamCtx, conn, node, onLoad)
 		if ctx.Err() != nil {
 			return
 		}

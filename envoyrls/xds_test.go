@@ -48,11 +48,12 @@ func TestXDSConfiguration(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.WatchXDS(ctx, conn, envoyrls.XDSOptions{NodeID: "rls-node", RetryInterval: 50 * time.Millisecond, OnLoad: func(_ *envoyrls.Config, err error) {
-			loadsMu.Lock()
-			loads = append(loads, err)
-			loadsMu.Unlock()
-		}})
+		srv.WatchXDS(ctx, conn, envoyrls.XDSOptions{NodeID: "rls-node", RetryInterval: 50 * time.Millisecond,
+			NodeMetadata: map[string]string{"zone": "eu-1"}, Headers: map[string]string{"x-xds-token": "t0ken"}, OnLoad: func(_ *envoyrls.Config, err error) {
+				loadsMu.Lock()
+				loads = append(loads, err)
+				loadsMu.Unlock()
+			}})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	loadCount := func() int { loadsMu.Lock(); defer loadsMu.Unlock(); return len(loads) }
@@ -80,6 +81,13 @@ func TestXDSConfiguration(t *testing.T) {
 	}
 	if a, b := call(), call(); a != rlspb.RateLimitResponse_OK || b != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("1 per hour: %v then %v, want OK then OVER_LIMIT", a, b)
+	}
+	// The node's metadata and the stream's headers reached the server.
+	if zone := mgmt.Node().GetMetadata().GetFields()["zone"].GetStringValue(); zone != "eu-1" {
+		t.Errorf("node metadata zone = %q, want eu-1", zone)
+	}
+	if got := mgmt.Headers().Get("x-xds-token"); len(got) != 1 || got[0] != "t0ken" {
+		t.Errorf("stream header x-xds-token = %q, want [t0ken]", got)
 	}
 
 	// Invalid (a limit without a unit): NACKed, the last good one stays.

@@ -29,6 +29,8 @@ type envoyConfig struct {
 	XDSRetryInterval time.Duration
 	// XDSTLS, if set, dials XDSServer over TLS.
 	XDSTLS *xdsTLSFiles
+	// XDSNodeMetadata and XDSHeaders go to the xDS server.
+	XDSNodeMetadata, XDSHeaders map[string]string
 	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
 	// keys (--envoy-key-format ratelimit); the store must be wrapped too.
 	RatelimitKeys bool

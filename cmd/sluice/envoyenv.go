@@ -113,7 +113,9 @@ var envoyEnvTable = []envoyEnvRow{
 	mapped("envoy-xds-tls-cert", whenXDSTLS("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
 	mapped("envoy-xds-tls-key", whenXDSTLS("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
 	mapped("envoy-xds-tls-server-name", whenXDSTLS("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
-	missing("CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+	mapped("envoy-xds-node-metadata", whenXDS("CONFIG_GRPC_XDS_NODE_METADATA", ""), "CONFIG_GRPC_XDS_NODE_METADATA"),
+	mapped("envoy-xds-headers", xdsHeaders, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
+	missing(
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
 	ignored("Sluice's health is SERVING once its configuration is loaded, and a start with a broken file fails", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
@@ -267,8 +269,13 @@ func applyEnvoyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) (envoy
 	// Every value is checked before the first is set, so a bad one changes
 	// nothing.
 	for _, s := range sets {
-		if err := checkFlagValue(fs.Lookup(s.flag), s.value); err != nil {
-			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid value for --%s: %w", strings.Join(s.vars, ","), s.value, s.flag, err))
+		f := fs.Lookup(s.flag)
+		if err := checkFlagValue(f, s.value); err != nil {
+			shown := ""
+			if t := f.Value.Type(); t == "duration" || t == "bool" || t == "int" {
+				shown = fmt.Sprintf("=%q", s.value) // never a secret
+			}
+			errs = append(errs, fmt.Errorf("environment variable %s%s is not a valid value for --%s: %w", strings.Join(s.vars, ","), shown, s.flag, err))
 		}
 	}
 	if len(errs) > 0 {
@@ -286,7 +293,7 @@ func applyEnvoyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) (envoy
 }
 
 // checkFlagValue parses value as f's type would, without setting it. String
-// flags take any value (and may hold a secret, so are never quoted in errors).
+// flags take any value; they may hold a secret, so errors never quote them.
 func checkFlagValue(f *pflag.Flag, value string) error {
 	var err error
 	switch f.Value.Type() {
@@ -296,6 +303,10 @@ func checkFlagValue(f *pflag.Flag, value string) error {
 		_, err = strconv.ParseBool(value)
 	case "int":
 		_, err = strconv.Atoi(value)
+	case "stringToString":
+		scratch := pflag.NewFlagSet("check", pflag.ContinueOnError)
+		scratch.StringToString("v", nil, "")
+		err = scratch.Set("v", value)
 	}
 	return err
 }
@@ -449,6 +460,25 @@ func whenXDS(name, def string) func(envoyEnvGet) (string, bool, error) {
 		}
 		return v, v != "", nil
 	}
+}
+
+// xdsHeaders turns CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS, envconfig's
+// map form key:value,key2:value2, into the flag's key=value,key2=value2.
+func xdsHeaders(get envoyEnvGet) (string, bool, error) {
+	v, ok, err := whenXDS("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "")(get)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	pairs := strings.Split(v, ",")
+	for i, p := range pairs {
+		k, val, found := strings.Cut(p, ":")
+		if !found || k == "" {
+			// The value may be a secret: name the variable, not the value.
+			return "", false, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry %d is not key:value", i+1)
+		}
+		pairs[i] = k + "=" + val
+	}
+	return strings.Join(pairs, ","), true, nil
 }
 
 // whenXDSTLS passes a variable on with CONFIG_TYPE=GRPC_XDS_SOTW and

@@ -134,6 +134,10 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.internal"},
 			with(map[string]string{"envoy-config": "", "envoy-xds-server": "xds:18000", "envoy-xds-tls": "true", "envoy-xds-tls-ca": "/ca.pem",
 				"envoy-xds-tls-cert": "/c.pem", "envoy-xds-tls-key": "/k.pem", "envoy-xds-tls-server-name": "xds.internal"}), nil},
+		{"xds_node_metadata_and_headers", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=eu-1,tier=gold",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token:pw,x-team:rl"},
+			with(map[string]string{"envoy-config": "", "envoy-xds-server": "localhost:18000", "envoy-xds-node-metadata": "[tier=gold,zone=eu-1]",
+				"envoy-xds-headers": "[x-team=rl,x-token=pw]"}), nil},
 		{"xds_server_without_xds", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "xds:18000"}, with(nil), []string{"CONFIG_GRPC_XDS_SERVER_URL"}},
 		{"response_headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, with(map[string]string{"envoy-response-headers": "true"}), nil},
 	} {
@@ -245,6 +249,8 @@ func TestEnvoyEnvRefusesBadValues(t *testing.T) {
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT"},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, `GRPC_MAX_CONNECTION_AGE="forever" is not a valid value for --grpc-max-connection-age`},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "sure"}, `LIMIT_RESPONSE_HEADERS_ENABLED="sure" is not a valid value`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token=s3cret"}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry 1 is not key:value"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone"}, "CONFIG_GRPC_XDS_NODE_METADATA is not a valid value for --envoy-xds-node-metadata"},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"}, `PROMETHEUS_PATH="/stats" is not implemented`},
 	} {
 		t.Run(c.want, func(t *testing.T) {
@@ -252,6 +258,9 @@ func TestEnvoyEnvRefusesBadValues(t *testing.T) {
 			_, err := applyEnvoyEnv(fs, envOf(c.env))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("the error shows a header value: %v", err)
 			}
 			if got := changedFlags(fs); len(got) != 0 {
 				t.Fatalf("flags set despite the error: %v", got)

@@ -129,7 +129,8 @@ func startEnvoyConfigSource(cfg envoyConfig, srv *envoyrls.Server, log *slog.Log
 		go func() {
 			defer close(watchDone)
 			defer conn.Close()
-			srv.WatchXDS(watchCtx, conn, envoyrls.XDSOptions{NodeID: cfg.XDSNodeID, RetryInterval: cfg.XDSRetryInterval, OnLoad: onLoad})
+			srv.WatchXDS(watchCtx, conn, envoyrls.XDSOptions{NodeID: cfg.XDSNodeID, NodeMetadata: cfg.XDSNodeMetadata, Headers: cfg.XDSHeaders,
+				RetryInterval: cfg.XDSRetryInterval, OnLoad: onLoad})
 		}()
 	} else {
 		loaded, err := envoyrls.LoadDir(cfg.ConfigDir)

@@ -92,6 +92,9 @@ type serveConfig struct {
 	EnvoyXDSServer        string
 	EnvoyXDSNodeID        string
 	EnvoyXDSRetryInterval time.Duration
+	// EnvoyXDSNodeMetadata and EnvoyXDSHeaders go to the xDS server: the
+	// node's metadata, and gRPC metadata on the stream.
+	EnvoyXDSNodeMetadata, EnvoyXDSHeaders map[string]string
 	// EnvoyXDSTLS dials the xDS server over TLS: CA (default: the system's),
 	// client certificate and key (mutual TLS), and the name to verify.
 	EnvoyXDSTLS                                                     bool
@@ -174,6 +177,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
 	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
 	f.StringVar(&cfg.EnvoyXDSNodeID, "envoy-xds-node-id", "default", "node ID presented to --envoy-xds-server, which keys its snapshots by it (CONFIG_GRPC_XDS_NODE_ID)")
+	f.StringToStringVar(&cfg.EnvoyXDSNodeMetadata, "envoy-xds-node-metadata", nil, "metadata of the node presented to --envoy-xds-server, as key=value,key2=value2 (CONFIG_GRPC_XDS_NODE_METADATA)")
+	f.StringToStringVar(&cfg.EnvoyXDSHeaders, "envoy-xds-headers", nil, "gRPC metadata sent to --envoy-xds-server with the stream, as key=value,key2=value2, such as a token it asks for (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS); never logged")
 	f.BoolVar(&cfg.EnvoyXDSTLS, "envoy-xds-tls", false, "dial --envoy-xds-server over TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS)")
 	f.StringVar(&cfg.EnvoyXDSTLSCA, "envoy-xds-tls-ca", "", "with --envoy-xds-tls: PEM CA certificates the xDS server's certificate must chain to (default: the system's; CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")
 	f.StringVar(&cfg.EnvoyXDSTLSCert, "envoy-xds-tls-cert", "", "with --envoy-xds-tls: PEM client certificate to present, for mutual TLS (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")
@@ -532,6 +537,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		XDSNodeID:        cfg.EnvoyXDSNodeID,
 		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
 		XDSTLS:           cfg.xdsTLS(),
+		XDSNodeMetadata:  cfg.EnvoyXDSNodeMetadata,
+		XDSHeaders:       cfg.EnvoyXDSHeaders,
 		Engine:           engine,
 		Logger:           log,
 		Mux:              mux,

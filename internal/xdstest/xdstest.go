@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -17,6 +18,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Server is a running management server.
@@ -26,6 +28,9 @@ type Server struct {
 	cache cachev3.SnapshotCache
 	mu    sync.Mutex
 	nacks []string
+	// node and headers are those of the last request and stream seen.
+	node    *corev3.Node
+	headers metadata.MD
 
 	stop     func()
 	stopOnce sync.Once
@@ -43,14 +48,26 @@ func StartOn(t testing.TB, addr string, opts ...grpc.ServerOption) *Server {
 	t.Helper()
 	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
-	callbacks := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-		if d := req.GetErrorDetail(); d != nil {
+	callbacks := serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
 			s.mu.Lock()
-			s.nacks = append(s.nacks, d.GetMessage())
+			s.headers = md
 			s.mu.Unlock()
-		}
-		return nil
-	}}
+			return nil
+		},
+		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if req.GetNode() != nil {
+				s.node = req.GetNode()
+			}
+			if d := req.GetErrorDetail(); d != nil {
+				s.nacks = append(s.nacks, d.GetMessage())
+			}
+			return nil
+		},
+	}
 	gs := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, callbacks))
 	lis, err := net.Listen("tcp", addr)
@@ -89,4 +106,18 @@ func (s *Server) NACKs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.nacks...)
+}
+
+// Node returns the node the last request presented (nil before any).
+func (s *Server) Node() *corev3.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node
+}
+
+// Headers returns the gRPC metadata of the last stream opened.
+func (s *Server) Headers() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.headers.Copy()
 }

@@ -27,35 +27,42 @@ func userLimit(perHour uint32, unit rlconfv3.RateLimitUnit) *rlconfv3.RateLimitC
 	}}}
 }
 
+// watchXDS returns a server on a memory store that takes its configuration
+// from the management server at addr until the test ends.
+func watchXDS(t *testing.T, addr string, opts envoyrls.XDSOptions) *envoyrls.Server {
+	t.Helper()
+	store := memory.New(memory.Options{})
+	engine := check.New(store, check.Options{})
+	t.Cleanup(func() { engine.Close(); store.Close() })
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() }) // after the watch below stops
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.WatchXDS(ctx, conn, opts)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return srv
+}
+
 // TestXDSConfiguration: the rate-limit configuration comes from a real xDS
 // management server; an invalid snapshot is NACKed with the reason and the
 // last good configuration stays in force; a valid one replaces it.
 func TestXDSConfiguration(t *testing.T) {
 	mgmt := xdstest.Start(t)
-	store := memory.New(memory.Options{})
-	engine := check.New(store, check.Options{})
-	t.Cleanup(func() { engine.Close(); store.Close() })
-	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine})
-
-	conn, err := grpc.NewClient(mgmt.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() }) // after the watch below stops
 	var loadsMu sync.Mutex
 	var loads []error
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.WatchXDS(ctx, conn, envoyrls.XDSOptions{NodeID: "rls-node", RetryInterval: 50 * time.Millisecond,
-			NodeMetadata: map[string]string{"zone": "eu-1"}, Headers: map[string]string{"x-xds-token": "t0ken"}, OnLoad: func(_ *envoyrls.Config, err error) {
-				loadsMu.Lock()
-				loads = append(loads, err)
-				loadsMu.Unlock()
-			}})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	srv := watchXDS(t, mgmt.Addr, envoyrls.XDSOptions{NodeID: "rls-node", RetryInterval: 50 * time.Millisecond,
+		NodeMetadata: map[string]string{"zone": "eu-1"}, Headers: map[string]string{"x-xds-token": "t0ken"}, OnLoad: func(_ *envoyrls.Config, err error) {
+			loadsMu.Lock()
+			loads = append(loads, err)
+			loadsMu.Unlock()
+		}})
 	loadCount := func() int { loadsMu.Lock(); defer loadsMu.Unlock(); return len(loads) }
 
 	call := func() rlspb.RateLimitResponse_Code {
@@ -128,22 +135,7 @@ func userDescriptor(user string) []*ratelimitv3.RateLimitDescriptor {
 // is reopened and its configuration taken.
 func TestXDSReconnects(t *testing.T) {
 	mgmt := xdstest.Start(t)
-	store := memory.New(memory.Options{})
-	engine := check.New(store, check.Options{})
-	t.Cleanup(func() { engine.Close(); store.Close() })
-	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine})
-	conn, err := grpc.NewClient(mgmt.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() }) // after the watch below stops
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.WatchXDS(ctx, conn, envoyrls.XDSOptions{NodeID: "n", RetryInterval: 20 * time.Millisecond})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	srv := watchXDS(t, mgmt.Addr, envoyrls.XDSOptions{NodeID: "n", RetryInterval: 20 * time.Millisecond})
 	inForce := func(perHour int) bool {
 		return srv.Config() != nil && strings.HasPrefix(srv.Config().Dump(), fmt.Sprintf("api.user: unit=HOUR requests_per_unit=%d,", perHour))
 	}

@@ -67,6 +67,9 @@ type Options struct {
 	// Clock dates the answers decided without the store (time to the end
 	// of a fixed window); default time.Now. Tests give the store's clock.
 	Clock func() time.Time
+	// RatelimitKeys counts default fixed windows under envoyproxy/ratelimit's
+	// Redis keys, for a store wrapped in a RatelimitKeyStore (see there).
+	RatelimitKeys bool
 }
 
 // HeaderStyle names the set of response headers Options.ResponseHeaders adds.
@@ -101,6 +104,7 @@ type Server struct {
 	dynamicMetadata bool
 	load            LoadOptions
 	clock           func() time.Time
+	ratelimitKeys   bool
 	mu              sync.Mutex // serialises SetConfig
 	config          atomic.Pointer[compiled]
 	health          *health.Server
@@ -150,6 +154,7 @@ func NewServer(opts Options) *Server {
 		dynamicMetadata: opts.DynamicMetadata,
 		load:            opts.Load,
 		clock:           opts.Clock,
+		ratelimitKeys:   opts.RatelimitKeys,
 		health:          health.NewServer(),
 		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
@@ -317,7 +322,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		if m, ok := domain.Match(desc.GetEntries()); ok {
-			it.rule, it.subject, it.check = m.Rule, m.Subject, cd.rules[m.Rule]
+			it.rule, it.subject, it.check = m.Rule, s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject), cd.rules[m.Rule]
 		}
 	}
 	markReplaced(items)

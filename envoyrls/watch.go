@@ -13,13 +13,35 @@ import (
 // load leaves the last good configuration in force, and the reason is logged.
 // It returns when ctx is done.
 func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) {
+	s.WatchDir(ctx, dir, WatchOptions{Interval: interval})
+}
+
+// WatchOptions configure WatchDir.
+type WatchOptions struct {
+	// Interval is how often the directory is polled (default 1s).
+	Interval time.Duration
+	// OnLoad, if set, is told of every load of a changed directory: the
+	// configuration now in force, or why the change was refused. A broken
+	// directory is reported once per distinct error, not at every poll.
+	OnLoad func(cfg *Config, err error)
+}
+
+// WatchDir is Watch with options.
+func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
+	interval := opts.Interval
 	if interval <= 0 {
 		interval = time.Second
 	}
+	onLoad := opts.OnLoad
+	if onLoad == nil {
+		onLoad = func(*Config, error) {}
+	}
 	// The first poll reloads whatever is there, so a change made between
 	// the caller's first load and this call is not missed.
-	var last [32]byte
+	var last, refused [32]byte
 	lastErr := ""
+	// The first poll's success repeats the caller's own load: not reported.
+	firstPoll := true
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -29,31 +51,37 @@ func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) 
 		case <-t.C:
 		}
 		fp, err := fingerprint(dir, s.load)
-		if err == nil && fp == last {
+		wasFirst := firstPoll
+		firstPoll = false
+		if err == nil && (fp == last || fp == refused) {
 			continue
 		}
 		var cfg *Config
 		if err == nil {
-			cfg, err = Load(dir, s.load)
+			if cfg, err = Load(dir, s.load); err != nil {
+				// The same files would fail the same way: wait for a change.
+				refused = fp
+			}
 		}
 		if err != nil {
 			// Logged once per distinct problem, not every second.
 			if err.Error() != lastErr {
 				s.log.Error("envoy rate limit configuration not reloaded; keeping the last good one", "dir", dir, "error", err)
 				lastErr = err.Error()
+				onLoad(nil, err)
 			}
 			continue
 		}
-		first := last == [32]byte{}
-		last, lastErr = fp, ""
 		// The first poll reloads what the caller loaded and reported, most
 		// likely: its warnings are news only if they differ.
 		news := !slices.Equal(cfg.Warnings(), s.Config().Warnings())
+		last, refused, lastErr = fp, [32]byte{}, ""
 		s.SetConfig(cfg)
-		if !first {
+		if !wasFirst {
 			s.log.Info("envoy rate limit configuration reloaded", "dir", dir, "domains", cfg.Domains())
+			onLoad(cfg, nil)
 		}
-		if !first || news {
+		if !wasFirst || news {
 			for _, w := range cfg.Warnings() {
 				s.log.Warn("envoy rate limit configuration: "+w, "dir", dir)
 			}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
@@ -23,6 +23,18 @@ import (
 type envoyConfig struct {
 	GRPCAddr  string // --grpc-addr, "" = no gRPC listener
 	ConfigDir string // --envoy-config, "" = no Envoy rate limit service
+	// XDSServer, instead of ConfigDir, is the xDS management server the
+	// configuration comes from (--envoy-xds-server), with its options.
+	XDSServer        string
+	XDSNodeID        string
+	XDSRetryInterval time.Duration
+	// XDSTLS, if set, dials XDSServer over TLS.
+	XDSTLS *xdsTLSFiles
+	// XDSNodeMetadata and XDSHeaders go to the xDS server.
+	XDSNodeMetadata, XDSHeaders map[string]string
+	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
+	// keys (--envoy-key-format ratelimit); the store must be wrapped too.
+	RatelimitKeys bool
 	// Engine is the check engine of the shared store.
 	Engine *check.Engine
 	Logger *slog.Logger
@@ -43,6 +55,16 @@ type envoyConfig struct {
 	JSONTLS *tlsconfig.Reloader
 	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
 	GRPCTLS *tlsconfig.Reloader
+	// GRPCClientSAN, if set, is a name every client certificate must carry.
+	GRPCClientSAN string
+	// GRPCUDS is a unix socket to serve gRPC on (--grpc-uds).
+	GRPCUDS string
+	// MaxConnAge and MaxConnAgeGrace bound gRPC connections' lives.
+	MaxConnAge, MaxConnAgeGrace time.Duration
+	// DebugAddr serves /rlconfig (--debug-addr).
+	DebugAddr string
+	// Registry, if set, gets the configuration load metrics.
+	Registry prometheus.Registerer
 }
 
 // envoyFlags are the flags that select envoyproxy/ratelimit's behaviours,
@@ -102,14 +124,22 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ConfigDir == "" {
-		if cfg.GRPCAddr != "" {
-			return nil, errors.New("--grpc-addr serves Envoy's rate limit service, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
-		}
-		if cfg.JSONAddr != "" {
-			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON, which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files")
+	if cfg.ConfigDir == "" && cfg.XDSServer == "" {
+		const need = ", which needs its configuration: set --envoy-config to a directory of envoyproxy/ratelimit YAML files, or --envoy-xds-server"
+		switch {
+		case cfg.GRPCAddr != "":
+			return nil, errors.New("--grpc-addr serves Envoy's rate limit service" + need)
+		case cfg.JSONAddr != "":
+			return nil, errors.New("--envoy-json-addr serves Envoy's rate limit service as JSON" + need)
+		case cfg.GRPCUDS != "":
+			return nil, errors.New("--grpc-uds serves Envoy's rate limit service" + need)
+		case cfg.DebugAddr != "":
+			return nil, errors.New("--debug-addr shows Envoy's rate limit configuration" + need)
 		}
 		return noop, nil
+	}
+	if cfg.ConfigDir != "" && cfg.XDSServer != "" {
+		return nil, errors.New("--envoy-config and --envoy-xds-server both give the Envoy rate limit configuration; use one")
 	}
 	if cfg.Engine == nil {
 		return nil, errors.New("the Envoy rate limit service needs a check engine")
@@ -119,23 +149,12 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		logger = slog.Default()
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
-	loaded, err := envoyrls.Load(cfg.ConfigDir, opts.Load)
-	if err != nil {
-		return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
-	}
+	opts.RatelimitKeys = cfg.RatelimitKeys
 	srv := envoyrls.NewServer(opts)
-	srv.SetConfig(loaded)
-	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
-	for _, w := range loaded.Warnings() {
-		logger.Warn("envoy rate limit configuration: "+w, "dir", cfg.ConfigDir)
+	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
+	if err != nil {
+		return nil, err
 	}
-
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		srv.Watch(watchCtx, cfg.ConfigDir, envoyReloadInterval)
-	}()
 
 	if cfg.Mux != nil {
 		// envoyproxy/ratelimit's HTTP health path, for existing probes. It
@@ -150,7 +169,6 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.JSONAddr)
 		if err != nil {
 			stopWatch()
-			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
 		}
 		jsonSrv = envoyJSONServer(srv, logger)
@@ -159,31 +177,42 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		go func() { jsonDone <- serveHTTP(jsonSrv, lis) }()
 	}
 
-	var gs *grpc.Server
-	serveDone := make(chan error, 1)
-	if cfg.GRPCAddr != "" {
-		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.GRPCAddr)
-		if err != nil {
+	var debugSrv *http.Server
+	if cfg.DebugAddr != "" {
+		if debugSrv, err = startEnvoyDebug(ctx, cfg, srv, logger); err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
 			}
 			stopWatch()
-			<-watchDone
-			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
+			return nil, err
 		}
-		opts := envoyrls.ServerOptions()
-		if cfg.GRPCTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS.ServerConfig("h2"))))
+	}
+
+	var gs *grpc.Server
+	var serveDone chan error
+	if cfg.GRPCAddr != "" || cfg.GRPCUDS != "" {
+		lns, err := grpcListeners(ctx, cfg)
+		if err != nil {
+			if jsonSrv != nil {
+				_ = jsonSrv.Close()
+			}
+			if debugSrv != nil {
+				_ = debugSrv.Close()
+			}
+			stopWatch()
+			return nil, err
 		}
-		gs = grpc.NewServer(opts...)
+		gs = grpc.NewServer(grpcServerOptions(cfg)...)
 		srv.Register(gs)
-		logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "tls", tlsMode(cfg.GRPCTLS))
-		go func() { serveDone <- gs.Serve(lis) }()
+		serveDone = make(chan error, len(lns))
+		for _, lis := range lns {
+			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsMode(cfg.GRPCTLS))
+			go func() { serveDone <- gs.Serve(lis) }()
+		}
 	}
 
 	return func(ctx context.Context) error {
 		stopWatch()
-		<-watchDone
 		// NOT_SERVING first, on gRPC and on GET /healthcheck alike, so
 		// probes move traffic away before the listeners close.
 		srv.Shutdown()
@@ -208,9 +237,14 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 				gs.Stop()
 				<-stopped
 			}
-			if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				errs = append(errs, fmt.Errorf("envoy gRPC server: %w", err))
+			for range cap(serveDone) {
+				if err := <-serveDone; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+					errs = append(errs, fmt.Errorf("envoy gRPC server: %w", err))
+				}
 			}
+		}
+		if debugSrv != nil {
+			_ = debugSrv.Close()
 		}
 		return errors.Join(errs...)
 	}, nil

@@ -80,6 +80,36 @@ type serveConfig struct {
 	// Envoy holds envoyproxy/ratelimit's behaviours, each a flag
 	// (--envoy-merge-domains...).
 	Envoy envoyFlags
+	// GRPCTLSClientSAN, if set, is a name every gRPC client certificate
+	// must carry (GRPC_CLIENT_TLS_SAN).
+	GRPCTLSClientSAN string
+	// GRPCUDS serves the Envoy gRPC service on a unix socket too.
+	GRPCUDS string
+	// GRPCMaxConnectionAge and its grace close gRPC connections after a
+	// while, so clients rebalance over new instances (0: never).
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
+	// DebugAddr serves /rlconfig, the loaded Envoy configuration as text.
+	DebugAddr string
+	// LogFormat is json or text.
+	LogFormat string
+	// EnvoyXDSServer, instead of EnvoyConfig, takes the Envoy configuration
+	// from an xDS management server.
+	EnvoyXDSServer        string
+	EnvoyXDSNodeID        string
+	EnvoyXDSRetryInterval time.Duration
+	// EnvoyXDSNodeMetadata and EnvoyXDSHeaders go to the xDS server: the
+	// node's metadata, and gRPC metadata on the stream.
+	EnvoyXDSNodeMetadata, EnvoyXDSHeaders map[string]string
+	// EnvoyXDSTLS dials the xDS server over TLS: CA (default: the system's),
+	// client certificate and key (mutual TLS), and the name to verify.
+	EnvoyXDSTLS                                                     bool
+	EnvoyXDSTLSCA, EnvoyXDSTLSCert, EnvoyXDSTLSKey, EnvoyXDSTLSName string
+	// EnvoyKeyFormat is sluice or ratelimit (envoyproxy/ratelimit's Redis
+	// keys for default fixed windows, under EnvoyKeyPrefix).
+	EnvoyKeyFormat, EnvoyKeyPrefix string
+	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
+	// logged once the logger exists.
+	envoyEnv envoyEnvReport
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -98,9 +128,17 @@ With no flags it runs on an in-process memory store and a SQLite catalog in
 With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
 --tls-client-ca); --grpc-tls-* do the same for --grpc-addr (docs/service.md).
 
-Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
+Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).
+envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
+...) are read too, below SLUICE_* and flags, so its Deployments run unchanged
+(docs/envoy.md, "Migrating from envoyproxy/ratelimit").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			report, err := applyEnvoyEnv(cmd.Flags(), os.LookupEnv)
+			if err != nil {
+				return err
+			}
+			cfg.envoyEnv = report
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
@@ -142,6 +180,24 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate of --grpc-addr (plaintext gRPC when empty; like envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT)")
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY)")
 	f.StringVar(&cfg.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA certificates: gRPC clients must then present a certificate signed by one of them (mutual TLS; GRPC_CLIENT_TLS_CACERT)")
+	f.StringVar(&cfg.GRPCTLSClientSAN, "grpc-tls-client-san", "", "with --grpc-tls-client-ca: a DNS name every client certificate must carry (GRPC_CLIENT_TLS_SAN)")
+	f.StringVar(&cfg.GRPCUDS, "grpc-uds", "", "unix socket path to serve the Envoy gRPC service on, alone or beside --grpc-addr (GRPC_UDS)")
+	f.DurationVar(&cfg.GRPCMaxConnectionAge, "grpc-max-connection-age", 0, "close a gRPC connection (GOAWAY) after this long, so Envoy rebalances over new instances (0: never; GRPC_MAX_CONNECTION_AGE)")
+	f.DurationVar(&cfg.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", 0, "after --grpc-max-connection-age, how long calls in flight may finish before the connection is closed (0: no limit; GRPC_MAX_CONNECTION_AGE_GRACE)")
+	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
+	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&cfg.EnvoyKeyFormat, "envoy-key-format", "sluice", "Redis keys of the Envoy service's default fixed windows: sluice, or ratelimit to share counters with envoyproxy/ratelimit on the same Redis during a migration (needs --redis)")
+	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
+	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
+	f.StringVar(&cfg.EnvoyXDSNodeID, "envoy-xds-node-id", "default", "node ID presented to --envoy-xds-server, which keys its snapshots by it (CONFIG_GRPC_XDS_NODE_ID)")
+	f.StringToStringVar(&cfg.EnvoyXDSNodeMetadata, "envoy-xds-node-metadata", nil, "metadata of the node presented to --envoy-xds-server, as key=value,key2=value2 (CONFIG_GRPC_XDS_NODE_METADATA)")
+	f.StringToStringVar(&cfg.EnvoyXDSHeaders, "envoy-xds-headers", nil, "gRPC metadata sent to --envoy-xds-server with the stream, as key=value,key2=value2, such as a token it asks for (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS); never logged")
+	f.BoolVar(&cfg.EnvoyXDSTLS, "envoy-xds-tls", false, "dial --envoy-xds-server over TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS)")
+	f.StringVar(&cfg.EnvoyXDSTLSCA, "envoy-xds-tls-ca", "", "with --envoy-xds-tls: PEM CA certificates the xDS server's certificate must chain to (default: the system's; CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")
+	f.StringVar(&cfg.EnvoyXDSTLSCert, "envoy-xds-tls-cert", "", "with --envoy-xds-tls: PEM client certificate to present, for mutual TLS (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")
+	f.StringVar(&cfg.EnvoyXDSTLSKey, "envoy-xds-tls-key", "", "PEM private key of --envoy-xds-tls-cert (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
+	f.StringVar(&cfg.EnvoyXDSTLSName, "envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the xDS server's certificate must carry (default: the host of --envoy-xds-server; CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
+	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
@@ -156,11 +212,23 @@ func (cfg serveConfig) memoryOptions(m *metrics.Metrics) memory.Options {
 
 // newLogger returns the JSON logger every command of the service uses.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	return newFormatLogger(w, level, "json")
+}
+
+// newFormatLogger returns a logger writing in format, json or text.
+func newFormatLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", level)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json", "":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("unknown log format %q (want json or text)", format)
 }
 
 // validate checks the configuration before anything is opened.
@@ -204,8 +272,35 @@ func (cfg serveConfig) validate() error {
 	if err := validateTLSFlags(cfg.grpcTLSFiles(), grpcTLSFlagNames); err != nil {
 		return err
 	}
-	if cfg.GRPCAddr == "" && cfg.GRPCTLSCert != "" {
-		return errors.New("--grpc-tls-cert is set but --grpc-addr is not: there is no gRPC listener to serve it on")
+	if cfg.GRPCAddr == "" && cfg.GRPCUDS == "" && cfg.GRPCTLSCert != "" {
+		return errors.New("--grpc-tls-cert is set but neither --grpc-addr nor --grpc-uds is: there is no gRPC listener to serve it on")
+	}
+	if cfg.GRPCTLSClientSAN != "" && cfg.GRPCTLSClientCA == "" {
+		return errors.New("--grpc-tls-client-san checks client certificates, which needs mutual TLS: set --grpc-tls-client-ca too")
+	}
+	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
+	}
+	switch cfg.EnvoyKeyFormat {
+	case "", envoyKeyFormatSluice:
+		if cfg.EnvoyKeyPrefix != "" {
+			return errors.New("--envoy-key-prefix applies to --envoy-key-format ratelimit only")
+		}
+	case envoyKeyFormatRatelimit:
+		if cfg.Redis == "" {
+			return errors.New("--envoy-key-format ratelimit shares counters with envoyproxy/ratelimit in Redis: set --redis too")
+		}
+	default:
+		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
+	}
+	if err := cfg.validateXDSTLS(); err != nil {
+		return err
+	}
+	if cfg.EnvoyXDSRetryInterval < 0 {
+		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
+	}
+	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
+		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
 	return nil
 }
@@ -320,12 +415,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	log, err := newLogger(stderr, cfg.LogLevel)
+	log, err := newFormatLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return nil, err
 	}
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
+	cfg.envoyEnv.log(log)
 	// Certificates are read before anything is opened, so a wrong file
 	// fails the start at once.
 	httpTLSFiles, err := loadTLS(cfg.tlsFiles(), tlsFlagNames, log)
@@ -382,6 +478,14 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 		closers = append(closers, rs.Close)
 		store, storePing = rs, rs.Ping
+		if cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
+			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix)
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, closeKeys)
+			store = wrapped
+		}
 	} else {
 		ms := memory.New(cfg.memoryOptions(m))
 		closers = append(closers, ms.Close)
@@ -432,17 +536,30 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
 	// nor --envoy-config it does nothing.
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
-		GRPCAddr:        cfg.GRPCAddr,
-		JSONAddr:        cfg.EnvoyJSONAddr,
-		ConfigDir:       cfg.EnvoyConfig,
-		Engine:          engine,
-		Logger:          log,
-		Mux:             mux,
-		Metrics:         m,
-		ResponseHeaders: cfg.EnvoyResponseHeaders,
-		Flags:           cfg.Envoy,
-		JSONTLS:         httpTLSFiles,
-		GRPCTLS:         grpcTLSFiles,
+		GRPCAddr:         cfg.GRPCAddr,
+		GRPCUDS:          cfg.GRPCUDS,
+		GRPCClientSAN:    cfg.GRPCTLSClientSAN,
+		MaxConnAge:       cfg.GRPCMaxConnectionAge,
+		MaxConnAgeGrace:  cfg.GRPCMaxConnectionAgeGrace,
+		DebugAddr:        cfg.DebugAddr,
+		Registry:         registry,
+		JSONAddr:         cfg.EnvoyJSONAddr,
+		ConfigDir:        cfg.EnvoyConfig,
+		RatelimitKeys:    cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
+		XDSServer:        cfg.EnvoyXDSServer,
+		XDSNodeID:        cfg.EnvoyXDSNodeID,
+		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
+		XDSTLS:           cfg.xdsTLS(),
+		XDSNodeMetadata:  cfg.EnvoyXDSNodeMetadata,
+		XDSHeaders:       cfg.EnvoyXDSHeaders,
+		Engine:           engine,
+		Logger:           log,
+		Mux:              mux,
+		Metrics:          m,
+		ResponseHeaders:  cfg.EnvoyResponseHeaders,
+		Flags:            cfg.Envoy,
+		JSONTLS:          httpTLSFiles,
+		GRPCTLS:          grpcTLSFiles,
 	})
 	if err != nil {
 		return nil, err

@@ -81,7 +81,7 @@ func TestServeRejectsBadTLSConfiguration(t *testing.T) {
 		{"unreadable_client_ca", func(c *serveConfig) { c.TLSCert, c.TLSKey, c.TLSClientCA = f.cert, f.key, missing }, "--tls-client-ca: the client CA file cannot be read"},
 		{"client_ca_not_pem", func(c *serveConfig) { c.TLSCert, c.TLSKey, c.TLSClientCA = f.cert, f.key, f.key }, "--tls-client-ca: " + f.key + " holds no PEM certificate"},
 		{"grpc_cert_without_key", func(c *serveConfig) { c.GRPCAddr, c.GRPCTLSCert = "127.0.0.1:0", f.cert }, "--grpc-tls-cert is set but --grpc-tls-key is not"},
-		{"grpc_tls_without_grpc", func(c *serveConfig) { c.GRPCTLSCert, c.GRPCTLSKey = f.cert, f.key }, "--grpc-tls-cert is set but --grpc-addr is not"},
+		{"grpc_tls_without_grpc", func(c *serveConfig) { c.GRPCTLSCert, c.GRPCTLSKey = f.cert, f.key }, "--grpc-tls-cert is set but neither --grpc-addr nor --grpc-uds is"},
 		{"grpc_client_ca_without_cert", func(c *serveConfig) { c.GRPCAddr, c.GRPCTLSClientCA = "127.0.0.1:0", f.caFile }, "--grpc-tls-client-ca verifies client certificates"},
 		{"grpc_key_of_another_cert", func(c *serveConfig) { c.GRPCAddr, c.GRPCTLSCert, c.GRPCTLSKey = "127.0.0.1:0", f.cert, other.key }, "--grpc-tls-key: the key in"},
 	} {

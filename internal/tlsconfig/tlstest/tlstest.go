@@ -79,13 +79,14 @@ func (ca *CA) Server(t testing.TB) Pair {
 	return ca.issue(t, "server", x509.ExtKeyUsageServerAuth)
 }
 
-// Client issues a client certificate for name.
-func (ca *CA) Client(t testing.TB, name string) Pair {
+// Client issues a client certificate for name, with dnsNames as its subject
+// alternative names (none by default).
+func (ca *CA) Client(t testing.TB, name string, dnsNames ...string) Pair {
 	t.Helper()
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth)
+	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, dnsNames...)
 }
 
-func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
+func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNames ...string) Pair {
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -94,6 +95,7 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dnsNames,
 	}
 	if usage == x509.ExtKeyUsageServerAuth {
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}

@@ -1,0 +1,162 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// envoyproxy/ratelimit keeps each fixed window's count in Redis under
+//
+//	CACHE_KEY_PREFIX + domain + "_" + (key + "_" + value + "_") per entry + window start
+//
+// (the window start in Unix seconds, a multiple of the unit's length), adds
+// each request's hits with INCRBY and sets the key to expire with its unit.
+// Sluice's own keys are hashed and hash-tagged, so during a rolling migration
+// from one to the other, both services on one Redis would each admit up to
+// the limit. With the ratelimit key format (Options.RatelimitKeys and a
+// RatelimitKeyStore under the engine), Sluice counts its default fixed
+// windows under those very keys, so the two fleets share one count.
+
+// ratelimitKeyMarker starts the subject of a check counted under an
+// envoyproxy/ratelimit key: no subject Match makes starts with a NUL.
+const ratelimitKeyMarker = "\x00ratelimit\x00"
+
+// keySubject is the subject of a matched descriptor's check: with the
+// ratelimit key format and a rule it applies to, the key's descriptor part
+// (envoyproxy/ratelimit's key without its prefix and window), else subject.
+// An all_or_nothing domain checks its descriptors together, under Sluice's
+// keys: envoyproxy/ratelimit has no such thing to share counters with.
+func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimitDescriptor_Entry, subject string) string {
+	if !s.ratelimitKeys || d.AllOrNothing || !usesRatelimitKey(r) {
+		return subject
+	}
+	var b strings.Builder
+	b.WriteString(ratelimitKeyMarker)
+	b.WriteString(d.Name)
+	b.WriteByte('_')
+	cur := d.root
+	for _, e := range entries {
+		next := cur.child(e.GetKey(), e.GetValue())
+		if next == nil {
+			return subject // cannot happen: entries matched r
+		}
+		b.WriteString(e.GetKey())
+		b.WriteByte('_')
+		if next.shareThreshold {
+			// Every value the wildcard matches shares one counter, keyed
+			// by the pattern, as there.
+			b.WriteString(next.value) // the pattern as written, its * included
+		} else {
+			b.WriteString(e.GetValue())
+		}
+		b.WriteByte('_')
+		cur = next
+	}
+	return b.String()
+}
+
+// usesRatelimitKey reports whether r is counted as envoyproxy/ratelimit
+// counts: a fixed window of one whole unit. Sluice's extensions (other
+// algorithms, unit_multiplier) keep Sluice's keys: there is nothing to share.
+func usesRatelimitKey(r *Rule) bool {
+	return r.Limit.Algorithm == sluice.AlgorithmFixedWindow && r.UnitMultiplier == 1 && r.Limit.Capacity > 0
+}
+
+// ratelimitScript adds the hits to the window's count unless that would pass
+// the limit (a deny consumes nothing, as everywhere in Sluice; where
+// envoyproxy/ratelimit counts denied hits too, the count is only higher), and
+// keeps the key for the window's length. It replies the verdict and the count.
+var ratelimitScript = rueidis.NewLuaScript(`
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local hits, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+if count + hits > limit then
+  return {0, count}
+end
+if hits > 0 then
+  count = redis.call('INCRBY', KEYS[1], hits)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return {1, count}
+`)
+
+// RatelimitKeyStore is a sluice.Store that counts the checks the Envoy
+// server marked (Options.RatelimitKeys) under envoyproxy/ratelimit's keys in
+// Redis, and passes every other check to the store it wraps. Windows follow
+// this process's clock, as envoyproxy/ratelimit's follow its own: the two
+// must agree on the time to agree on the window.
+type RatelimitKeyStore struct {
+	next   sluice.Store
+	client rueidis.Client
+	prefix string
+	now    func() time.Time
+}
+
+var _ sluice.Store = (*RatelimitKeyStore)(nil)
+
+// NewRatelimitKeyStore wraps next; client is the Redis envoyproxy/ratelimit
+// uses, and prefix its CACHE_KEY_PREFIX. The caller keeps owning client.
+func NewRatelimitKeyStore(next sluice.Store, client rueidis.Client, prefix string) *RatelimitKeyStore {
+	return &RatelimitKeyStore{next: next, client: client, prefix: prefix, now: time.Now}
+}
+
+// Check counts a marked check under its envoyproxy/ratelimit key, and passes
+// any other to the wrapped store.
+func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	descriptor, marked := strings.CutPrefix(req.Subject, ratelimitKeyMarker)
+	if !marked || !strings.HasPrefix(req.Tenant, "envoy:") || len(req.Limits) != 1 || req.Limits[0].Algorithm != sluice.AlgorithmFixedWindow {
+		return s.next.Check(ctx, req)
+	}
+	if err := req.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	l := req.Limits[0]
+	unit := int64(l.Window / time.Second)
+	if unit <= 0 {
+		return sluice.Decision{}, fmt.Errorf("%w: a ratelimit-format window of %v is shorter than a second", sluice.ErrInvalid, l.Window)
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = s.now()
+	}
+	start := now.Unix() / unit * unit
+	untilEnd := time.Unix(start+unit, 0).Sub(now)
+	key := s.prefix + descriptor + strconv.FormatInt(start, 10)
+	reply, err := ratelimitScript.Exec(ctx, s.client, []string{key},
+		[]string{strconv.FormatInt(req.Cost, 10), strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(unit, 10)}).AsIntSlice()
+	if err != nil || len(reply) != 2 {
+		if err == nil {
+			err = fmt.Errorf("script replied %d values, want 2", len(reply))
+		}
+		return sluice.Decision{}, fmt.Errorf("redis ratelimit-format check: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	allowed := reply[0] == 1
+	ld := sluice.LimitDecision{
+		Name: l.Name, Algorithm: l.Algorithm, Allowed: allowed, Limit: l.Capacity,
+		// envoyproxy/ratelimit counts denied hits too, so the count may be
+		// past the limit.
+		Remaining:  max(0, l.Capacity-reply[1]),
+		ResetAfter: untilEnd,
+		Window:     sluice.PolicyWindow(l),
+	}
+	if !allowed {
+		// The count starts again at the next window, whoever counted.
+		ld.RetryAfter = untilEnd
+	}
+	d := sluice.Decision{Limits: []sluice.LimitDecision{ld}}
+	d.Combine()
+	return d, nil
+}
+
+// Reset passes to the wrapped store: the Envoy face never resets a subject,
+// and envoyproxy/ratelimit's keys expire with their window.
+func (s *RatelimitKeyStore) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	return s.next.Reset(ctx, tenant, rule, subject, limits)
+}

@@ -63,8 +63,8 @@ type Options struct {
 	StoreName string
 	// StorePing reports whether the store answers; nil: always (in process).
 	StorePing func(context.Context) error
-	// EnvoyConfig returns the loaded Envoy configuration; nil when the
-	// Envoy rate limit service is off.
+	// EnvoyConfig returns the loaded Envoy configuration, nil while the
+	// Envoy rate limit service is off (a nil EnvoyConfig: always off).
 	EnvoyConfig func() *envoyrls.Config
 	// SessionTTL bounds a sign-in (default DefaultSessionTTL).
 	SessionTTL time.Duration

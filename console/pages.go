@@ -301,6 +301,9 @@ func (c *Console) handleTenantStatus(w http.ResponseWriter, r *http.Request, ses
 	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s is now %s.", tenant, status))
 }
 
+// confirmPage asks to type a tenant's name before deleting it.
+type confirmPage struct{ Name, Error string }
+
 func (c *Console) handleConfirmDeleteTenant(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant := r.PathValue("tenant")
 	a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant), nil)
@@ -308,15 +311,14 @@ func (c *Console) handleConfirmDeleteTenant(w http.ResponseWriter, r *http.Reque
 		c.failed(w, r, sess, a)
 		return
 	}
-	c.render(w, r, sess, http.StatusOK, "confirm-delete", struct{ Name string }{tenant})
+	c.render(w, r, sess, http.StatusOK, "confirm-delete", confirmPage{Name: tenant})
 }
 
 func (c *Console) handleDeleteTenant(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant := r.PathValue("tenant")
 	if r.PostFormValue("confirm") != tenant {
-		c.render(w, r, sess, http.StatusBadRequest, "confirm-delete", struct {
-			Name, Error string
-		}{tenant, "Type the tenant's name exactly to confirm; nothing was deleted."})
+		c.render(w, r, sess, http.StatusBadRequest, "confirm-delete",
+			confirmPage{Name: tenant, Error: "Type the tenant's name exactly to confirm; nothing was deleted."})
 		return
 	}
 	a := c.call(r, sess, http.MethodDelete, apiPath("tenants", tenant), nil)
@@ -717,9 +719,10 @@ func (c *Console) handleEnvoy(w http.ResponseWriter, r *http.Request, sess *sess
 		c.renderError(w, r, sess, http.StatusForbidden, "Only the operator may see the Envoy domains; a tenant key sees its own tenant only.")
 		return
 	}
-	p := envoyPage{Enabled: c.opts.EnvoyConfig != nil}
-	if p.Enabled {
+	var p envoyPage
+	if c.opts.EnvoyConfig != nil {
 		if cfg := c.opts.EnvoyConfig(); cfg != nil {
+			p.Enabled = true
 			for _, name := range cfg.Domains() {
 				d := cfg.Domain(name)
 				dv := envoyDomain{Name: d.Name, File: d.File, FailureMode: string(d.FailureMode), AllOrNothing: d.AllOrNothing}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +41,8 @@ type envoyConfig struct {
 	JSONTLS *tlsconfig.Reloader
 	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
 	GRPCTLS *tlsconfig.Reloader
+	// Server, if set, is given the server once started (for the console).
+	Server *atomic.Pointer[envoyrls.Server]
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -75,6 +78,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	}
 	srv := envoyrls.NewServer(envoyrls.Options{Engine: cfg.Engine, Metrics: cfg.Metrics, Logger: logger, ResponseHeaders: cfg.ResponseHeaders})
 	srv.SetConfig(loaded)
+	if cfg.Server != nil {
+		cfg.Server.Store(srv)
+	}
 	logger.Info("envoy rate limit configuration loaded", "dir", cfg.ConfigDir, "domains", loaded.Domains())
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())

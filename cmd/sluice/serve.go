@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
@@ -75,6 +77,9 @@ type serveConfig struct {
 	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
 	TLSCert, TLSKey, TLSClientCA             string
 	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
+	// Console serves the web console, on ConsoleAddr if set (console.go).
+	Console     bool
+	ConsoleAddr string
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -130,6 +135,7 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY)")
 	f.StringVar(&cfg.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA certificates: gRPC clients must then present a certificate signed by one of them (mutual TLS; GRPC_CLIENT_TLS_CACERT)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
+	addConsoleFlags(f, &cfg)
 	return cmd
 }
 
@@ -194,7 +200,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.GRPCAddr == "" && cfg.GRPCTLSCert != "" {
 		return errors.New("--grpc-tls-cert is set but --grpc-addr is not: there is no gRPC listener to serve it on")
 	}
-	return nil
+	return cfg.validateConsole()
 }
 
 // tlsFlags names the flags of one set of TLS files, for errors.
@@ -418,7 +424,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	// The Envoy rate-limit server shares the store, guard, logs, metrics and
 	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
 	// nor --envoy-config it does nothing.
+	var envoySrv atomic.Pointer[envoyrls.Server]
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
+		Server:          &envoySrv,
 		GRPCAddr:        cfg.GRPCAddr,
 		JSONAddr:        cfg.EnvoyJSONAddr,
 		ConfigDir:       cfg.EnvoyConfig,
@@ -440,6 +448,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return err
 	}
 	closers = append(closers, func() error { return stopEnvoy(context.Background()) })
+
+	stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
+		Mux: mux, TLS: httpTLSFiles, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stopConsole)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -181,6 +181,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("rule row %q, want 4 allowed (3 of user-42, 1 of user-7), 2 denied", rates)
 	}
 	run("chart", chromedp.WaitVisible(chromedp.CSS("#chart canvas")))
+	run("chart data", chromedp.WaitVisible(chromedp.CSS(`#chart[data-denied="2"][data-allowed="4"]`)))
 	shot("overview")
 
 	// The inspector: nothing left, then reset.

@@ -183,6 +183,11 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 		t.Errorf("check with the revoked key: %d", status)
 	}
 	must(t, "revoked", b.get("/console/tenants/acme/keys"), http.StatusOK, "revoked")
+	for _, path := range []string{"/console/tenants", "/console/tenants/acme/keys"} {
+		if p := b.get(path); strings.Contains(p.body, "0001-01-01") {
+			t.Errorf("%s shows a zero date:\n%s", path, p.body)
+		}
+	}
 	b.post("/console/tenants/acme/rules/orders/delete", nil)
 	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusNotFound {
 		t.Errorf("rule after delete: %d", status)

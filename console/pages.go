@@ -252,8 +252,9 @@ func (c *Console) handleLiveJSON(w http.ResponseWriter, r *http.Request, sess *s
 // --- tenants
 
 type tenantRow struct {
-	Name, Status string
-	CreatedAt    time.Time
+	Name      string    `json:"name"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 type tenantsPage struct {
@@ -333,9 +334,11 @@ func (c *Console) handleDeleteTenant(w http.ResponseWriter, r *http.Request, ses
 // --- keys
 
 type keyRow struct {
-	ID, Name, Role string
-	CreatedAt      time.Time
-	RevokedAt      *time.Time
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
 }
 
 type keysPage struct {

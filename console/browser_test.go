@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -113,6 +115,13 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 
+	// Every page records what the Content-Security-Policy blocks; the test
+	// ends by asserting that nothing was (an inline style or script would be).
+	run("watch the CSP", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatcher})
+		return err
+	}))
+
 	// Sign in: the field has the focus.
 	run("sign-in page", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	shot("signin")
@@ -209,6 +218,10 @@ func TestBrowser(t *testing.T) {
 	shot("rule-form-390")
 	run("wide again", chromedp.EmulateViewport(1280, 900))
 
+	if blocked := evalString("CSP violations", `sessionStorage.getItem("csp") || "[]"`); blocked != "[]" {
+		t.Errorf("the Content-Security-Policy blocked %s", blocked)
+	}
+
 	// Sign out, then be refused.
 	run("sign out", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("form.signout button")),
 		chromedp.Click(chromedp.CSS("form.signout button")), chromedp.WaitVisible(chromedp.CSS("#secret")))
@@ -218,6 +231,14 @@ func TestBrowser(t *testing.T) {
 		t.Error("a page after sign-out shows a signed-in console")
 	}
 }
+
+// cspWatcher keeps, in the tab's session storage, every violation of the
+// Content-Security-Policy (a script added by the test, so not subject to it).
+const cspWatcher = `document.addEventListener("securitypolicyviolation", function (e) {
+	var v = JSON.parse(sessionStorage.getItem("csp") || "[]");
+	v.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber);
+	sessionStorage.setItem("csp", JSON.stringify(v));
+});`
 
 func postCheck(t *testing.T, base, key, subject string) int {
 	t.Helper()

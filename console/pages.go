@@ -150,10 +150,6 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	sess := c.sessions.start(secret, caller)
 	setCookie(w, r, sess)
 	c.log.Info("console sign-in", "remote", r.RemoteAddr, "operator", caller.Operator, "tenant", caller.Tenant)
-	if caller.Operator {
-		http.Redirect(w, r, Prefix, http.StatusSeeOther)
-		return
-	}
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
@@ -545,9 +541,12 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 		c.render(w, r, sess, http.StatusBadRequest, "rule-form", f)
 		return
 	}
-	a := c.call(r, sess, http.MethodPut, apiPath("tenants", tenant, "rules", f.Name), body)
+	var a apiAnswer
 	if f.Name == "" {
+		// The name is part of the API's path: without one there is no call.
 		a = apiAnswer{Status: http.StatusBadRequest, Message: "A rule needs a name: lowercase letters, digits and dashes."}
+	} else {
+		a = c.call(r, sess, http.MethodPut, apiPath("tenants", tenant, "rules", f.Name), body)
 	}
 	if !a.ok() {
 		field := fieldOf(a.Message, f.Limits)

@@ -131,6 +131,14 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 	must(t, "new rule form", b.get("/console/tenants/acme/rules/new"), http.StatusOK, `id="rule-route"`, `id="algorithm0"`)
 	rule := url.Values{"name": {"orders"}, "route": {"/orders*"}, "failure_mode": {""}, "algorithm0": {"token_bucket"},
 		"limit_name0": {"burst"}, "amount0": {"2"}, "refill0": {""}}
+	rule.Set("name", "")
+	must(t, "rule without a name", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-name"`, "needs a name")
+	rule.Set("name", "Bad Name")
+	must(t, "rule with a bad name", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-name"`)
+	rule.Set("name", "orders")
+	rule.Set("amount0", "two")
+	must(t, "not a number", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-limit0"`, `&#34;two&#34; is not a number`)
+	rule.Set("amount0", "2")
 	must(t, "limit missing refill", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest,
 		`id="err-limit0"`, "needs capacity and refill_per_second")
 	rule.Set("refill0", "0.001")

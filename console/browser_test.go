@@ -72,22 +72,6 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	evalBool := func(what, expr string) bool {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return v
-	}
-	evalString := func(what, expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return v
-	}
 	shot := func(name string) {
 		t.Helper()
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -125,17 +109,17 @@ func TestBrowser(t *testing.T) {
 	// Sign in: the field has the focus.
 	run("sign-in page", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	shot("signin")
-	if focused := evalString("focus", `document.activeElement.id`); focused != "secret" {
+	if focused := eval[string](t, ctx, "focus", `document.activeElement.id`); focused != "secret" {
 		t.Errorf("the sign-in page focuses %q, want the secret's field", focused)
 	}
 	run("sign in", chromedp.SendKeys(chromedp.CSS("#secret"), adminToken), chromedp.Submit(chromedp.CSS("#secret")),
 		chromedp.WaitVisible(chromedp.CSS(`form.signout`)))
 	waitText("overview before traffic", "#live", "No checks yet")
 	run("tab", chromedp.KeyEvent("\t"))
-	if focused := evalString("focus", `document.activeElement.className`); focused != "skip" {
+	if focused := eval[string](t, ctx, "focus", `document.activeElement.className`); focused != "skip" {
 		t.Errorf("the first Tab on a page focuses %q, want the skip link", focused)
 	}
-	if url := evalString("location", `window.location.href`); strings.Contains(url, adminToken) {
+	if url := eval[string](t, ctx, "location", `window.location.href`); strings.Contains(url, adminToken) {
 		t.Fatalf("the token is in the URL %s", url)
 	}
 
@@ -148,14 +132,14 @@ func TestBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#key-name"), "web"), chromedp.SetValue(chromedp.CSS("#key-role"), "check"),
 		chromedp.Submit(chromedp.CSS("#key-name")), chromedp.WaitVisible(chromedp.CSS("#new-secret")),
 		chromedp.Click(chromedp.CSS("#copy-secret")))
-	secret := evalString("secret", `document.getElementById("new-secret").value`)
+	secret := eval[string](t, ctx, "secret", `document.getElementById("new-secret").value`)
 	if !strings.HasPrefix(secret, "sk_") {
 		t.Fatalf("secret %q", secret)
 	}
 	waitText("copy", "#copy-status", ".") // copied, or how to copy by hand
 	shot("key-created")
 	run("keys again", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#keys")))
-	if evalBool("secret again", `document.body.innerHTML.includes(`+jsString(secret)+`)`) {
+	if eval[bool](t, ctx, "secret again", `document.body.innerHTML.includes(`+jsString(secret)+`)`) {
 		t.Fatal("the key's secret is shown a second time")
 	}
 
@@ -185,7 +169,7 @@ func TestBrowser(t *testing.T) {
 	postCheck(t, s.srv.URL, secret, "user-7")
 	waitText("live rates", "#rule-rates", "acme/orders")
 	waitText("top denied", "table.top-denied", "user-42")
-	rates := evalString("rates", `document.querySelector("#rule-rates tbody").innerText`)
+	rates := eval[string](t, ctx, "rates", `document.querySelector("#rule-rates tbody").innerText`)
 	if !strings.Contains(rates, "4\t2\t0\t0") {
 		t.Errorf("rule row %q, want 4 allowed (3 of user-42, 1 of user-7), 2 denied", rates)
 	}
@@ -207,18 +191,18 @@ func TestBrowser(t *testing.T) {
 	// 390 pixels wide: nothing wider than the screen.
 	const overflows = `document.documentElement.scrollWidth > window.innerWidth`
 	run("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#live")))
-	if evalBool("overflow", overflows) {
+	if eval[bool](t, ctx, "overflow", overflows) {
 		t.Error("the overview is wider than a 390-pixel screen")
 	}
 	shot("overview-390")
 	run("narrow rules", chromedp.Navigate(base+"tenants/acme/rules/orders/edit"), chromedp.WaitVisible(chromedp.CSS("#rule-route")))
-	if evalBool("overflow", overflows) {
+	if eval[bool](t, ctx, "overflow", overflows) {
 		t.Error("the rule form is wider than a 390-pixel screen")
 	}
 	shot("rule-form-390")
 	run("wide again", chromedp.EmulateViewport(1280, 900))
 
-	if blocked := evalString("CSP violations", `sessionStorage.getItem("csp") || "[]"`); blocked != "[]" {
+	if blocked := eval[string](t, ctx, "CSP violations", `sessionStorage.getItem("csp") || "[]"`); blocked != "[]" {
 		t.Errorf("the Content-Security-Policy blocked %s", blocked)
 	}
 
@@ -227,9 +211,20 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("form.signout button")), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	waitText("signed out", "main", "You are signed out.")
 	run("after sign-out", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#secret")))
-	if evalBool("no session", `!!document.querySelector("form.signout")`) {
+	if eval[bool](t, ctx, "no session", `!!document.querySelector("form.signout")`) {
 		t.Error("a page after sign-out shows a signed-in console")
 	}
+}
+
+// eval evaluates a JavaScript expression in the page; what names it in a
+// failure.
+func eval[T any](t *testing.T, ctx context.Context, what, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
 }
 
 // cspWatcher keeps, in the tab's session storage, every violation of the

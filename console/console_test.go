@@ -182,6 +182,8 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 		t.Fatalf("reset: %d %s", p.status, p.body)
 	}
 	must(t, "after reset", b.get(p.header.Get("Location")), http.StatusOK, "were reset", `<td class="num remaining">2</td>`)
+	must(t, "inspect no subject", b.get("/console/tenants/acme/inspect?rule=orders&subject="), http.StatusOK,
+		`<td class="num remaining">2</td>`, "(no subject) under orders")
 	must(t, "inspect unknown rule", b.get("/console/tenants/acme/inspect?rule=nope&subject=x"), http.StatusNotFound, "nope")
 
 	// Revoke, delete rule, delete tenant (with its confirmation).

@@ -108,6 +108,21 @@ func (c *Console) redirect(w http.ResponseWriter, r *http.Request, sess *session
 	http.Redirect(w, r, page, http.StatusSeeOther)
 }
 
+// get reads an admin API resource into v as the signed-in user; when the
+// API refuses, it shows the API's answer and returns false.
+func (c *Console) get(w http.ResponseWriter, r *http.Request, sess *session, path string, v any) bool {
+	a := c.call(r, sess, http.MethodGet, path, nil)
+	if !a.ok() {
+		c.failed(w, r, sess, a)
+		return false
+	}
+	if err := a.decode(v); err != nil {
+		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		return false
+	}
+	return true
+}
+
 // failed shows an API error on an error page with the API's own status and
 // message.
 func (c *Console) failed(w http.ResponseWriter, r *http.Request, sess *session, a apiAnswer) {
@@ -260,14 +275,8 @@ type tenantsPage struct {
 }
 
 func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p tenantsPage) {
-	a := c.call(r, sess, http.MethodGet, "/v1/tenants", nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
-		return
-	}
 	var body struct{ Tenants []tenantRow }
-	if err := a.decode(&body); err != nil {
-		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+	if !c.get(w, r, sess, "/v1/tenants", &body) {
 		return
 	}
 	p.Tenants = body.Tenants
@@ -347,14 +356,8 @@ type keysPage struct {
 
 func (c *Console) keysPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p keysPage) {
 	tenant := r.PathValue("tenant")
-	a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "keys"), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
-		return
-	}
 	var body struct{ Keys []keyRow }
-	if err := a.decode(&body); err != nil {
-		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "keys"), &body) {
 		return
 	}
 	p.Keys = body.Keys
@@ -417,14 +420,8 @@ func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *
 type rulesPage struct{ Rules []httpapi.RuleBody }
 
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
-	a := c.call(r, sess, http.MethodGet, apiPath("tenants", r.PathValue("tenant"), "rules"), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
-		return
-	}
 	var body struct{ Rules []httpapi.RuleBody }
-	if err := a.decode(&body); err != nil {
-		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+	if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules"), &body) {
 		return
 	}
 	c.render(w, r, sess, http.StatusOK, "rules", rulesPage{Rules: body.Rules})
@@ -453,14 +450,8 @@ type ruleForm struct {
 func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := ruleForm{Errors: map[string]string{}}
 	if name := r.PathValue("name"); name != "" {
-		a := c.call(r, sess, http.MethodGet, apiPath("tenants", r.PathValue("tenant"), "rules", name), nil)
-		if !a.ok() {
-			c.failed(w, r, sess, a)
-			return
-		}
 		var rule httpapi.RuleBody
-		if err := a.decode(&rule); err != nil {
-			c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules", name), &rule) {
 			return
 		}
 		f.Editing, f.Name, f.Route, f.FailureMode, f.Shadow = true, rule.Name, rule.Route, rule.FailureMode, rule.Shadow
@@ -627,25 +618,23 @@ type inspectPage struct {
 	Error         string
 }
 
+// peekResult is the API's answer to a peek: a decision body.
 type peekResult struct {
-	Allowed, Degraded bool
-	Limits            []struct {
-		Name, Algorithm            string
-		Limit, Remaining           int64
-		ResetAfterMs, RetryAfterMs int64
-	}
+	Allowed  bool `json:"allowed"`
+	Degraded bool `json:"degraded"`
+	Limits   []struct {
+		Name         string `json:"name"`
+		Algorithm    string `json:"algorithm"`
+		Limit        int64  `json:"limit"`
+		Remaining    int64  `json:"remaining"`
+		ResetAfterMs int64  `json:"reset_after_ms"`
+	} `json:"limits"`
 }
 
 func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant := r.PathValue("tenant")
-	a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules"), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
-		return
-	}
 	var rules struct{ Rules []httpapi.RuleBody }
-	if err := a.decode(&rules); err != nil {
-		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules"), &rules) {
 		return
 	}
 	p := inspectPage{Rule: r.URL.Query().Get("rule"), Subject: r.URL.Query().Get("subject")}
@@ -656,30 +645,14 @@ func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *se
 	status := http.StatusOK
 	if p.Rule != "" {
 		a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", p.Rule, "subjects", p.Subject), nil)
-		if a.ok() {
-			var res struct {
-				Allowed, Degraded bool
-				Limits            []struct {
-					Name, Algorithm  string
-					Limit, Remaining int64
-					ResetAfterMs     int64 `json:"reset_after_ms"`
-					RetryAfterMs     int64 `json:"retry_after_ms"`
-				}
-			}
-			if err := a.decode(&res); err != nil {
-				p.Error = err.Error()
-			} else {
-				p.Result = &peekResult{Allowed: res.Allowed, Degraded: res.Degraded}
-				for _, l := range res.Limits {
-					p.Result.Limits = append(p.Result.Limits, struct {
-						Name, Algorithm            string
-						Limit, Remaining           int64
-						ResetAfterMs, RetryAfterMs int64
-					}{l.Name, l.Algorithm, l.Limit, l.Remaining, l.ResetAfterMs, l.RetryAfterMs})
-				}
-			}
-		} else {
+		var res peekResult
+		switch {
+		case !a.ok():
 			p.Error, status = a.Message, a.Status
+		case a.decode(&res) != nil:
+			p.Error, status = "The console could not read the admin API's answer.", http.StatusInternalServerError
+		default:
+			p.Result = &res
 		}
 	}
 	c.render(w, r, sess, status, "inspect", p)

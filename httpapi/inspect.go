@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 )
 
@@ -39,27 +40,37 @@ func (a *API) CatalogVersion() int64 { return a.state.Load().snap.Version }
 // cache, and it honours the rule's failure mode like any check.
 func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
-		t, err := a.catalog.Tenant(ctx, tenant)
+		rule, peek, err := a.subjectRule(ctx, r.PathValue("tenant"), r.PathValue("name"))
 		if err != nil {
 			return 0, nil, err
 		}
-		rule, err := a.catalog.Rule(ctx, tenant, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		mode := rule.FailureMode
-		if mode == "" {
-			mode = a.defaultMode
-		}
-		peek := &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode}
-		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: subject, Cost: 0})
+		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: r.PathValue("subject"), Cost: 0})
 		if err != nil {
 			if errors.Is(err, check.ErrOverloaded) {
 				return 0, nil, errOverloaded
 			}
 			return 0, nil, err
 		}
-		return http.StatusOK, newDecisionBody(name, res.Decision, rule.Shadow), nil
+		return http.StatusOK, newDecisionBody(rule.Name, res.Decision, rule.Shadow), nil
 	})
+}
+
+// subjectRule reads a tenant's rule from the catalog and returns it with an
+// engine rule over its counters for one-off calls (a peek, a reset): made
+// without NewRule, so neither counted in the metrics nor observed, and with
+// an identity of its own, so the deny cache keeps nothing of it.
+func (a *API) subjectRule(ctx context.Context, tenant, name string) (sluice.Rule, *check.Rule, error) {
+	t, err := a.catalog.Tenant(ctx, tenant)
+	if err != nil {
+		return sluice.Rule{}, nil, err
+	}
+	rule, err := a.catalog.Rule(ctx, tenant, name)
+	if err != nil {
+		return sluice.Rule{}, nil, err
+	}
+	mode := rule.FailureMode
+	if mode == "" {
+		mode = a.defaultMode
+	}
+	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode}, nil
 }

@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicelabs/sluice/console"
+	"github.com/sluicelabs/sluice/envoyrls"
 )
 
 func TestSignIn(t *testing.T) {
@@ -368,4 +371,31 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+func TestEnvoyDomainsAreShownReadOnly(t *testing.T) {
+	d, err := envoyrls.ParseDomain("/etc/ratelimit/edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: path
+    value: /health
+    rate_limit: {unlimited: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyrls.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStackWith(t, func(o *console.Options) { o.EnvoyConfig = func() *envoyrls.Config { return cfg } })
+	b := s.browser()
+	b.signIn(adminToken)
+	p := b.get("/console/envoy")
+	must(t, "envoy", p, http.StatusOK, `<h2 id="domain-edge">edge</h2>`, "/etc/ratelimit/edge.yaml",
+		"<code>remote_address</code>", "unlimited")
+	if n := strings.Count(p.body, "<form"); n != 1 { // the sign-out form only
+		t.Errorf("the Envoy page has %d forms, want only sign-out's: it is read-only", n)
+	}
 }

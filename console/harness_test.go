@@ -34,7 +34,10 @@ type stack struct {
 	api *httpapi.API
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T) *stack { return newStackWith(t, nil) }
+
+// newStackWith builds a stack whose console options change may adjust.
+func newStackWith(t *testing.T, change func(*console.Options)) *stack {
 	t.Helper()
 	ctx := context.Background()
 	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
@@ -61,7 +64,11 @@ func newStack(t *testing.T) *stack {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = api.Run(runCtx) }()
-	c, err := console.New(console.Options{API: api, Engine: engine, StoreName: "memory", Logger: logger})
+	opts := console.Options{API: api, Engine: engine, StoreName: "memory", Logger: logger}
+	if change != nil {
+		change(&opts)
+	}
+	c, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,6 +156,8 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 		t.Fatalf("save rule: %d\n%s", p.status, p.body)
 	}
 	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token_bucket 2")
+	must(t, "new rule under a taken name", b.post("/console/tenants/acme/rules", rule), http.StatusConflict,
+		`id="err-name"`, "already exists")
 	must(t, "edit form", b.get("/console/tenants/acme/rules/orders/edit"), http.StatusOK,
 		`value="/orders*"`, `id="shadow" name="shadow" checked`, `value="burst"`, `value="0.001"`, "readonly")
 	rule.Del("shadow")

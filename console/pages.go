@@ -533,10 +533,14 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 		return
 	}
 	var a apiAnswer
-	if f.Name == "" {
+	switch {
+	case f.Name == "":
 		// The name is part of the API's path: without one there is no call.
 		a = apiAnswer{Status: http.StatusBadRequest, Message: "A rule needs a name: lowercase letters, digits and dashes."}
-	} else {
+	case !f.Editing && c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", f.Name), nil).ok():
+		// PUT replaces: a new rule must not silently take an existing one's place.
+		a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("A rule named %s already exists; edit it instead, or choose another name.", f.Name)}
+	default:
 		a = c.call(r, sess, http.MethodPut, apiPath("tenants", tenant, "rules", f.Name), body)
 	}
 	if !a.ok() {

@@ -19,7 +19,8 @@ import (
 )
 
 // screenshotsEnv names a folder to write the screenshots to instead of a
-// fresh temporary one: docs/console.md shows the PNGs this test takes, and
+// fresh temporary one (removed after a pass, kept after a failure):
+// docs/console.md shows the PNGs this test takes, and
 //
 //	SLUICE_CONSOLE_SCREENSHOTS=$PWD/docs/console go test -run TestBrowser ./console/
 //
@@ -44,10 +45,17 @@ func TestBrowser(t *testing.T) {
 		if shots, err = os.MkdirTemp("", "sluice-console-screenshots-"); err != nil {
 			t.Fatal(err)
 		}
+		// Kept when the test fails, to see what the browser saw.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("screenshots kept in %s", shots)
+				return
+			}
+			_ = os.RemoveAll(shots)
+		})
 	} else if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshots in %s", shots)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),

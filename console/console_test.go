@@ -391,7 +391,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStackWith(t, func(o *console.Options) { o.EnvoyConfig = func() *envoyrls.Config { return cfg } })
+	s := newStackWith(t, false, func(o *console.Options) { o.EnvoyConfig = func() *envoyrls.Config { return cfg } })
 	b := s.browser()
 	b.signIn(adminToken)
 	p := b.get("/console/envoy")
@@ -399,5 +399,13 @@ descriptors:
 		"<code>remote_address</code>", "unlimited")
 	if n := strings.Count(p.body, "<form"); n != 1 { // the sign-out form only
 		t.Errorf("the Envoy page has %d forms, want only sign-out's: it is read-only", n)
+	}
+}
+
+func TestSessionCookieIsSecureUnderTLS(t *testing.T) {
+	s := newStackWith(t, true, nil)
+	p := s.browser().post("/console/signin", url.Values{"secret": {adminToken}})
+	if cookie := p.header.Get("Set-Cookie"); p.status != http.StatusSeeOther || !strings.Contains(cookie, "; Secure") {
+		t.Errorf("sign-in over TLS: %d, cookie %q; want a Secure cookie", p.status, cookie)
 	}
 }

@@ -34,10 +34,11 @@ type stack struct {
 	api *httpapi.API
 }
 
-func newStack(t *testing.T) *stack { return newStackWith(t, nil) }
+func newStack(t *testing.T) *stack { return newStackWith(t, false, nil) }
 
-// newStackWith builds a stack whose console options change may adjust.
-func newStackWith(t *testing.T, change func(*console.Options)) *stack {
+// newStackWith builds a stack served over TLS or not, whose console options
+// change may adjust.
+func newStackWith(t *testing.T, overTLS bool, change func(*console.Options)) *stack {
 	t.Helper()
 	ctx := context.Background()
 	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
@@ -75,7 +76,12 @@ func newStackWith(t *testing.T, change func(*console.Options)) *stack {
 	mux := http.NewServeMux()
 	api.Register(mux)
 	c.Register(mux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if overTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return &stack{t: t, srv: srv, api: api}
 }
@@ -90,9 +96,8 @@ type browser struct {
 
 func (s *stack) browser() *browser {
 	jar, _ := cookiejar.New(nil)
-	return &browser{s: s, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}}
+	return &browser{s: s, c: &http.Client{Jar: jar, Transport: s.srv.Client().Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 type page struct {

@@ -123,6 +123,17 @@ func (c *Console) get(w http.ResponseWriter, r *http.Request, sess *session, pat
 	return true
 }
 
+// change makes an admin API call that changes something, as the signed-in
+// user; when the API refuses, it shows the API's answer and returns false.
+func (c *Console) change(w http.ResponseWriter, r *http.Request, sess *session, method, path string, body any) bool {
+	a := c.call(r, sess, method, path, body)
+	if !a.ok() {
+		c.failed(w, r, sess, a)
+		return false
+	}
+	return true
+}
+
 // failed shows an API error on an error page with the API's own status and
 // message.
 func (c *Console) failed(w http.ResponseWriter, r *http.Request, sess *session, a apiAnswer) {
@@ -299,9 +310,7 @@ func (c *Console) handleCreateTenant(w http.ResponseWriter, r *http.Request, ses
 
 func (c *Console) handleTenantStatus(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, status := r.PathValue("tenant"), r.PostFormValue("status")
-	a := c.call(r, sess, http.MethodPatch, apiPath("tenants", tenant), map[string]string{"status": status})
-	if !a.ok() {
-		c.failed(w, r, sess, a)
+	if !c.change(w, r, sess, http.MethodPatch, apiPath("tenants", tenant), map[string]string{"status": status}) {
 		return
 	}
 	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s is now %s.", tenant, status))
@@ -327,9 +336,7 @@ func (c *Console) handleDeleteTenant(w http.ResponseWriter, r *http.Request, ses
 			confirmPage{Name: tenant, Error: "Type the tenant's name exactly to confirm; nothing was deleted."})
 		return
 	}
-	a := c.call(r, sess, http.MethodDelete, apiPath("tenants", tenant), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant), nil) {
 		return
 	}
 	c.live.Forget(func(l metrics.Labels) bool { return l.Source == metrics.SourceHTTP && l.Tenant == tenant })
@@ -398,9 +405,7 @@ func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, sess *
 
 func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, id := r.PathValue("tenant"), r.PathValue("id")
-	a := c.call(r, sess, http.MethodDelete, apiPath("tenants", tenant, "keys", id), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "keys", id), nil) {
 		return
 	}
 	if !sess.caller.Operator {
@@ -602,9 +607,7 @@ func fieldOf(msg string, rows []limitRow) string {
 
 func (c *Console) handleDeleteRule(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, name := r.PathValue("tenant"), r.PathValue("name")
-	a := c.call(r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", name), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", name), nil) {
 		return
 	}
 	c.live.Forget(func(l metrics.Labels) bool {
@@ -664,9 +667,7 @@ func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *se
 
 func (c *Console) handleResetSubject(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, rule, subject := r.PathValue("tenant"), r.PostFormValue("rule"), r.PostFormValue("subject")
-	a := c.call(r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "subjects", subject), nil)
-	if !a.ok() {
-		c.failed(w, r, sess, a)
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "subjects", subject), nil) {
 		return
 	}
 	q := url.Values{"rule": {rule}, "subject": {subject}}

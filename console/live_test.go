@@ -113,3 +113,29 @@ func requestWithCookie(id string) *http.Request {
 	r.AddCookie(&http.Cookie{Name: cookieName, Value: id})
 	return r
 }
+
+// BenchmarkLiveObserve is the console's cost on every check: allowed checks
+// of one rule from parallel goroutines (the contended case), and denies of
+// many subjects (the sketch's replacements).
+func BenchmarkLiveObserve(b *testing.B) {
+	labels := metrics.Labels{Source: metrics.SourceHTTP, Tenant: "acme", Rule: "orders"}
+	b.Run("allowed_parallel", func(b *testing.B) {
+		l := NewLive(nil)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Observe(labels, "user-42", check.Allowed)
+			}
+		})
+	})
+	b.Run("denied_distinct_subjects", func(b *testing.B) {
+		l := NewLive(nil)
+		subjects := make([]string, 1024)
+		for i := range subjects {
+			subjects[i] = fmt.Sprintf("user-%d", i)
+		}
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			l.Observe(labels, subjects[i%len(subjects)], check.Denied)
+		}
+	})
+}

@@ -76,6 +76,7 @@ type Engine struct {
 	// resetEpoch counts subject resets; a check that saw another epoch when
 	// it was sent must not remember its deny (the counters it saw are gone).
 	resetEpoch atomic.Uint64
+	observer   engineObserver
 }
 
 // New returns an Engine over store. Close releases its fallback store.
@@ -219,11 +220,8 @@ func (r Result) Pass() bool {
 	return false
 }
 
-// Check decides q. Errors: sluice.ErrInvalid for input that can never be
-// valid (a cost no limit can hold), ErrOverloaded when the check is shed,
-// sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
-// closed, and the caller's own context error when it gave up.
-func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
+// decide is Check without the observer.
+func (e *Engine) decide(ctx context.Context, q Query) (Result, error) {
 	if q.Start.IsZero() {
 		q.Start = time.Now()
 	}

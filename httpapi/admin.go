@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/check"
 )
 
 // principal is who an admin call comes from: the operator (admin token), or
@@ -560,15 +559,10 @@ func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
 func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
 		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
-		t, err := a.catalog.Tenant(ctx, tenant)
+		_, target, err := a.subjectRule(ctx, tenant, name)
 		if err != nil {
 			return 0, nil, err
 		}
-		rule, err := a.catalog.Rule(ctx, tenant, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		target := &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits}
 		if err := a.engine.Reset(ctx, target, subject); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}

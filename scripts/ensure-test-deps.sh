@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the real servers the tests talk to are available:
 #   - redis-server and redis-cli on PATH (tests start private instances of them);
+#   - chromium on PATH, the headless browser of the web console's tests (console/);
 #   - PostgreSQL reachable at $SLUICE_TEST_POSTGRES (default 127.0.0.1:5432, user
 #     postgres, trust auth), where each test creates and drops its own database;
 #   - optionally promtool (Debian package prometheus), for deploy/'s alert rule checks.
@@ -11,6 +12,7 @@ set -euo pipefail
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

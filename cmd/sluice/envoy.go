@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,8 @@ type envoyConfig struct {
 	DebugAddr string
 	// Registry, if set, gets the configuration load metrics.
 	Registry prometheus.Registerer
+	// Server, if set, is given the server once started (for the console).
+	Server *atomic.Pointer[envoyrls.Server]
 }
 
 // envoyFlags are the flags that select envoyproxy/ratelimit's behaviours,
@@ -154,6 +157,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Server != nil {
+		cfg.Server.Store(srv)
 	}
 
 	if cfg.Mux != nil {

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,6 +111,9 @@ type serveConfig struct {
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
 	envoyEnv envoyEnvReport
+	// Console serves the web console, on ConsoleAddr if set (console.go).
+	Console     bool
+	ConsoleAddr string
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -199,6 +203,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.EnvoyXDSTLSName, "envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the xDS server's certificate must carry (default: the host of --envoy-xds-server; CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
+	addConsoleFlags(f, &cfg)
 	return cmd
 }
 
@@ -302,7 +307,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
-	return nil
+	return cfg.validateConsole()
 }
 
 // tlsFlags names the flags of one set of TLS files, for errors.
@@ -535,7 +540,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	// The Envoy rate-limit server shares the store, guard, logs, metrics and
 	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
 	// nor --envoy-config it does nothing.
+	var envoySrv atomic.Pointer[envoyrls.Server]
 	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
+		Server:           &envoySrv,
 		GRPCAddr:         cfg.GRPCAddr,
 		GRPCUDS:          cfg.GRPCUDS,
 		GRPCClientSAN:    cfg.GRPCTLSClientSAN,
@@ -571,6 +578,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return err
 	}
 	closers = append(closers, func() error { return stopEnvoy(context.Background()) })
+
+	stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
+		Mux: mux, TLS: httpTLSFiles, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stopConsole)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/console"
+	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
+)
+
+// addConsoleFlags declares the web console's flags of sluice serve.
+func addConsoleFlags(f *pflag.FlagSet, cfg *serveConfig) {
+	f.BoolVar(&cfg.Console, "console", true, "serve the web console at /console/ (on --addr, or on --console-addr)")
+	f.StringVar(&cfg.ConsoleAddr, "console-addr", "", "serve the web console on a listener of its own, e.g. 127.0.0.1:8081, instead of on --addr")
+}
+
+// validateConsole checks the console's flags.
+func (cfg serveConfig) validateConsole() error {
+	if !cfg.Console && cfg.ConsoleAddr != "" {
+		return errors.New("--console-addr is set but --console=false turns the console off; drop one of them")
+	}
+	if cfg.ConsoleAddr != "" && cfg.ConsoleAddr == cfg.Addr && !isAnyPort(cfg.Addr) {
+		return fmt.Errorf("--console-addr %s is --addr too; leave --console-addr unset to serve the console on --addr", cfg.ConsoleAddr)
+	}
+	return nil
+}
+
+func isAnyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+// consoleDeps is what the console is built on.
+type consoleDeps struct {
+	API       *httpapi.API
+	Engine    *check.Engine
+	StorePing func(context.Context) error
+	// Envoy holds the Envoy rate limit server once started (nil: off).
+	Envoy  *atomic.Pointer[envoyrls.Server]
+	Mux    *http.ServeMux
+	TLS    *tlsconfig.Reloader
+	Logger *slog.Logger
+}
+
+// startConsole mounts the web console on d.Mux, or serves it on
+// --console-addr; stop closes that listener.
+func startConsole(cfg serveConfig, d consoleDeps) (stop func() error, err error) {
+	noop := func() error { return nil }
+	if !cfg.Console {
+		return noop, nil
+	}
+	storeName := "memory"
+	if cfg.Redis != "" {
+		storeName = "redis"
+	}
+	c, err := console.New(console.Options{
+		API: d.API, Engine: d.Engine, StoreName: storeName, StorePing: d.StorePing, Logger: d.Logger,
+		EnvoyConfig: func() *envoyrls.Config {
+			if srv := d.Envoy.Load(); srv != nil {
+				return srv.Config()
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ConsoleAddr == "" {
+		c.Register(d.Mux)
+		return noop, nil
+	}
+	ln, err := net.Listen("tcp", cfg.ConsoleAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --console-addr %s: %w", cfg.ConsoleAddr, err)
+	}
+	mux := http.NewServeMux()
+	c.Register(mux)
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 15 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: httpTLS(d.TLS),
+		ErrorLog: slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn)}
+	go func() { _ = serveHTTP(srv, ln) }()
+	d.Logger.Info("console listening", "addr", ln.Addr().String(), "tls", tlsMode(d.TLS))
+	return srv.Close, nil
+}

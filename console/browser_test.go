@@ -1,0 +1,262 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+// screenshotsEnv names a folder to write the screenshots to instead of a
+// fresh temporary one (removed after a pass, kept after a failure):
+// docs/console.md shows the PNGs this test takes, and
+//
+//	SLUICE_CONSOLE_SCREENSHOTS=$PWD/docs/console go test -run TestBrowser ./console/
+//
+// takes them again.
+const screenshotsEnv = "SLUICE_CONSOLE_SCREENSHOTS"
+
+// browserTimeout bounds the whole browser session: generous, since a loaded
+// CI machine starts Chromium slowly; no step waits longer than it needs.
+const browserTimeout = 3 * time.Minute
+
+// TestBrowser drives the console in headless Chromium as an operator does:
+// sign in, create a tenant, a key (its secret shown once) and a rule, send
+// checks through /v1/check until they are denied and watch the overview and
+// the top denied subjects update, reset the subject, sign out and be
+// refused. It runs at 1280 and 390 pixels wide.
+func TestBrowser(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	s := newStack(t)
+	shots := os.Getenv(screenshotsEnv)
+	if shots == "" {
+		var err error
+		if shots, err = os.MkdirTemp("", "sluice-console-screenshots-"); err != nil {
+			t.Fatal(err)
+		}
+		// Kept when the test fails, to see what the browser saw.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("screenshots kept in %s", shots)
+				return
+			}
+			_ = os.RemoveAll(shots)
+		})
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, browserTimeout)
+	defer cancel()
+
+	base := s.srv.URL + "/console/"
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitText polls the text of sel until it contains want.
+	waitText := func(what, sel, want string) {
+		t.Helper()
+		deadline := time.Now().Add(browserTimeout / 2)
+		var text string
+		for {
+			text, _ = chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).innerText || ""`, sel)))
+			if strings.Contains(text, want) {
+				return
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				t.Fatalf("%s: %s never showed %q; last %q", what, sel, want, text)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// Every page records what the Content-Security-Policy blocks; the test
+	// ends by asserting that nothing was (an inline style or script would be).
+	run("watch the CSP", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatcher})
+		return err
+	}))
+
+	// Sign in: the field has the focus.
+	run("sign-in page", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#secret")))
+	shot("signin")
+	if focused := eval[string](t, ctx, "focus", `document.activeElement.id`); focused != "secret" {
+		t.Errorf("the sign-in page focuses %q, want the secret's field", focused)
+	}
+	run("sign in", chromedp.SendKeys(chromedp.CSS("#secret"), adminToken), chromedp.Submit(chromedp.CSS("#secret")),
+		chromedp.WaitVisible(chromedp.CSS(`form.signout`)))
+	waitText("overview before traffic", "#live", "No checks yet")
+	run("tab", chromedp.KeyEvent("\t"))
+	if focused := eval[string](t, ctx, "focus", `document.activeElement.className`); focused != "skip" {
+		t.Errorf("the first Tab on a page focuses %q, want the skip link", focused)
+	}
+	if url := eval[string](t, ctx, "location", `window.location.href`); strings.Contains(url, adminToken) {
+		t.Fatalf("the token is in the URL %s", url)
+	}
+
+	// A tenant, a key (secret shown once, with a copy button) and a rule.
+	run("tenants", chromedp.Navigate(base+"tenants"), chromedp.WaitVisible(chromedp.CSS("#tenant-name")),
+		chromedp.SendKeys(chromedp.CSS("#tenant-name"), "acme"), chromedp.Submit(chromedp.CSS("#tenant-name")))
+	waitText("tenant created", "#tenants", "acme")
+	shot("tenants")
+	run("create key", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#key-name")),
+		chromedp.SendKeys(chromedp.CSS("#key-name"), "web"), chromedp.SetValue(chromedp.CSS("#key-role"), "check"),
+		chromedp.Submit(chromedp.CSS("#key-name")), chromedp.WaitVisible(chromedp.CSS("#new-secret")),
+		chromedp.Click(chromedp.CSS("#copy-secret")))
+	secret := eval[string](t, ctx, "secret", `document.getElementById("new-secret").value`)
+	if !strings.HasPrefix(secret, "sk_") {
+		t.Fatalf("secret %q", secret)
+	}
+	waitText("copy", "#copy-status", ".") // copied, or how to copy by hand
+	shot("key-created")
+	run("keys again", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	if eval[bool](t, ctx, "secret again", `document.body.innerHTML.includes(`+jsString(secret)+`)`) {
+		t.Fatal("the key's secret is shown a second time")
+	}
+
+	run("new rule", chromedp.Navigate(base+"tenants/acme/rules/new"), chromedp.WaitVisible(chromedp.CSS("#rule-name")),
+		chromedp.SendKeys(chromedp.CSS("#rule-name"), "orders"), chromedp.SendKeys(chromedp.CSS("#rule-route"), "orders"),
+		chromedp.SetValue(chromedp.CSS("#algorithm0"), "fixed_window"), chromedp.SendKeys(chromedp.CSS("#limit_name0"), "hour"),
+		chromedp.SendKeys(chromedp.CSS("#amount0"), "3"), chromedp.SendKeys(chromedp.CSS("#window0"), "1h"),
+		chromedp.Submit(chromedp.CSS("#rule-name")), chromedp.WaitVisible(chromedp.CSS("#err-route")))
+	shot("rule-error")
+	run("fix the route", chromedp.SetValue(chromedp.CSS("#rule-route"), "/orders*"), chromedp.Submit(chromedp.CSS("#rule-name")),
+		chromedp.WaitVisible(chromedp.CSS("#rules")))
+	waitText("rule listed", "#rules", "/orders*")
+	shot("rules")
+
+	// Traffic: the overview, open before it, updates by itself.
+	run("overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#live")))
+	denied := 0
+	for i := 0; denied < 2; i++ {
+		if i == 10 {
+			t.Fatalf("no denial after %d checks of a limit of 3", i)
+		}
+		status := postCheck(t, s.srv.URL, secret, "user-42")
+		if status == http.StatusTooManyRequests {
+			denied++
+		}
+	}
+	postCheck(t, s.srv.URL, secret, "user-7")
+	waitText("live rates", "#rule-rates", "acme/orders")
+	waitText("top denied", "table.top-denied", "user-42")
+	rates := eval[string](t, ctx, "rates", `document.querySelector("#rule-rates tbody").innerText`)
+	if !strings.Contains(rates, "4\t2\t0\t0") {
+		t.Errorf("rule row %q, want 4 allowed (3 of user-42, 1 of user-7), 2 denied", rates)
+	}
+	run("chart", chromedp.WaitVisible(chromedp.CSS("#chart canvas")))
+	run("chart data", chromedp.WaitVisible(chromedp.CSS(`#chart[data-denied="2"][data-allowed="4"]`)))
+	shot("overview")
+
+	// The inspector: nothing left, then reset.
+	run("inspect", chromedp.Navigate(base+"tenants/acme/inspect?rule=orders&subject=user-42"),
+		chromedp.WaitVisible(chromedp.CSS("#inspect-result")))
+	waitText("remaining 0", "#inspect-result tbody", "3\t0")
+	run("reset", chromedp.Click(chromedp.CSS("#reset-subject")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	waitText("remaining 3", "#inspect-result tbody", "3\t3")
+	shot("inspector")
+	if status := postCheck(t, s.srv.URL, secret, "user-42"); status != http.StatusOK {
+		t.Errorf("check after the reset: %d, want 200", status)
+	}
+
+	// 390 pixels wide: nothing wider than the screen.
+	const overflows = `document.documentElement.scrollWidth > window.innerWidth`
+	run("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#live")))
+	if eval[bool](t, ctx, "overflow", overflows) {
+		t.Error("the overview is wider than a 390-pixel screen")
+	}
+	shot("overview-390")
+	run("narrow rules", chromedp.Navigate(base+"tenants/acme/rules/orders/edit"), chromedp.WaitVisible(chromedp.CSS("#rule-route")))
+	if eval[bool](t, ctx, "overflow", overflows) {
+		t.Error("the rule form is wider than a 390-pixel screen")
+	}
+	shot("rule-form-390")
+	run("wide again", chromedp.EmulateViewport(1280, 900))
+
+	if blocked := eval[string](t, ctx, "CSP violations", `sessionStorage.getItem("csp") || "[]"`); blocked != "[]" {
+		t.Errorf("the Content-Security-Policy blocked %s", blocked)
+	}
+
+	// Sign out, then be refused.
+	run("sign out", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("form.signout button")),
+		chromedp.Click(chromedp.CSS("form.signout button")), chromedp.WaitVisible(chromedp.CSS("#secret")))
+	waitText("signed out", "main", "You are signed out.")
+	run("after sign-out", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#secret")))
+	if eval[bool](t, ctx, "no session", `!!document.querySelector("form.signout")`) {
+		t.Error("a page after sign-out shows a signed-in console")
+	}
+}
+
+// eval evaluates a JavaScript expression in the page; what names it in a
+// failure.
+func eval[T any](t *testing.T, ctx context.Context, what, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// cspWatcher keeps, in the tab's session storage, every violation of the
+// Content-Security-Policy (a script added by the test, so not subject to it).
+const cspWatcher = `document.addEventListener("securitypolicyviolation", function (e) {
+	var v = JSON.parse(sessionStorage.getItem("csp") || "[]");
+	v.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber);
+	sessionStorage.setItem("csp", JSON.stringify(v));
+});`
+
+func postCheck(t *testing.T, base, key, subject string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/check", strings.NewReader(`{"route":"/orders/1","subject":"`+subject+`"}`))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,411 @@
+package console_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluicelabs/sluice/console"
+	"github.com/sluicelabs/sluice/envoyrls"
+)
+
+func TestSignIn(t *testing.T) {
+	s := newStack(t)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	_, raw := s.apiCall("POST", "/v1/tenants/acme/keys", adminToken, `{"role":"check"}`)
+	var checkKey struct{ Secret string }
+	_ = json.Unmarshal([]byte(raw), &checkKey)
+
+	b := s.browser()
+	must(t, "console before sign-in", b.get("/console/"), http.StatusOK, `id="secret"`, "Sign in")
+	for _, tc := range []struct{ name, secret, want string }{
+		{"empty", "", "Enter the operator token"},
+		{"unknown", "sk_not_a_key", "unknown or has been revoked"},
+		{"check key", checkKey.Secret, "has the check role"},
+	} {
+		p := b.post("/console/signin", url.Values{"secret": {tc.secret}})
+		if p.status == http.StatusSeeOther || !strings.Contains(p.body, tc.want) {
+			t.Errorf("%s: status %d, want a refusal saying %q:\n%s", tc.name, p.status, tc.want, p.body)
+		}
+		if tc.secret != "" && strings.Contains(p.body, tc.secret) {
+			t.Errorf("%s: the page echoes the secret", tc.name)
+		}
+		if p.header.Get("Set-Cookie") != "" {
+			t.Errorf("%s: a refused sign-in set a cookie: %s", tc.name, p.header.Get("Set-Cookie"))
+		}
+	}
+
+	p := b.post("/console/signin", url.Values{"secret": {adminToken}})
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/console/" {
+		t.Fatalf("operator sign-in: %d to %q", p.status, p.header.Get("Location"))
+	}
+	cookie := p.header.Get("Set-Cookie")
+	for _, want := range []string{"sluice_console=", "Path=/console/", "HttpOnly", "SameSite=Strict", "Expires=", "Max-Age="} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("session cookie %q lacks %s", cookie, want)
+		}
+	}
+	if strings.Contains(cookie, adminToken) || strings.Contains(cookie, "Secure") {
+		t.Errorf("session cookie %q holds the token, or is Secure over plain HTTP", cookie)
+	}
+	for _, path := range []string{"/console/", "/console/tenants", "/console/live", "/console/live.json", "/console/envoy"} {
+		p := b.get(path)
+		if p.status != http.StatusOK || strings.Contains(p.body, adminToken) {
+			t.Errorf("%s: status %d, or the page holds the token", path, p.status)
+		}
+	}
+}
+
+func TestEveryAnswerCarriesTheSecurityHeaders(t *testing.T) {
+	s := newStack(t)
+	b := s.browser()
+	b.signIn(adminToken)
+	for _, path := range []string{"/console/signin", "/console/", "/console/tenants", "/console/static/console.js", "/console/nope"} {
+		p := b.get(path)
+		csp := p.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "style-src 'self'") || strings.Contains(csp, "unsafe") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+		if p.header.Get("X-Frame-Options") != "DENY" || p.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: headers %v", path, p.header)
+		}
+	}
+	// Nothing inline that the policy would block: no script bodies, no
+	// style attributes or elements, no event handler attributes.
+	for _, path := range []string{"/console/", "/console/tenants"} {
+		body := b.get(path).body
+		for _, bad := range []*regexp.Regexp{regexp.MustCompile(`<script[^>]*>[^<]`), regexp.MustCompile(`\sstyle=`),
+			regexp.MustCompile(`<style`), regexp.MustCompile(`\son[a-z]+=`)} {
+			if bad.MatchString(body) {
+				t.Errorf("%s: inline code %s", path, bad)
+			}
+		}
+	}
+}
+
+// TestOperatorManagesTenantsKeysAndRules walks every page and action of the
+// console as the operator, and checks each change through the JSON API.
+func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
+	s := newStack(t)
+	b := s.browser()
+	b.signIn(adminToken)
+	must(t, "empty tenants", b.get("/console/tenants"), http.StatusOK, "No tenants yet")
+
+	must(t, "bad tenant name", b.post("/console/tenants", url.Values{"name": {"Not A Slug"}}), http.StatusBadRequest,
+		`aria-invalid="true"`, `id="tenant-name-error"`, `value="Not A Slug"`)
+	p := b.post("/console/tenants", url.Values{"name": {"acme"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("create tenant: %d %s", p.status, p.body)
+	}
+	must(t, "tenants", b.get("/console/tenants"), http.StatusOK, "Tenant acme created.", `<th scope="row">acme</th>`, "Suspend")
+	must(t, "tenant exists twice", b.post("/console/tenants", url.Values{"name": {"acme"}}), http.StatusConflict, "acme")
+
+	b.post("/console/tenants/acme/status", url.Values{"status": {"suspended"}})
+	if _, raw := s.apiCall("GET", "/v1/tenants/acme", adminToken, ""); !strings.Contains(raw, `"status":"suspended"`) {
+		t.Errorf("after suspend: %s", raw)
+	}
+	must(t, "suspended", b.get("/console/tenants"), http.StatusOK, "Resume")
+	b.post("/console/tenants/acme/status", url.Values{"status": {"active"}})
+	if _, raw := s.apiCall("GET", "/v1/tenants/acme", adminToken, ""); !strings.Contains(raw, `"status":"active"`) {
+		t.Errorf("after resume: %s", raw)
+	}
+
+	// Keys: the secret is shown on the page after the create, once.
+	must(t, "no keys", b.get("/console/tenants/acme/keys"), http.StatusOK, "no API keys yet")
+	p = b.post("/console/tenants/acme/keys", url.Values{"name": {"web"}, "role": {"check"}})
+	if p.status != http.StatusSeeOther || strings.Contains(p.header.Get("Location"), "sk_") {
+		t.Fatalf("create key: %d to %q", p.status, p.header.Get("Location"))
+	}
+	p = b.get("/console/tenants/acme/keys")
+	m := regexp.MustCompile(`id="new-secret" readonly value="([^"]+)"`).FindStringSubmatch(p.body)
+	if m == nil || !strings.Contains(p.body, `data-copy="new-secret"`) {
+		t.Fatalf("keys page after a create shows no secret with a copy button:\n%s", p.body)
+	}
+	secret := m[1]
+	if again := b.get("/console/tenants/acme/keys"); strings.Contains(again.body, secret) || !strings.Contains(again.body, "web") {
+		t.Errorf("the secret is shown a second time, or the key is not listed")
+	}
+	must(t, "bad role", b.post("/console/tenants/acme/keys", url.Values{"role": {"root"}}), http.StatusBadRequest, `id="key-error"`)
+
+	// Rules: the API's own message beside the field it is about.
+	must(t, "new rule form", b.get("/console/tenants/acme/rules/new"), http.StatusOK, `id="rule-route"`, `id="algorithm0"`)
+	rule := url.Values{"name": {"orders"}, "route": {"/orders*"}, "failure_mode": {""}, "algorithm0": {"token_bucket"},
+		"limit_name0": {"burst"}, "amount0": {"2"}, "refill0": {""}}
+	rule.Set("name", "")
+	must(t, "rule without a name", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-name"`, "needs a name")
+	rule.Set("name", "Bad Name")
+	must(t, "rule with a bad name", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-name"`)
+	rule.Set("name", "orders")
+	rule.Set("amount0", "two")
+	must(t, "not a number", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest, `id="err-limit0"`, `&#34;two&#34; is not a number`)
+	rule.Set("amount0", "2")
+	must(t, "limit missing refill", b.post("/console/tenants/acme/rules", rule), http.StatusBadRequest,
+		`id="err-limit0"`, "needs capacity and refill_per_second")
+	rule.Set("refill0", "0.001")
+	rule.Set("route", "orders")
+	p = b.post("/console/tenants/acme/rules", rule)
+	if p.status != http.StatusBadRequest || !strings.Contains(p.body, `id="err-route"`) {
+		t.Fatalf("route without a slash: %d, want the error beside the route\n%s", p.status, p.body)
+	}
+	rule.Set("route", "/orders*")
+	rule.Set("shadow", "on")
+	if p := b.post("/console/tenants/acme/rules", rule); p.status != http.StatusSeeOther {
+		t.Fatalf("save rule: %d\n%s", p.status, p.body)
+	}
+	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token_bucket 2")
+	must(t, "new rule under a taken name", b.post("/console/tenants/acme/rules", rule), http.StatusConflict,
+		`id="err-name"`, "already exists")
+	must(t, "edit form", b.get("/console/tenants/acme/rules/orders/edit"), http.StatusOK,
+		`value="/orders*"`, `id="shadow" name="shadow" checked`, `value="burst"`, `value="0.001"`, "readonly")
+	rule.Del("shadow")
+	rule.Set("editing", "true")
+	rule.Set("failure_mode", "open")
+	if p := b.post("/console/tenants/acme/rules", rule); p.status != http.StatusSeeOther {
+		t.Fatalf("replace rule: %d\n%s", p.status, p.body)
+	}
+	if _, raw := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); !strings.Contains(raw, `"failure_mode":"open","shadow":false`) {
+		t.Errorf("rule after the edit: %s", raw)
+	}
+
+	// Checks through the API show on the overview; the inspector peeks and
+	// resets.
+	for range 4 {
+		s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1","subject":"user-42"}`)
+	}
+	must(t, "live", b.get("/console/live"), http.StatusOK, "acme/orders", `<td class="num denied">2</td>`, "user-42")
+	var series struct{ Denied []float64 }
+	if err := json.Unmarshal([]byte(b.get("/console/live.json").body), &series); err != nil || len(series.Denied) != 90 {
+		t.Fatalf("live.json: %v %v", err, series)
+	}
+	must(t, "inspect", b.get("/console/tenants/acme/inspect?rule=orders&subject=user-42"), http.StatusOK,
+		`<td class="num remaining">0</td>`, `id="reset-subject"`)
+	p = b.post("/console/tenants/acme/inspect/reset", url.Values{"rule": {"orders"}, "subject": {"user-42"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("reset: %d %s", p.status, p.body)
+	}
+	must(t, "after reset", b.get(p.header.Get("Location")), http.StatusOK, "were reset", `<td class="num remaining">2</td>`)
+	must(t, "inspect no subject", b.get("/console/tenants/acme/inspect?rule=orders&subject="), http.StatusOK,
+		`<td class="num remaining">2</td>`, "(no subject) under orders")
+	must(t, "inspect unknown rule", b.get("/console/tenants/acme/inspect?rule=nope&subject=x"), http.StatusNotFound, "nope")
+
+	// Revoke, delete rule, delete tenant (with its confirmation).
+	keyID := regexp.MustCompile(`/keys/([^/"]+)/revoke`).FindStringSubmatch(b.get("/console/tenants/acme/keys").body)[1]
+	b.post("/console/tenants/acme/keys/"+keyID+"/revoke", nil)
+	if status, _ := s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1"}`); status != http.StatusUnauthorized {
+		t.Errorf("check with the revoked key: %d", status)
+	}
+	must(t, "revoked", b.get("/console/tenants/acme/keys"), http.StatusOK, "revoked")
+	for _, path := range []string{"/console/tenants", "/console/tenants/acme/keys"} {
+		if p := b.get(path); strings.Contains(p.body, "0001-01-01") {
+			t.Errorf("%s shows a zero date:\n%s", path, p.body)
+		}
+	}
+	b.post("/console/tenants/acme/rules/orders/delete", nil)
+	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusNotFound {
+		t.Errorf("rule after delete: %d", status)
+	}
+	must(t, "confirm page", b.get("/console/tenants/acme/delete"), http.StatusOK, "Type <strong>acme</strong> to confirm")
+	must(t, "wrong confirmation", b.post("/console/tenants/acme/delete", url.Values{"confirm": {"acm"}}), http.StatusBadRequest, "nothing was deleted")
+	if status, _ := s.apiCall("GET", "/v1/tenants/acme", adminToken, ""); status != http.StatusOK {
+		t.Fatalf("tenant after a wrong confirmation: %d", status)
+	}
+	b.post("/console/tenants/acme/delete", url.Values{"confirm": {"acme"}})
+	if status, _ := s.apiCall("GET", "/v1/tenants/acme", adminToken, ""); status != http.StatusNotFound {
+		t.Errorf("tenant after delete: %d", status)
+	}
+	must(t, "envoy off", b.get("/console/envoy"), http.StatusOK, "is off on this instance")
+}
+
+// TestChangesNeedTheCSRFTokenAndTheSameOrigin: a post without the session's
+// token, or from another site, is refused and changes nothing.
+func TestChangesNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
+	s := newStack(t)
+	b := s.browser()
+	b.signIn(adminToken)
+	post := func(form url.Values, header map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, s.srv.URL+"/console/tenants", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		return b.do(req).status
+	}
+	for _, tc := range []struct {
+		name   string
+		form   url.Values
+		header map[string]string
+	}{
+		{"no token", url.Values{"name": {"evil"}}, nil},
+		{"wrong token", url.Values{"name": {"evil"}, "csrf": {"x" + b.csrf}}, nil},
+		{"other origin", url.Values{"name": {"evil"}, "csrf": {b.csrf}}, map[string]string{"Origin": "https://evil.example"}},
+		{"cross-site fetch", url.Values{"name": {"evil"}, "csrf": {b.csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		if status := post(tc.form, tc.header); status != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", tc.name, status)
+		}
+	}
+	if status, _ := s.apiCall("GET", "/v1/tenants/evil", adminToken, ""); status != http.StatusNotFound {
+		t.Fatalf("a refused post created the tenant (%d)", status)
+	}
+	if status := post(url.Values{"name": {"good"}, "csrf": {b.csrf}}, map[string]string{"Sec-Fetch-Site": "same-origin"}); status != http.StatusSeeOther {
+		t.Errorf("same-origin post with the token: %d", status)
+	}
+	// Sign-in from another site (login CSRF) is refused too.
+	other := s.browser()
+	req, _ := http.NewRequest(http.MethodPost, s.srv.URL+"/console/signin", strings.NewReader(url.Values{"secret": {adminToken}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if p := other.do(req); p.status != http.StatusForbidden || p.header.Get("Set-Cookie") != "" {
+		t.Errorf("cross-site sign-in: %d, cookie %q", p.status, p.header.Get("Set-Cookie"))
+	}
+}
+
+// TestTenantKeySeesOnlyItsOwnTenant: a tenant's admin key manages its own
+// tenant and is refused, by the API's own checks, everywhere else.
+func TestTenantKeySeesOnlyItsOwnTenant(t *testing.T) {
+	s := newStack(t)
+	for _, name := range []string{"acme", "globex"} {
+		s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"`+name+`"}`)
+		s.apiCall("PUT", "/v1/tenants/"+name+"/rules/r", adminToken,
+			`{"route":"*","limits":[{"algorithm":"fixed_window","limit":1,"window":"1h"}]}`)
+	}
+	keys := map[string]string{}
+	for _, k := range []string{"acme:admin", "acme:check", "globex:check"} {
+		tenant, role, _ := strings.Cut(k, ":")
+		_, raw := s.apiCall("POST", "/v1/tenants/"+tenant+"/keys", adminToken, `{"role":"`+role+`"}`)
+		var key struct{ Secret string }
+		_ = json.Unmarshal([]byte(raw), &key)
+		keys[k] = key.Secret
+	}
+	for _, k := range []string{"acme:check", "globex:check"} {
+		for range 2 {
+			s.apiCall("POST", "/v1/check", keys[k], `{"route":"/x","subject":"`+k+`-subject"}`)
+		}
+	}
+
+	b := s.browser()
+	b.signIn(keys["acme:admin"])
+	p := b.get("/console/tenants")
+	must(t, "own tenants page", p, http.StatusOK, `<th scope="row">acme</th>`, "Tenant acme")
+	if strings.Contains(p.body, "globex") || strings.Contains(p.body, `id="tenant-name"`) {
+		t.Errorf("a tenant sees another tenant or the create form:\n%s", p.body)
+	}
+	live := b.get("/console/live")
+	must(t, "own live", live, http.StatusOK, "acme/r", "acme:check-subject")
+	if strings.Contains(live.body, "globex") {
+		t.Errorf("live view shows another tenant's rules or subjects:\n%s", live.body)
+	}
+	must(t, "own keys", b.get("/console/tenants/acme/keys"), http.StatusOK, "admin")
+
+	for _, path := range []string{"/console/tenants/globex/keys", "/console/tenants/globex/rules",
+		"/console/tenants/globex/inspect?rule=r&subject=globex:check-subject", "/console/tenants/globex/rules/r/edit"} {
+		must(t, path, b.get(path), http.StatusForbidden, "belongs to another tenant")
+	}
+	must(t, "envoy", b.get("/console/envoy"), http.StatusForbidden, "Only the operator")
+	for _, tc := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/console/tenants", url.Values{"name": {"mine"}}},
+		{"/console/tenants/globex/status", url.Values{"status": {"suspended"}}},
+		{"/console/tenants/globex/delete", url.Values{"confirm": {"globex"}}},
+		{"/console/tenants/globex/keys", url.Values{"role": {"admin"}}},
+		{"/console/tenants/globex/rules", url.Values{"name": {"r"}, "route": {"/y"}, "algorithm0": {"fixed_window"}, "amount0": {"5"}, "window0": {"1m"}}},
+		{"/console/tenants/globex/rules/r/delete", nil},
+		{"/console/tenants/globex/inspect/reset", url.Values{"rule": {"r"}, "subject": {"globex:check-subject"}}},
+	} {
+		if p := b.post(tc.path, tc.form); p.status != http.StatusForbidden {
+			t.Errorf("POST %s: status %d, want 403\n%s", tc.path, p.status, p.body)
+		}
+	}
+	// Nothing of globex changed.
+	if _, raw := s.apiCall("GET", "/v1/tenants/globex", adminToken, ""); !strings.Contains(raw, `"status":"active"`) {
+		t.Errorf("globex: %s", raw)
+	}
+	if _, raw := s.apiCall("GET", "/v1/tenants/globex/rules/r", adminToken, ""); !strings.Contains(raw, `"route":"*"`) {
+		t.Errorf("globex's rule: %s", raw)
+	}
+	if _, raw := s.apiCall("GET", "/v1/tenants/globex/rules/r/subjects/globex:check-subject", adminToken, ""); !strings.Contains(raw, `"remaining":0`) {
+		t.Errorf("globex's subject was reset: %s", raw)
+	}
+	if _, raw := s.apiCall("GET", "/v1/tenants/globex/keys", adminToken, ""); strings.Count(raw, `"id"`) != 1 {
+		t.Errorf("globex's keys: %s", raw)
+	}
+	if status, _ := s.apiCall("GET", "/v1/tenants/mine", adminToken, ""); status != http.StatusNotFound {
+		t.Errorf("a tenant key created a tenant")
+	}
+}
+
+func TestSignOutAndRevocationEndTheSession(t *testing.T) {
+	s := newStack(t)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	b := s.browser()
+	b.signIn(adminToken)
+	stolen := b.c.Jar.Cookies(mustURL(t, s.srv.URL+"/console/"))
+	p := b.post("/console/signout", nil)
+	must(t, "sign-out", p, http.StatusOK, "You are signed out.")
+	must(t, "after sign-out", b.get("/console/tenants"), http.StatusOK, `id="secret"`)
+	// The old cookie, replayed, opens nothing.
+	replay := s.browser()
+	replay.c.Jar.SetCookies(mustURL(t, s.srv.URL+"/console/"), stolen)
+	must(t, "replayed cookie", replay.get("/console/tenants"), http.StatusOK, `id="secret"`)
+	if p := replay.get("/console/live.json"); p.status != http.StatusUnauthorized {
+		t.Errorf("live.json after sign-out: %d", p.status)
+	}
+
+	// A tenant whose key is revoked elsewhere is signed out at its next page.
+	_, raw := s.apiCall("POST", "/v1/tenants/acme/keys", adminToken, `{"role":"admin"}`)
+	var key struct{ ID, Secret string }
+	_ = json.Unmarshal([]byte(raw), &key)
+	tb := s.browser()
+	tb.signIn(key.Secret)
+	must(t, "tenant signed in", tb.get("/console/tenants/acme/rules"), http.StatusOK, "No rules yet")
+	s.apiCall("DELETE", "/v1/tenants/acme/keys/"+key.ID, adminToken, "")
+	must(t, "after revocation", tb.get("/console/tenants/acme/rules"), http.StatusOK, "You were signed out", `id="secret"`)
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestEnvoyDomainsAreShownReadOnly(t *testing.T) {
+	d, err := envoyrls.ParseDomain("/etc/ratelimit/edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: path
+    value: /health
+    rate_limit: {unlimited: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyrls.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStackWith(t, false, func(o *console.Options) { o.EnvoyConfig = func() *envoyrls.Config { return cfg } })
+	b := s.browser()
+	b.signIn(adminToken)
+	p := b.get("/console/envoy")
+	must(t, "envoy", p, http.StatusOK, `<h2 id="domain-edge">edge</h2>`, "/etc/ratelimit/edge.yaml",
+		"<code>remote_address</code>", "unlimited")
+	if n := strings.Count(p.body, "<form"); n != 1 { // the sign-out form only
+		t.Errorf("the Envoy page has %d forms, want only sign-out's: it is read-only", n)
+	}
+}
+
+func TestSessionCookieIsSecureUnderTLS(t *testing.T) {
+	s := newStackWith(t, true, nil)
+	p := s.browser().post("/console/signin", url.Values{"secret": {adminToken}})
+	if cookie := p.header.Get("Set-Cookie"); p.status != http.StatusSeeOther || !strings.Contains(cookie, "; Secure") {
+		t.Errorf("sign-in over TLS: %d, cookie %q; want a Secure cookie", p.status, cookie)
+	}
+}

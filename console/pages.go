@@ -1,0 +1,718 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/metrics"
+)
+
+// pageNames are the templates under templates/, each rendered in layout.html.
+var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "keys", "rules", "rule-form", "inspect", "envoy", "error"}
+
+var funcs = template.FuncMap{
+	"pathEscape":  url.PathEscape,
+	"queryEscape": url.QueryEscape,
+	"rate":        func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"add":         func(a, b int) int { return a + b },
+	"ms": func(ms int64) string {
+		return (time.Duration(ms) * time.Millisecond).String()
+	},
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	pages := make(map[string]*template.Template, len(pageNames))
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
+			"templates/layout.html", "templates/live.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parse template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// view is what layout.html renders around a page.
+type view struct {
+	Title    string
+	Page     string
+	SignedIn bool
+	Operator bool
+	// Tenant is the tenant a page is about ("" on operator-wide pages).
+	Tenant string
+	// Own is the tenant of a tenant session.
+	Own   string
+	CSRF  string
+	Flash string
+	Data  any
+}
+
+var titles = map[string]string{
+	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant",
+	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "error": "Error",
+}
+
+// render writes page name inside the layout.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, sess *session, status int, name string, data any) {
+	v := view{Title: titles[name], Page: name, Data: data, Tenant: r.PathValue("tenant")}
+	if sess != nil {
+		v.SignedIn, v.Operator, v.Own, v.CSRF = true, sess.caller.Operator, sess.caller.Tenant, sess.csrf
+		if v.Tenant == "" {
+			v.Tenant = sess.caller.Tenant
+		}
+	}
+	if sess != nil && name != "keys" {
+		// The keys page takes the flash itself, with a new key's secret.
+		v.Flash, _ = c.sessions.takeFlash(sess)
+	} else if f, ok := data.(keysPage); ok {
+		v.Flash = f.Flash
+	}
+	var b strings.Builder
+	if err := c.pages[name].Execute(&b, v); err != nil {
+		c.log.Error("console: render page", "page", name, "error", err)
+		http.Error(w, "The console could not render this page; see the server log.", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// renderError shows an error page; the message is a sentence for people.
+func (c *Console) renderError(w http.ResponseWriter, r *http.Request, sess *session, status int, msg string) {
+	c.render(w, r, sess, status, "error", errorPage{Status: status, Message: msg})
+}
+
+type errorPage struct {
+	Status  int
+	Message string
+}
+
+// redirect answers a form post with a redirect to page (POST/redirect/GET),
+// leaving msg for it.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, sess *session, page, msg string) {
+	if msg != "" {
+		c.sessions.setFlash(sess, msg, nil)
+	}
+	http.Redirect(w, r, page, http.StatusSeeOther)
+}
+
+// get reads an admin API resource into v as the signed-in user; when the
+// API refuses, it shows the API's answer and returns false.
+func (c *Console) get(w http.ResponseWriter, r *http.Request, sess *session, path string, v any) bool {
+	a := c.call(r, sess, http.MethodGet, path, nil)
+	if !a.ok() {
+		c.failed(w, r, sess, a)
+		return false
+	}
+	if err := a.decode(v); err != nil {
+		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		return false
+	}
+	return true
+}
+
+// change makes an admin API call that changes something, as the signed-in
+// user; when the API refuses, it shows the API's answer and returns false.
+func (c *Console) change(w http.ResponseWriter, r *http.Request, sess *session, method, path string, body any) bool {
+	a := c.call(r, sess, method, path, body)
+	if !a.ok() {
+		c.failed(w, r, sess, a)
+		return false
+	}
+	return true
+}
+
+// failed shows an API error on an error page with the API's own status and
+// message.
+func (c *Console) failed(w http.ResponseWriter, r *http.Request, sess *session, a apiAnswer) {
+	c.renderError(w, r, sess, a.Status, a.Message)
+}
+
+// --- sign-in
+
+type signInPage struct{ Message string }
+
+func (c *Console) handleSignInPage(w http.ResponseWriter, r *http.Request) {
+	if sess := c.sessions.get(r); sess != nil {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, nil, http.StatusOK, "signin", signInPage{})
+}
+
+func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if !sameOrigin(r) {
+		c.render(w, r, nil, http.StatusForbidden, "signin", signInPage{Message: "This sign-in form did not come from this console; open the console's own sign-in page."})
+		return
+	}
+	secret := strings.TrimSpace(r.PostFormValue("secret"))
+	if secret == "" {
+		c.render(w, r, nil, http.StatusBadRequest, "signin", signInPage{Message: "Enter the operator token or an admin-role API key of your tenant."})
+		return
+	}
+	caller, err := c.opts.API.AdminCaller(secret)
+	if err != nil {
+		// The credential itself is never logged, nor echoed back.
+		c.log.Info("console sign-in refused", "remote", r.RemoteAddr, "reason", err.Error())
+		c.render(w, r, nil, http.StatusUnauthorized, "signin", signInPage{Message: err.Error()})
+		return
+	}
+	if old := c.sessions.get(r); old != nil {
+		c.sessions.end(old)
+	}
+	sess := c.sessions.start(secret, caller)
+	setCookie(w, r, sess)
+	c.log.Info("console sign-in", "remote", r.RemoteAddr, "operator", caller.Operator, "tenant", caller.Tenant)
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+func (c *Console) handleSignOut(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.sessions.end(sess)
+	clearCookie(w, r)
+	c.render(w, r, nil, http.StatusOK, "signin", signInPage{Message: "You are signed out."})
+}
+
+// --- overview and live data
+
+type overviewPage struct {
+	StoreName      string
+	StoreOK        bool
+	Breaker        string
+	CatalogVersion int64
+	Rules          []RuleView
+	WindowMinutes  int
+	StepSeconds    int
+	RateSeconds    int
+}
+
+// visible returns which rules' live data sess may see: all for the
+// operator, a tenant's own HTTP rules for a tenant.
+func visible(sess *session) func(metrics.Labels) bool {
+	if sess.caller.Operator {
+		return func(metrics.Labels) bool { return true }
+	}
+	tenant := sess.caller.Tenant
+	return func(l metrics.Labels) bool { return l.Source == metrics.SourceHTTP && l.Tenant == tenant }
+}
+
+func (c *Console) overview(r *http.Request, sess *session) overviewPage {
+	p := overviewPage{
+		StoreName: c.opts.StoreName, StoreOK: true, Breaker: c.opts.Engine.BreakerState(),
+		CatalogVersion: c.opts.API.CatalogVersion(), Rules: c.live.Snapshot(visible(sess)),
+		WindowMinutes: liveWindow / 60, StepSeconds: StepSeconds, RateSeconds: RateSeconds,
+	}
+	if c.opts.StorePing != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		// The error may name hosts; the page only says whether it answers.
+		p.StoreOK = c.opts.StorePing(ctx) == nil
+	}
+	return p
+}
+
+func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.render(w, r, sess, http.StatusOK, "overview", c.overview(r, sess))
+}
+
+// handleLiveFragment is the part of the overview htmx refreshes.
+func (c *Console) handleLiveFragment(w http.ResponseWriter, r *http.Request, sess *session) {
+	var b strings.Builder
+	if err := c.pages["overview"].ExecuteTemplate(&b, "live", c.overview(r, sess)); err != nil {
+		c.log.Error("console: render live fragment", "error", err)
+		http.Error(w, "render failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// liveSeries is the chart's data: decisions per second of every visible
+// rule, by outcome, in steps of StepSeconds ending now.
+type liveSeries struct {
+	Step         int       `json:"step"`
+	Times        []int64   `json:"times"`
+	Allowed      []float64 `json:"allowed"`
+	Denied       []float64 `json:"denied"`
+	ShadowDenied []float64 `json:"shadow_denied"`
+	Degraded     []float64 `json:"degraded"`
+}
+
+func (c *Console) handleLiveJSON(w http.ResponseWriter, r *http.Request, sess *session) {
+	rules := c.live.Snapshot(visible(sess))
+	n := liveWindow / StepSeconds
+	end := c.live.now().Unix()
+	out := liveSeries{Step: StepSeconds, Times: make([]int64, n), Allowed: make([]float64, n), Denied: make([]float64, n),
+		ShadowDenied: make([]float64, n), Degraded: make([]float64, n)}
+	for i := range n {
+		out.Times[i] = end - int64(n-1-i)*StepSeconds
+		var sum outcomeCounts
+		for _, rv := range rules {
+			sum.add(rv.Series[i])
+		}
+		out.Allowed[i] = float64(sum.Allowed) / StepSeconds
+		out.Denied[i] = float64(sum.Denied) / StepSeconds
+		out.ShadowDenied[i] = float64(sum.ShadowDenied) / StepSeconds
+		out.Degraded[i] = float64(sum.Degraded) / StepSeconds
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// --- tenants
+
+type tenantRow struct {
+	Name      string    `json:"name"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type tenantsPage struct {
+	Tenants []tenantRow
+	// Error and Name are a refused create's message and input.
+	Error, Name string
+}
+
+func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p tenantsPage) {
+	var body struct{ Tenants []tenantRow }
+	if !c.get(w, r, sess, "/v1/tenants", &body) {
+		return
+	}
+	p.Tenants = body.Tenants
+	c.render(w, r, sess, status, "tenants", p)
+}
+
+func (c *Console) handleTenants(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.tenantsPage(w, r, sess, http.StatusOK, tenantsPage{})
+}
+
+func (c *Console) handleCreateTenant(w http.ResponseWriter, r *http.Request, sess *session) {
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	a := c.call(r, sess, http.MethodPost, "/v1/tenants", map[string]string{"name": name})
+	if !a.ok() {
+		c.tenantsPage(w, r, sess, a.Status, tenantsPage{Error: a.Message, Name: name})
+		return
+	}
+	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s created.", name))
+}
+
+func (c *Console) handleTenantStatus(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, status := r.PathValue("tenant"), r.PostFormValue("status")
+	if !c.change(w, r, sess, http.MethodPatch, apiPath("tenants", tenant), map[string]string{"status": status}) {
+		return
+	}
+	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s is now %s.", tenant, status))
+}
+
+// confirmPage asks to type a tenant's name before deleting it.
+type confirmPage struct{ Name, Error string }
+
+func (c *Console) handleConfirmDeleteTenant(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant), nil)
+	if !a.ok() {
+		c.failed(w, r, sess, a)
+		return
+	}
+	c.render(w, r, sess, http.StatusOK, "confirm-delete", confirmPage{Name: tenant})
+}
+
+func (c *Console) handleDeleteTenant(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	if r.PostFormValue("confirm") != tenant {
+		c.render(w, r, sess, http.StatusBadRequest, "confirm-delete",
+			confirmPage{Name: tenant, Error: "Type the tenant's name exactly to confirm; nothing was deleted."})
+		return
+	}
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant), nil) {
+		return
+	}
+	c.live.Forget(func(l metrics.Labels) bool { return l.Source == metrics.SourceHTTP && l.Tenant == tenant })
+	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s deleted, with its keys, rules and counters.", tenant))
+}
+
+// --- keys
+
+type keyRow struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+type keysPage struct {
+	Keys   []keyRow
+	NewKey *createdKey
+	Flash  string
+	// Error and Name, Role are a refused create's message and input.
+	Error, Name, Role string
+}
+
+func (c *Console) keysPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p keysPage) {
+	tenant := r.PathValue("tenant")
+	var body struct{ Keys []keyRow }
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "keys"), &body) {
+		return
+	}
+	p.Keys = body.Keys
+	if p.Error == "" {
+		p.Flash, p.NewKey = c.sessions.takeFlash(sess)
+		if p.NewKey != nil && p.NewKey.Tenant != tenant {
+			p.NewKey = nil
+		}
+	}
+	if p.Role == "" {
+		p.Role = "check"
+	}
+	c.render(w, r, sess, status, "keys", p)
+}
+
+func (c *Console) handleKeys(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.keysPage(w, r, sess, http.StatusOK, keysPage{})
+}
+
+func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	name, role := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("role")
+	a := c.call(r, sess, http.MethodPost, apiPath("tenants", tenant, "keys"), map[string]string{"name": name, "role": role})
+	if !a.ok() {
+		c.keysPage(w, r, sess, a.Status, keysPage{Error: a.Message, Name: name, Role: role})
+		return
+	}
+	var k struct{ ID, Name, Secret string }
+	if err := a.decode(&k); err != nil {
+		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		return
+	}
+	// The secret waits in this process for the next keys page, which shows
+	// it once; it is never put in a URL.
+	c.sessions.setFlash(sess, fmt.Sprintf("API key %s created.", k.Name), &createdKey{Tenant: tenant, Name: k.Name, ID: k.ID, Secret: k.Secret})
+	http.Redirect(w, r, Prefix+"tenants/"+url.PathEscape(tenant)+"/keys", http.StatusSeeOther)
+}
+
+func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, id := r.PathValue("tenant"), r.PathValue("id")
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "keys", id), nil) {
+		return
+	}
+	if !sess.caller.Operator {
+		// Revoking the key this session signed in with ends it.
+		if _, err := c.opts.API.AdminCaller(sess.secret); err != nil {
+			c.sessions.end(sess)
+			clearCookie(w, r)
+			c.render(w, r, nil, http.StatusOK, "signin", signInPage{Message: "You revoked the key you signed in with, so you are signed out."})
+			return
+		}
+	}
+	c.redirect(w, r, sess, Prefix+"tenants/"+url.PathEscape(tenant)+"/keys", "API key revoked.")
+}
+
+// --- rules
+
+type rulesPage struct{ Rules []httpapi.RuleBody }
+
+func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
+	var body struct{ Rules []httpapi.RuleBody }
+	if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules"), &body) {
+		return
+	}
+	c.render(w, r, sess, http.StatusOK, "rules", rulesPage{Rules: body.Rules})
+}
+
+// limitRows is how many limits the rule form offers.
+const limitRows = 3
+
+type limitRow struct {
+	Index                                   int
+	Name, Algorithm, Amount, Refill, Window string
+}
+
+type ruleForm struct {
+	Editing                  bool
+	Name, Route, FailureMode string
+	Shadow                   bool
+	Limits                   []limitRow
+	// Errors maps a field ("name", "route", "failure_mode", "limits",
+	// "limit0"...) to the API's message about it; FormError is a message
+	// that names no field.
+	Errors    map[string]string
+	FormError string
+}
+
+func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *session) {
+	f := ruleForm{Errors: map[string]string{}}
+	if name := r.PathValue("name"); name != "" {
+		var rule httpapi.RuleBody
+		if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules", name), &rule) {
+			return
+		}
+		f.Editing, f.Name, f.Route, f.FailureMode, f.Shadow = true, rule.Name, rule.Route, rule.FailureMode, rule.Shadow
+		for _, l := range rule.Limits {
+			row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
+			switch {
+			case l.Capacity != nil:
+				row.Amount = strconv.FormatInt(*l.Capacity, 10)
+			case l.Limit != nil:
+				row.Amount = strconv.FormatInt(*l.Limit, 10)
+			}
+			if l.RefillPerSecond != nil {
+				row.Refill = strconv.FormatFloat(*l.RefillPerSecond, 'f', -1, 64)
+			}
+			f.Limits = append(f.Limits, row)
+		}
+	}
+	f.padLimits()
+	c.render(w, r, sess, http.StatusOK, "rule-form", f)
+}
+
+func (f *ruleForm) padLimits() {
+	for len(f.Limits) < limitRows {
+		f.Limits = append(f.Limits, limitRow{})
+	}
+	for i := range f.Limits {
+		f.Limits[i].Index = i
+	}
+}
+
+func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	f := ruleForm{
+		Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("name")),
+		Route: strings.TrimSpace(r.PostFormValue("route")), FailureMode: r.PostFormValue("failure_mode"),
+		Shadow: r.PostFormValue("shadow") == "on", Errors: map[string]string{},
+	}
+	body := map[string]any{"route": f.Route, "shadow": f.Shadow, "failure_mode": f.FailureMode}
+	limits := []map[string]any{}
+	for i := range limitRows {
+		field := func(n string) string { return strings.TrimSpace(r.PostFormValue(fmt.Sprintf("%s%d", n, i))) }
+		row := limitRow{Index: i, Name: field("limit_name"), Algorithm: field("algorithm"), Amount: field("amount"),
+			Refill: field("refill"), Window: field("window")}
+		f.Limits = append(f.Limits, row)
+		if row.Algorithm == "" {
+			continue
+		}
+		l := map[string]any{"name": row.Name, "algorithm": row.Algorithm}
+		key := fmt.Sprintf("limit%d", i)
+		// Numbers go to the API as typed, so that it judges them; only
+		// what is not a number at all is refused here.
+		amount, ok := jsonNumber(row.Amount)
+		if !ok {
+			f.Errors[key] = fmt.Sprintf("Capacity or limit %q is not a number.", row.Amount)
+			continue
+		}
+		if row.Algorithm == "token_bucket" {
+			refill, ok := jsonNumber(row.Refill)
+			if !ok {
+				f.Errors[key] = fmt.Sprintf("Refill per second %q is not a number.", row.Refill)
+				continue
+			}
+			l["capacity"], l["refill_per_second"] = amount, refill
+			if row.Window != "" {
+				l["window"] = row.Window // the API says why it does not belong
+			}
+		} else {
+			l["limit"], l["window"] = amount, row.Window
+			if row.Refill != "" {
+				l["refill_per_second"], _ = jsonNumber(row.Refill)
+			}
+		}
+		limits = append(limits, l)
+	}
+	body["limits"] = limits
+	if len(f.Errors) > 0 {
+		f.padLimits()
+		c.render(w, r, sess, http.StatusBadRequest, "rule-form", f)
+		return
+	}
+	var a apiAnswer
+	switch {
+	case f.Name == "":
+		// The name is part of the API's path: without one there is no call.
+		a = apiAnswer{Status: http.StatusBadRequest, Message: "A rule needs a name: lowercase letters, digits and dashes."}
+	case !f.Editing && c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", f.Name), nil).ok():
+		// PUT replaces: a new rule must not silently take an existing one's place.
+		a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("A rule named %s already exists; edit it instead, or choose another name.", f.Name)}
+	default:
+		a = c.call(r, sess, http.MethodPut, apiPath("tenants", tenant, "rules", f.Name), body)
+	}
+	if !a.ok() {
+		field := fieldOf(a.Message, f.Limits)
+		if field == "" {
+			f.FormError = a.Message
+		} else {
+			f.Errors[field] = a.Message
+		}
+		f.padLimits()
+		c.render(w, r, sess, a.Status, "rule-form", f)
+		return
+	}
+	c.redirect(w, r, sess, Prefix+"tenants/"+url.PathEscape(tenant)+"/rules", fmt.Sprintf("Rule %s saved.", f.Name))
+}
+
+// jsonNumber reads s as a JSON number, unchanged, so the API sees what was
+// typed ("" reads as absent).
+func jsonNumber(s string) (any, bool) {
+	if s == "" {
+		return nil, true
+	}
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		return nil, false
+	}
+	return json.Number(s), true
+}
+
+var limitNameInMessage = regexp.MustCompile(`^Limit "([^"]*)"`)
+
+// fieldOf finds the field an API message is about, so the form shows it
+// beside that field; "" when it names none.
+func fieldOf(msg string, rows []limitRow) string {
+	if m := limitNameInMessage.FindStringSubmatch(msg); m != nil {
+		for _, row := range rows {
+			if row.Algorithm != "" && (row.Name == m[1] || row.Name == "" && row.Algorithm == m[1]) {
+				return fmt.Sprintf("limit%d", row.Index)
+			}
+		}
+	}
+	lower := strings.ToLower(msg)
+	switch {
+	case strings.Contains(lower, "limit"):
+		for _, row := range rows {
+			if row.Algorithm != "" {
+				return fmt.Sprintf("limit%d", row.Index)
+			}
+		}
+		return "limits"
+	case strings.Contains(lower, "route") || strings.Contains(lower, "pattern"):
+		return "route"
+	case strings.Contains(lower, "failure"):
+		return "failure_mode"
+	case strings.Contains(lower, "rule name") || strings.Contains(lower, "name"):
+		return "name"
+	}
+	return ""
+}
+
+func (c *Console) handleDeleteRule(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, name := r.PathValue("tenant"), r.PathValue("name")
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", name), nil) {
+		return
+	}
+	c.live.Forget(func(l metrics.Labels) bool {
+		return l.Source == metrics.SourceHTTP && l.Tenant == tenant && l.Rule == name
+	})
+	c.redirect(w, r, sess, Prefix+"tenants/"+url.PathEscape(tenant)+"/rules", fmt.Sprintf("Rule %s deleted.", name))
+}
+
+// --- subject inspector
+
+type inspectPage struct {
+	Rules         []string
+	Rule, Subject string
+	Result        *peekResult
+	Error         string
+}
+
+// peekResult is the API's answer to a peek: a decision body.
+type peekResult struct {
+	Allowed  bool `json:"allowed"`
+	Degraded bool `json:"degraded"`
+	Limits   []struct {
+		Name         string `json:"name"`
+		Algorithm    string `json:"algorithm"`
+		Limit        int64  `json:"limit"`
+		Remaining    int64  `json:"remaining"`
+		ResetAfterMs int64  `json:"reset_after_ms"`
+	} `json:"limits"`
+}
+
+func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	var rules struct{ Rules []httpapi.RuleBody }
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules"), &rules) {
+		return
+	}
+	p := inspectPage{Rule: r.URL.Query().Get("rule"), Subject: r.URL.Query().Get("subject")}
+	for _, rule := range rules.Rules {
+		p.Rules = append(p.Rules, rule.Name)
+	}
+	sort.Strings(p.Rules)
+	status := http.StatusOK
+	if p.Rule != "" {
+		a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", p.Rule, "subjects", p.Subject), nil)
+		var res peekResult
+		switch {
+		case !a.ok():
+			p.Error, status = a.Message, a.Status
+		case a.decode(&res) != nil:
+			p.Error, status = "The console could not read the admin API's answer.", http.StatusInternalServerError
+		default:
+			p.Result = &res
+		}
+	}
+	c.render(w, r, sess, status, "inspect", p)
+}
+
+func (c *Console) handleResetSubject(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule, subject := r.PathValue("tenant"), r.PostFormValue("rule"), r.PostFormValue("subject")
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "subjects", subject), nil) {
+		return
+	}
+	q := url.Values{"rule": {rule}, "subject": {subject}}
+	c.redirect(w, r, sess, Prefix+"tenants/"+url.PathEscape(tenant)+"/inspect?"+q.Encode(),
+		fmt.Sprintf("The counters of %q under %s were reset.", subject, rule))
+}
+
+// --- Envoy domains
+
+type envoyPage struct {
+	Enabled bool
+	Domains []envoyDomain
+}
+
+type envoyDomain struct {
+	Name, File, FailureMode string
+	AllOrNothing            bool
+	Rules                   []envoyRule
+}
+
+type envoyRule struct {
+	Path, Name, Limit, FailureMode string
+	Shadow, Unlimited              bool
+}
+
+func (c *Console) handleEnvoy(w http.ResponseWriter, r *http.Request, sess *session) {
+	if !sess.caller.Operator {
+		// Envoy domains belong to no tenant: the operator's alone.
+		c.renderError(w, r, sess, http.StatusForbidden, "Only the operator may see the Envoy domains; a tenant key sees its own tenant only.")
+		return
+	}
+	var p envoyPage
+	if c.opts.EnvoyConfig != nil {
+		if cfg := c.opts.EnvoyConfig(); cfg != nil {
+			p.Enabled = true
+			for _, name := range cfg.Domains() {
+				d := cfg.Domain(name)
+				dv := envoyDomain{Name: d.Name, File: d.File, FailureMode: string(d.FailureMode), AllOrNothing: d.AllOrNothing}
+				for _, rule := range d.Rules() {
+					dv.Rules = append(dv.Rules, envoyRule{Path: rule.Path, Name: rule.Name, Limit: rule.Limit.String(),
+						FailureMode: string(rule.FailureMode), Shadow: rule.Shadow, Unlimited: rule.Unlimited})
+				}
+				p.Domains = append(p.Domains, dv)
+			}
+		}
+	}
+	c.render(w, r, sess, http.StatusOK, "envoy", p)
+}

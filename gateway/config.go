@@ -195,12 +195,30 @@ type RouteConfig struct {
 // {name, algorithm: token_bucket, capacity, refill_per_second} or
 // {name, algorithm: sliding_window|fixed_window, limit, window}.
 type LimitConfig struct {
-	Name            string   `yaml:"name"`
-	Algorithm       string   `yaml:"algorithm"`
-	Capacity        int64    `yaml:"capacity"`
-	RefillPerSecond float64  `yaml:"refill_per_second"`
-	Limit           int64    `yaml:"limit"`
-	Window          Duration `yaml:"window"`
+	Name            string  `yaml:"name"`
+	Algorithm       string  `yaml:"algorithm"`
+	Capacity        int64   `yaml:"capacity"`
+	RefillPerSecond float64 `yaml:"refill_per_second"`
+	Limit           int64   `yaml:"limit"`
+	Window          Window  `yaml:"window"`
+}
+
+// Window is a limit's window in YAML: a duration like "1m", or in days or
+// weeks ("1d", "1w"), read by sluice.ParseWindow as everywhere else.
+type Window time.Duration
+
+// UnmarshalYAML reads a window.
+func (w *Window) UnmarshalYAML(node *yaml.Node) error {
+	var s string
+	if err := node.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: a window like \"1m\", \"1h\" or \"1d\" is expected", node.Line)
+	}
+	v, err := sluice.ParseWindow(s)
+	if err != nil {
+		return fmt.Errorf("line %d: window %w", node.Line, err)
+	}
+	*w = Window(v)
+	return nil
 }
 
 // Duration is a time.Duration written as "30s" or "1m" in YAML.

@@ -209,16 +209,15 @@ type Window time.Duration
 
 // UnmarshalYAML reads a window.
 func (w *Window) UnmarshalYAML(node *yaml.Node) error {
-	var s string
-	if err := node.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: a window like \"1m\", \"1h\" or \"1d\" is expected", node.Line)
-	}
-	v, err := sluice.ParseWindow(s)
-	if err != nil {
-		return fmt.Errorf("line %d: window %w", node.Line, err)
-	}
+	v, err := decodeDuration(node, `a window like "1m", "1h" or "1d"`, func(s string) (time.Duration, error) {
+		v, err := sluice.ParseWindow(s)
+		if err != nil {
+			return 0, fmt.Errorf("window %w", err)
+		}
+		return v, nil
+	})
 	*w = Window(v)
-	return nil
+	return err
 }
 
 // Duration is a time.Duration written as "30s" or "1m" in YAML.
@@ -226,16 +225,28 @@ type Duration time.Duration
 
 // UnmarshalYAML reads a Go duration string.
 func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
+	v, err := decodeDuration(node, `a duration like "30s" or "1m"`, func(s string) (time.Duration, error) {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration like \"30s\" or \"1m\"", s)
+		}
+		return v, nil
+	})
+	*d = Duration(v)
+	return err
+}
+
+// decodeDuration reads a YAML string with parse; errors name the line.
+func decodeDuration(node *yaml.Node, expected string, parse func(string) (time.Duration, error)) (time.Duration, error) {
 	var s string
 	if err := node.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: a duration like \"30s\" or \"1m\" is expected", node.Line)
+		return 0, fmt.Errorf("line %d: %s is expected", node.Line, expected)
 	}
-	v, err := time.ParseDuration(s)
+	v, err := parse(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like \"30s\" or \"1m\"", node.Line, s)
+		return 0, fmt.Errorf("line %d: %w", node.Line, err)
 	}
-	*d = Duration(v)
-	return nil
+	return v, nil
 }
 
 // LoadConfig reads and validates a gateway.yaml file.

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/httpapi"
 )
 
@@ -47,15 +48,9 @@ type ruleEntry struct {
 	Shadow      bool   `yaml:"shadow,omitempty"`
 }
 
-// limitEntry is httpapi.LimitJSON with YAML names.
-type limitEntry struct {
-	Name            string   `yaml:"name"`
-	Algorithm       string   `yaml:"algorithm"`
-	Capacity        *int64   `yaml:"capacity,omitempty"`
-	RefillPerSecond *float64 `yaml:"refill_per_second,omitempty"`
-	Limit           *int64   `yaml:"limit,omitempty"`
-	Window          string   `yaml:"window,omitempty"`
-}
+// limitEntry is a limit as the admin API spells it (client.Limit, which has
+// the YAML names too).
+type limitEntry = client.Limit
 
 // desiredTenant is a tenant of a file, validated, in domain types.
 type desiredTenant struct {

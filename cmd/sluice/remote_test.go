@@ -75,6 +75,19 @@ func startServerOn(t *testing.T, store sluice.Store) server {
 	return server{url: srv.URL, database: "sqlite://" + path}
 }
 
+// startServerOnRedis starts the server over a Redis of the test's own, which
+// the test may stop.
+func startServerOnRedis(t *testing.T) (server, *testenv.RedisServer) {
+	t.Helper()
+	redis := testenv.Redis(t)
+	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return startServerOn(t, store), redis
+}
+
 // get answers GET path of the admin API as the operator, decoded.
 func (s server) get(t *testing.T, path string) map[string]any {
 	t.Helper()
@@ -445,14 +458,8 @@ func TestFindKeyAmbiguousName(t *testing.T) {
 // --failure-mode, through either mode, is stored without one, and the
 // serving instance applies its own default when the store is down.
 func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
-	redis := testenv.Redis(t)
-	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	// The test server's default is open, not the built-in closed.
-	s := startServerOn(t, store)
+	s, redis := startServerOnRedis(t)
 	keys := map[string]string{}
 	for _, mode := range modes {
 		tenant := map[string]string{"database": "acme", "server": "beta"}[mode]
@@ -498,13 +505,7 @@ func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
 // in the Redis the server counts in, and through the catalog to its deny
 // cache. It also holds the CLI to the servers' counter namespace (sluice.Tenant.CounterNamespace).
 func TestSubjectResetThroughRedis(t *testing.T) {
-	redis := testenv.Redis(t)
-	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	s := startServerOn(t, store)
+	s, redis := startServerOnRedis(t)
 	s.mustRunIn(t, "server", "tenant", "create", "acme")
 	s.mustRunIn(t, "server", "rule", "set", "acme", "orders", "--route", "/api/orders*", "--fixed-window", "1/1h")
 	secret := strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", "acme", "--role", "check", "--name", "web"))

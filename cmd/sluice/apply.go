@@ -28,7 +28,7 @@ func newExportCmd() *cobra.Command {
 		Use:   "export [-f FILE]",
 		Short: "Write the catalog (tenants, key names, rules) as a catalog file for sluice apply",
 		Long: `Write every tenant with its active keys' names and roles and its rules, in
-the format sluice apply reads (docs/catalog.md). Secrets are never written:
+the format sluice apply reads (docs/catalog-files.md). Secrets are never written:
 the catalog holds only their hashes.`,
 		Example: `  sluice export --server http://localhost:8080 > catalog.yaml
   sluice export --database postgres://... -f catalog.yaml`,
@@ -64,7 +64,7 @@ func newApplyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE [--dry-run] [--prune]",
 		Short: "Make the catalog match a catalog file: create or update its tenants, keys and rules",
-		Long: `Make the catalog match a catalog file (docs/catalog.md): create the tenants,
+		Long: `Make the catalog match a catalog file (docs/catalog-files.md): create the tenants,
 keys and rules it lists, update the tenants and rules that differ, and leave
 the rest alone, unless --prune, which also deletes the rules and tenants and
 revokes the keys the file does not list (only within tenants the file lists,
@@ -83,7 +83,7 @@ and what it did not, and running it again finishes the job.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
-				return fmt.Errorf("apply needs -f FILE: a catalog file as sluice export writes it (docs/catalog.md)")
+				return fmt.Errorf("apply needs -f FILE: a catalog file as sluice export writes it (docs/catalog-files.md)")
 			}
 			var data []byte
 			var err error

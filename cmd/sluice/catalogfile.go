@@ -1,7 +1,7 @@
 package main
 
 // A catalog file is the declarative form of tenants, their keys and rules
-// (docs/catalog.md): sluice export writes one, sluice apply makes the
+// (docs/catalog-files.md): sluice export writes one, sluice apply makes the
 // catalog match one. Limits are spelled as in the admin API and read by the
 // API's own code, so a file means what the same PUT would.
 

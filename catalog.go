@@ -194,8 +194,9 @@ type Rule struct {
 	Route string
 	// Limits are checked together, all-or-nothing.
 	Limits []Limit
-	// FailureMode applies when the store cannot answer. Empty means
-	// FailClosed; catalogs store it explicitly.
+	// FailureMode applies when the store cannot answer. Empty means the
+	// serving instance's default (--default-failure-mode, closed unless
+	// set), resolved at check time; catalogs store it as empty.
 	FailureMode FailureMode
 	// Shadow rules are checked and counted but always allow; their denials
 	// only show in the answer ("shadow": true) and in metrics.

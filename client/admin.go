@@ -83,8 +83,9 @@ type Limit struct {
 	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
 }
 
-// Rule is a rule as the admin API spells it. An empty FailureMode in PutRule
-// leaves the choice to the server's default.
+// Rule is a rule as the admin API spells it. An empty FailureMode (in PutRule
+// and in what the server answers) means the rule has none: each serving
+// instance applies its own --default-failure-mode.
 type Rule struct {
 	Tenant      string    `json:"tenant" yaml:"tenant"`
 	Name        string    `json:"name" yaml:"name"`

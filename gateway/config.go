@@ -195,12 +195,29 @@ type RouteConfig struct {
 // {name, algorithm: token_bucket, capacity, refill_per_second} or
 // {name, algorithm: sliding_window|fixed_window, limit, window}.
 type LimitConfig struct {
-	Name            string   `yaml:"name"`
-	Algorithm       string   `yaml:"algorithm"`
-	Capacity        int64    `yaml:"capacity"`
-	RefillPerSecond float64  `yaml:"refill_per_second"`
-	Limit           int64    `yaml:"limit"`
-	Window          Duration `yaml:"window"`
+	Name            string  `yaml:"name"`
+	Algorithm       string  `yaml:"algorithm"`
+	Capacity        int64   `yaml:"capacity"`
+	RefillPerSecond float64 `yaml:"refill_per_second"`
+	Limit           int64   `yaml:"limit"`
+	Window          Window  `yaml:"window"`
+}
+
+// Window is a limit's window in YAML: a duration like "1m", or in days or
+// weeks ("1d", "1w"), read by sluice.ParseWindow as everywhere else.
+type Window time.Duration
+
+// UnmarshalYAML reads a window.
+func (w *Window) UnmarshalYAML(node *yaml.Node) error {
+	v, err := decodeDuration(node, `a window like "1m", "1h" or "1d"`, func(s string) (time.Duration, error) {
+		v, err := sluice.ParseWindow(s)
+		if err != nil {
+			return 0, fmt.Errorf("window %w", err)
+		}
+		return v, nil
+	})
+	*w = Window(v)
+	return err
 }
 
 // Duration is a time.Duration written as "30s" or "1m" in YAML.
@@ -208,16 +225,28 @@ type Duration time.Duration
 
 // UnmarshalYAML reads a Go duration string.
 func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
+	v, err := decodeDuration(node, `a duration like "30s" or "1m"`, func(s string) (time.Duration, error) {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration like \"30s\" or \"1m\"", s)
+		}
+		return v, nil
+	})
+	*d = Duration(v)
+	return err
+}
+
+// decodeDuration reads a YAML string with parse; errors name the line.
+func decodeDuration(node *yaml.Node, expected string, parse func(string) (time.Duration, error)) (time.Duration, error) {
 	var s string
 	if err := node.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: a duration like \"30s\" or \"1m\" is expected", node.Line)
+		return 0, fmt.Errorf("line %d: %s is expected", node.Line, expected)
 	}
-	v, err := time.ParseDuration(s)
+	v, err := parse(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like \"30s\" or \"1m\"", node.Line, s)
+		return 0, fmt.Errorf("line %d: %w", node.Line, err)
 	}
-	*d = Duration(v)
-	return nil
+	return v, nil
 }
 
 // LoadConfig reads and validates a gateway.yaml file.

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicelabs/sluice/gateway"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -137,5 +139,22 @@ func TestLoadConfigNamesTheFile(t *testing.T) {
 	_, err := gateway.LoadConfig(path)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "routes") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestConfigWindowsTakeDaysAndWeeks: a limit's window is read like the
+// API's and the CLI's, days and weeks included.
+func TestConfigWindowsTakeDaysAndWeeks(t *testing.T) {
+	cfg, err := gateway.ParseConfig([]byte("routes: [{name: a, path_prefix: /a, upstream: 'http://h', limits: [" +
+		"{name: daily, algorithm: fixed_window, limit: 5, window: 1d}, {name: weekly, algorithm: sliding_window, limit: 20, window: 1w2d}]}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []time.Duration{time.Duration(cfg.Routes[0].Limits[0].Window), time.Duration(cfg.Routes[0].Limits[1].Window)}
+	if want := []time.Duration{24 * time.Hour, 9 * 24 * time.Hour}; !slices.Equal(got, want) {
+		t.Errorf("windows %v, want %v", got, want)
+	}
+	if _, err := gateway.ParseConfig([]byte("routes: [{name: a, path_prefix: /a, upstream: 'http://h', limits: [{name: m, algorithm: fixed_window, limit: 5, window: 0d}]}]")); err == nil || !strings.Contains(err.Error(), "not a positive duration") {
+		t.Errorf("a zero window: %v", err)
 	}
 }

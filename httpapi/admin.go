@@ -425,9 +425,9 @@ func (j LimitJSON) ToLimit() (sluice.Limit, error) {
 		if j.Limit == nil || j.Window == "" {
 			return l, badRequest("Limit %q: a %s needs limit and window (like \"1m\").", l.Name, l.Algorithm)
 		}
-		w, err := time.ParseDuration(j.Window)
+		w, err := sluice.ParseWindow(j.Window)
 		if err != nil {
-			return l, badRequest("Limit %q: window %q is not a duration like \"1s\", \"1m\" or \"1h\".", l.Name, j.Window)
+			return l, badRequest("Limit %q: window %s.", l.Name, err)
 		}
 		l.Capacity, l.Window = *j.Limit, w
 	}
@@ -466,14 +466,13 @@ type putRuleRequest struct {
 	Shadow      bool        `json:"shadow"`
 }
 
-// ruleFromRequest builds the rule to store, applying the server's default
-// failure mode when none is given.
+// ruleFromRequest builds the rule to store. No failure mode is stored as
+// none, not as this server's default: every instance then applies its own
+// --default-failure-mode at check time, as it does for a rule written
+// through the catalog database directly, so omitted has one meaning.
 func (a *API) ruleFromRequest(tenant, name string, in putRuleRequest) (sluice.Rule, error) {
 	rule := sluice.Rule{Tenant: tenant, Name: name, Route: in.Route,
 		FailureMode: sluice.FailureMode(in.FailureMode), Shadow: in.Shadow}
-	if rule.FailureMode == "" {
-		rule.FailureMode = a.defaultMode
-	}
 	if len(in.Limits) == 0 {
 		return rule, badRequest("Field \"limits\" needs at least one limit, like {\"algorithm\": \"token_bucket\", \"capacity\": 10, \"refill_per_second\": 2}.")
 	}

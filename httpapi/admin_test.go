@@ -104,7 +104,7 @@ func TestAdminLifecycle(t *testing.T) {
 	})
 	want := `"limits":[{"name":"burst","algorithm":"token_bucket","capacity":20,"refill_per_second":2.5},` +
 		`{"name":"minute","algorithm":"sliding_window","limit":600,"window":"1m"},` +
-		`{"name":"fixed_window","algorithm":"fixed_window","limit":100,"window":"1s"}],"failure_mode":"open","shadow":false`
+		`{"name":"fixed_window","algorithm":"fixed_window","limit":100,"window":"1s"}],"failure_mode":"","shadow":false`
 	if !strings.Contains(r.raw, want) {
 		t.Errorf("rule answer %s\nwant it to contain %s", r.raw, want)
 	}
@@ -117,6 +117,29 @@ func TestAdminLifecycle(t *testing.T) {
 	h.must(http.StatusNotFound, "GET", "/v1/tenants/acme", testAdminToken, nil)
 	h.must(http.StatusOK, "GET", "/healthz", "", nil)
 	h.must(http.StatusOK, "GET", "/readyz", "", nil)
+}
+
+// TestRuleWindowsTakeDaysAndWeeks: the API reads windows with the one
+// parser the CLI and the gateway use, days and weeks included.
+func TestRuleWindowsTakeDaysAndWeeks(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	r := h.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/long", testAdminToken, map[string]any{
+		"route": "/api*",
+		"limits": []any{
+			map[string]any{"name": "daily", "algorithm": "fixed_window", "limit": 5000, "window": "1d"},
+			map[string]any{"name": "weekly", "algorithm": "sliding_window", "limit": 20000, "window": "1.5w"},
+		},
+	})
+	want := `{"name":"daily","algorithm":"fixed_window","limit":5000,"window":"24h"},{"name":"weekly","algorithm":"sliding_window","limit":20000,"window":"252h"}`
+	if !strings.Contains(r.raw, want) {
+		t.Errorf("rule answer %s\nwant it to contain %s", r.raw, want)
+	}
+	bad := h.do("PUT", "/v1/tenants/acme/rules/bad", testAdminToken, map[string]any{"route": "/bad",
+		"limits": []any{map[string]any{"name": "m", "algorithm": "fixed_window", "limit": 1, "window": "1y"}}})
+	if bad.status != http.StatusBadRequest || !strings.Contains(bad.raw, `window \"1y\" is not a duration like`) {
+		t.Errorf("a year: %d %s", bad.status, bad.raw)
+	}
 }
 
 func TestPutRuleAnswers201WhenItCreatesAnd200WhenItReplaces(t *testing.T) {

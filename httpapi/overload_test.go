@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/bench"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
+	"github.com/sluicelabs/sluice/loadgen"
 	"github.com/sluicelabs/sluice/memory"
 )
 
@@ -77,7 +77,7 @@ func TestOverloadIsShedNotFailed(t *testing.T) {
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 
-	res, err := bench.Run(ctx, bench.NewHTTPCheck(srv.URL, secret, "/api/x", 1, 256), bench.Options{
+	res, err := loadgen.Run(ctx, loadgen.NewHTTPCheck(srv.URL, secret, "/api/x", 1, 256), loadgen.Options{
 		Rate: 100, Concurrency: 256, Duration: 2 * time.Second, Subjects: 1000, Timeout: 5 * time.Second,
 	})
 	if err != nil {

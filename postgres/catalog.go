@@ -359,9 +359,6 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 	if err := r.Validate(); err != nil {
 		return sluice.Rule{}, err
 	}
-	if r.FailureMode == "" {
-		r.FailureMode = sluice.FailClosed
-	}
 	r.Limits = append([]sluice.Limit(nil), r.Limits...)
 	r.UpdatedAt = fromMillis(c.millis())
 	err := c.change(ctx, func(tx pgx.Tx, _ int64) error {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -287,8 +286,9 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --fixed-window 100/1s        100 per clock-aligned second
   --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
 
-Without --failure-mode the rule takes the server's --default-failure-mode
-(through --server) or closed (with --database).`,
+Without --failure-mode the rule is stored without one, and every server
+applies its own --default-failure-mode (closed unless set), whether the rule
+was written through --server or --database.`,
 		Example: `  sluice rule set acme payments --route '/api/payments*' --token-bucket 10:2/s
   sluice rule set acme api --route '*' --token-bucket burst=20:5/s --sliding-window hourly=1000/1h --failure-mode open`,
 		Args: exactArgs(2),
@@ -312,7 +312,7 @@ Without --failure-mode the rule takes the server's --default-failure-mode
 	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
 	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
 	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
-	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: the server's --default-failure-mode with --server, closed with --database")
+	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: each server's --default-failure-mode")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
 	cmd.AddCommand(set,
@@ -357,8 +357,7 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if rf.route == "" {
 		return r, fmt.Errorf("--route is required: an exact path like /api/orders, a prefix like '/api/orders*', or '*'")
 	}
-	// Empty is sent as no failure_mode, for the server's default; a catalog
-	// written directly stores its own default, closed.
+	// Empty is stored as none: each server applies its own default.
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
@@ -458,43 +457,13 @@ func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
 	return l, nil
 }
 
-// Day and week, which time.ParseDuration lacks; a day is 24 hours, since
-// windows are spans of time, not calendar days.
-const (
-	day  = 24 * time.Hour
-	week = 7 * day
-)
-
-// parsePeriod reads a unit (s, m, h, d, w), a Go duration (500ms, 1m) or a
-// number of days or weeks (2d, 1.5w).
+// parsePeriod reads a bare unit (s, m, h, d, w, as in "10/s" or "5000/d")
+// or any window sluice.ParseWindow reads (500ms, 1m, 2d, 1w).
 func parsePeriod(s string) (time.Duration, error) {
-	switch s {
-	case "s":
-		return time.Second, nil
-	case "m":
-		return time.Minute, nil
-	case "h":
-		return time.Hour, nil
-	case "d":
-		return day, nil
-	case "w":
-		return week, nil
+	if unit, ok := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": sluice.Day, "w": sluice.Week}[s]; ok {
+		return unit, nil
 	}
-	bad := fmt.Errorf("%q is not a period like s, m, h, d, w, 1s, 500ms, 1m, 2d or 1w", s)
-	for suffix, unit := range map[string]time.Duration{"d": day, "w": week} {
-		if n, ok := strings.CutSuffix(s, suffix); ok {
-			f, err := strconv.ParseFloat(n, 64)
-			if err != nil || !(f > 0) || f*float64(unit) > float64(math.MaxInt64) {
-				return 0, bad
-			}
-			return time.Duration(f * float64(unit)), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, bad
-	}
-	return d, nil
+	return sluice.ParseWindow(s)
 }
 
 // describeRule says what a rule does, in one line.
@@ -503,11 +472,20 @@ func describeRule(r sluice.Rule) string {
 	for _, l := range r.Limits {
 		parts = append(parts, l.String())
 	}
-	s := fmt.Sprintf("route %s; %s; failure mode %s", r.Route, strings.Join(parts, ", "), r.FailureMode)
+	s := fmt.Sprintf("route %s; %s; failure mode: %s", r.Route, strings.Join(parts, ", "), failureModeText(r.FailureMode))
 	if r.Shadow {
 		s += "; shadow"
 	}
 	return s
+}
+
+// failureModeText names a rule's failure mode, or says that the serving
+// instance's default applies.
+func failureModeText(m sluice.FailureMode) string {
+	if m == "" {
+		return "the server's default"
+	}
+	return string(m)
 }
 
 func printRules(w io.Writer, rs []sluice.Rule) {
@@ -518,7 +496,7 @@ func printRules(w io.Writer, rs []sluice.Rule) {
 		for _, l := range r.Limits {
 			parts = append(parts, l.String())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), r.FailureMode, r.Shadow)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), failureModeText(r.FailureMode), r.Shadow)
 	}
 	tw.Flush()
 }

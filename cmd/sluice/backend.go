@@ -29,7 +29,7 @@ var remote struct {
 
 func init() {
 	f := rootCmd.PersistentFlags()
-	f.StringVar(&remote.server, "server", "", "send tenant, key, rule and subject commands to this server's admin API (http://host:8080) instead of --database")
+	f.StringVar(&remote.server, "server", "", "send tenant, key, rule, subject, apply and export commands to this server's admin API (http://host:8080) instead of --database")
 	f.StringVar(&remote.token, "token", "", "with --server: the operator's admin token or a tenant admin key (SLUICE_TOKEN; the server's own is SLUICE_ADMIN_TOKEN)")
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/loadgen"
 )
 
 // benchConfig is what sluice bench is configured with.
@@ -186,7 +186,7 @@ type benchReport struct {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func newBenchReport(target string, r bench.Result) benchReport {
+func newBenchReport(target string, r loadgen.Result) benchReport {
 	rep := benchReport{
 		Target: target, Model: r.Model, Seconds: r.Elapsed.Seconds(),
 		Sent: r.Sent, Allowed: r.Allowed, Denied: r.Denied, Shed: r.Shed, Failed: r.Errors, Late: r.Late, Dropped: r.Dropped,
@@ -221,8 +221,8 @@ func (r benchReport) cpuColumn() string {
 
 // parseDescriptor parses key=value[,key=value...]. An entry with no value
 // is allowed for subjectKey only, whose value each request replaces.
-func parseDescriptor(s, subjectKey string) (bench.Descriptor, error) {
-	var d bench.Descriptor
+func parseDescriptor(s, subjectKey string) (loadgen.Descriptor, error) {
+	var d loadgen.Descriptor
 	for _, part := range strings.Split(s, ",") {
 		key, value, hasValue := strings.Cut(strings.TrimSpace(part), "=")
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
@@ -234,21 +234,21 @@ func parseDescriptor(s, subjectKey string) (bench.Descriptor, error) {
 		case hasValue && value == "" && key != subjectKey:
 			return nil, fmt.Errorf("--descriptor %q: entry %q has an empty value", s, key)
 		}
-		d = append(d, bench.Entry{Key: key, Value: value})
+		d = append(d, loadgen.Entry{Key: key, Value: value})
 	}
 	return d, nil
 }
 
 // descriptors are the --descriptor flags parsed, or, with none, one
 // descriptor of the subject key alone.
-func (c benchConfig) descriptors() ([]bench.Descriptor, error) {
+func (c benchConfig) descriptors() ([]loadgen.Descriptor, error) {
 	if len(c.Descriptors) == 0 {
 		if c.SubjectKey == "" {
 			return nil, errors.New("--target envoy needs a --descriptor key=value[,key=value...] (or a --subject-key to build one from)")
 		}
-		return []bench.Descriptor{{{Key: c.SubjectKey}}}, nil
+		return []loadgen.Descriptor{{{Key: c.SubjectKey}}}, nil
 	}
-	var ds []bench.Descriptor
+	var ds []loadgen.Descriptor
 	found := c.SubjectKey == ""
 	for _, s := range c.Descriptors {
 		d, err := parseDescriptor(s, c.SubjectKey)
@@ -355,7 +355,7 @@ func (c benchConfig) validate() error {
 // benchTargets is what a configuration loads: the target, its reference
 // (nil for none) and their names in the report.
 type benchTargets struct {
-	target, reference         bench.Target
+	target, reference         loadgen.Target
 	targetName, referenceName string
 	close                     func() error
 }
@@ -364,12 +364,12 @@ func newBenchTargets(cfg benchConfig) (benchTargets, error) {
 	base := strings.TrimRight(cfg.URL, "/")
 	if cfg.Target == "http" {
 		t := benchTargets{
-			target:     bench.NewHTTPCheck(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Concurrency),
+			target:     loadgen.NewHTTPCheck(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Concurrency),
 			targetName: "POST /v1/check " + cfg.Route,
 			close:      func() error { return nil },
 		}
 		if cfg.Reference != "" {
-			t.reference = bench.NewHTTPGet(base+cfg.Reference, cfg.Concurrency)
+			t.reference = loadgen.NewHTTPGet(base+cfg.Reference, cfg.Concurrency)
 			t.referenceName = "GET " + cfg.Reference + " (reference)"
 		}
 		return t, nil
@@ -378,11 +378,11 @@ func newBenchTargets(cfg benchConfig) (benchTargets, error) {
 	if err != nil {
 		return benchTargets{}, err
 	}
-	conns, err := bench.DialGRPC(cfg.GRPCAddr, cfg.GRPCConns)
+	conns, err := loadgen.DialGRPC(cfg.GRPCAddr, cfg.GRPCConns)
 	if err != nil {
 		return benchTargets{}, err
 	}
-	check, err := bench.NewEnvoyCheck(conns, cfg.Domain, ds, cfg.SubjectKey, uint32(cfg.Cost))
+	check, err := loadgen.NewEnvoyCheck(conns, cfg.Domain, ds, cfg.SubjectKey, uint32(cfg.Cost))
 	if err != nil {
 		conns.Close()
 		return benchTargets{}, err
@@ -390,7 +390,7 @@ func newBenchTargets(cfg benchConfig) (benchTargets, error) {
 	t := benchTargets{target: check, targetName: "ShouldRateLimit " + cfg.Domain, close: conns.Close}
 	if cfg.Reference != "" {
 		// The same connections: the reference measures the same transport.
-		t.reference = bench.NewGRPCHealth(conns, "")
+		t.reference = loadgen.NewGRPCHealth(conns, "")
 		t.referenceName = "grpc.health.v1 Check (reference)"
 	}
 	return t, nil
@@ -404,7 +404,7 @@ func benchCPU(ctx context.Context, cfg benchConfig) (read func(context.Context) 
 	if u == "" {
 		return nil, "", nil
 	}
-	cpu := bench.NewProcessCPU(u)
+	cpu := loadgen.NewProcessCPU(u)
 	if _, err := cpu.Seconds(ctx); err != nil {
 		if cfg.MetricsURLSet {
 			return nil, "", fmt.Errorf("--metrics-url: %w", err)
@@ -435,18 +435,18 @@ func runBench(ctx context.Context, cfg benchConfig, out, progress io.Writer) err
 	if _, err := targets.target.Do(ctx, "sluice-bench-probe"); err != nil {
 		return fmt.Errorf("first check failed, not starting the run: %w", err)
 	}
-	opts := bench.Options{Rate: cfg.Rate, Concurrency: cfg.Concurrency, Duration: cfg.Duration, Subjects: cfg.Subjects, HotFraction: cfg.Hot, CPU: cpu}
+	opts := loadgen.Options{Rate: cfg.Rate, Concurrency: cfg.Concurrency, Duration: cfg.Duration, Subjects: cfg.Subjects, HotFraction: cfg.Hot, CPU: cpu}
 	if cfg.Overload {
 		return runOverload(ctx, cfg, targets, opts, out, progress)
 	}
 
-	res, err := bench.Run(ctx, targets.target, opts)
+	res, err := loadgen.Run(ctx, targets.target, opts)
 	if err != nil {
 		return err
 	}
 	reports := []benchReport{newBenchReport(targets.targetName, res)}
 	if targets.reference != nil && ctx.Err() == nil {
-		ref, err := bench.Run(ctx, targets.reference, opts)
+		ref, err := loadgen.Run(ctx, targets.reference, opts)
 		if err != nil {
 			return err
 		}
@@ -526,11 +526,11 @@ type overloadReport struct {
 	Steps            []overloadStep `json:"steps"`
 }
 
-func runOverload(ctx context.Context, cfg benchConfig, targets benchTargets, opts bench.Options, out, progress io.Writer) error {
+func runOverload(ctx context.Context, cfg benchConfig, targets benchTargets, opts loadgen.Options, out, progress io.Writer) error {
 	opts.Duration = cfg.StepDuration
-	ov := bench.OverloadOptions{Options: opts, Factor: cfg.StepFactor, MaxRate: cfg.MaxRate, P99: cfg.P99Limit}
+	ov := loadgen.OverloadOptions{Options: opts, Factor: cfg.StepFactor, MaxRate: cfg.MaxRate, P99: cfg.P99Limit}
 	rep := overloadReport{Target: targets.targetName, P99Ms: ms(cfg.P99Limit)}
-	res, err := bench.RunOverload(ctx, targets.target, ov, func(s bench.Step) {
+	res, err := loadgen.RunOverload(ctx, targets.target, ov, func(s loadgen.Step) {
 		st := overloadStep{OfferedRate: s.Rate, Healthy: s.Healthy, TwiceEdge: s.Beyond, benchReport: newBenchReport(targets.targetName, s.Result)}
 		rep.Steps = append(rep.Steps, st)
 		fmt.Fprintf(progress, "step %d: %.0f/s offered, %.0f/s served, p99 %.3f ms, %d shed, %d failed, %d dropped: %s\n",

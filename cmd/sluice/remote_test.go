@@ -75,6 +75,19 @@ func startServerOn(t *testing.T, store sluice.Store) server {
 	return server{url: srv.URL, database: "sqlite://" + path}
 }
 
+// startServerOnRedis starts the server over a Redis of the test's own, which
+// the test may stop.
+func startServerOnRedis(t *testing.T) (server, *testenv.RedisServer) {
+	t.Helper()
+	redis := testenv.Redis(t)
+	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return startServerOn(t, store), redis
+}
+
 // get answers GET path of the admin API as the operator, decoded.
 func (s server) get(t *testing.T, path string) map[string]any {
 	t.Helper()
@@ -441,23 +454,49 @@ func TestFindKeyAmbiguousName(t *testing.T) {
 	}
 }
 
+// TestOmittedFailureModeIsTheServersDefault: a rule set without
+// --failure-mode, through either mode, is stored without one, and the
+// serving instance applies its own default when the store is down.
 func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
-	s := startServer(t)
-	// The test server's default is open; the catalog's own, written
-	// directly, is closed.
-	want := map[string]string{"database": "closed", "server": "open"}
+	// The test server's default is open, not the built-in closed.
+	s, redis := startServerOnRedis(t)
+	keys := map[string]string{}
 	for _, mode := range modes {
 		tenant := map[string]string{"database": "acme", "server": "beta"}[mode]
 		s.mustRunIn(t, mode, "tenant", "create", tenant)
 		out := s.mustRunIn(t, mode, "rule", "set", tenant, "r", "--route", "/x", "--sliding-window", "weekly=1000/1w")
-		if !strings.Contains(out, "weekly: 1000 per sliding 168h") {
+		if !strings.Contains(out, "weekly: 1000 per sliding 168h") || !strings.Contains(out, "failure mode: the server's default") {
 			t.Errorf("%s mode: rule set printed %q", mode, out)
 		}
 		var r struct {
 			FailureMode *string `json:"failure_mode"`
 		}
-		if err := json.Unmarshal([]byte(s.mustRunIn(t, mode, "rule", "get", tenant, "r", "-o", "json")), &r); err != nil || r.FailureMode == nil || *r.FailureMode != want[mode] {
-			t.Errorf("%s mode: stored failure mode %v, want %q", mode, r.FailureMode, want[mode])
+		if err := json.Unmarshal([]byte(s.mustRunIn(t, mode, "rule", "get", tenant, "r", "-o", "json")), &r); err != nil || r.FailureMode == nil || *r.FailureMode != "" {
+			t.Errorf("%s mode: stored failure mode %v, want \"\" (the server's default)", mode, r.FailureMode)
+		}
+		keys[mode] = strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", tenant, "--role", "check", "--name", "web"))
+	}
+	check := func(mode string) decisionJSON {
+		t.Helper()
+		out, errOut, err := runCLI(t, "check", "--server", s.url, "--api-key", keys[mode], "--route", "/x", "-o", "json")
+		if err != nil {
+			t.Fatalf("%s mode: check: %v\n%s", mode, err, errOut)
+		}
+		var d decisionJSON
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatalf("%s mode: check printed %q: %v", mode, out, err)
+		}
+		return d
+	}
+	for _, mode := range modes {
+		if d := check(mode); !d.Allowed || d.Degraded {
+			t.Fatalf("%s mode: check with the store up: %+v", mode, d)
+		}
+	}
+	redis.Stop()
+	for _, mode := range modes {
+		if d := check(mode); !d.Allowed || !d.Degraded {
+			t.Errorf("%s mode: check with the store down: %+v, want allowed and degraded (the server's default, open)", mode, d)
 		}
 	}
 }
@@ -466,13 +505,7 @@ func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
 // in the Redis the server counts in, and through the catalog to its deny
 // cache. It also holds the CLI to the servers' counter namespace (sluice.Tenant.CounterNamespace).
 func TestSubjectResetThroughRedis(t *testing.T) {
-	redis := testenv.Redis(t)
-	store, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "sluice:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	s := startServerOn(t, store)
+	s, redis := startServerOnRedis(t)
 	s.mustRunIn(t, "server", "tenant", "create", "acme")
 	s.mustRunIn(t, "server", "rule", "set", "acme", "orders", "--route", "/api/orders*", "--fixed-window", "1/1h")
 	secret := strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", "acme", "--role", "check", "--name", "web"))

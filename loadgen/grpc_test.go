@@ -1,4 +1,4 @@
-package bench_test
+package loadgen_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/loadgen"
 )
 
 // fakeRLS answers by the value of the "user" entry, so each answer the
@@ -61,13 +61,13 @@ func startFakeRLS(t *testing.T) (addr string, hs *health.Server) {
 
 func TestEnvoyCheckClassifiesAnswers(t *testing.T) {
 	addr, hs := startFakeRLS(t)
-	conns, err := bench.DialGRPC(addr, 2)
+	conns, err := loadgen.DialGRPC(addr, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conns.Close()
-	descriptors := []bench.Descriptor{{{Key: "api", Value: "orders"}, {Key: "user"}}, {{Key: "tier", Value: "free"}}}
-	check, err := bench.NewEnvoyCheck(conns, "api", descriptors, "user", 3)
+	descriptors := []loadgen.Descriptor{{{Key: "api", Value: "orders"}, {Key: "user"}}, {{Key: "tier", Value: "free"}}}
+	check, err := loadgen.NewEnvoyCheck(conns, "api", descriptors, "user", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestEnvoyCheckClassifiesAnswers(t *testing.T) {
 		t.Fatalf("the subject is not the user entry's value: %q", got)
 	}
 	ctx := context.Background()
-	for subject, want := range map[string]bench.Outcome{"ok": bench.Allowed, "over": bench.Denied, "shed": bench.Shed} {
+	for subject, want := range map[string]loadgen.Outcome{"ok": loadgen.Allowed, "over": loadgen.Denied, "shed": loadgen.Shed} {
 		if out, err := check.Do(ctx, subject); err != nil || out != want {
 			t.Errorf("%s: got %v, %v; want outcome %v", subject, out, err, want)
 		}
@@ -84,8 +84,8 @@ func TestEnvoyCheckClassifiesAnswers(t *testing.T) {
 		t.Errorf("UNAVAILABLE must be a failure, got %v", err)
 	}
 
-	ref := bench.NewGRPCHealth(conns, "")
-	if out, err := ref.Do(ctx, "x"); err != nil || out != bench.Allowed {
+	ref := loadgen.NewGRPCHealth(conns, "")
+	if out, err := ref.Do(ctx, "x"); err != nil || out != loadgen.Allowed {
 		t.Fatalf("health: %v %v", out, err)
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -94,12 +94,12 @@ func TestEnvoyCheckClassifiesAnswers(t *testing.T) {
 	}
 
 	// In a run, shed requests are counted apart from answers and failures.
-	res, err := bench.Run(ctx, bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	res, err := loadgen.Run(ctx, loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		if strings.HasSuffix(subject, "0") || subject == "hot" {
 			return check.Do(ctx, "shed")
 		}
 		return check.Do(ctx, subject)
-	}), bench.Options{Concurrency: 4, Duration: 200 * time.Millisecond, Subjects: 20, HotFraction: 0.2})
+	}), loadgen.Options{Concurrency: 4, Duration: 200 * time.Millisecond, Subjects: 20, HotFraction: 0.2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,20 +111,20 @@ func TestEnvoyCheckClassifiesAnswers(t *testing.T) {
 func TestNewEnvoyCheckRejectsBadDescriptors(t *testing.T) {
 	for name, c := range map[string]struct {
 		domain, key string
-		ds          []bench.Descriptor
+		ds          []loadgen.Descriptor
 		says        string
 	}{
-		"no_domain":      {"", "user", []bench.Descriptor{{{Key: "user"}}}, "domain"},
+		"no_domain":      {"", "user", []loadgen.Descriptor{{{Key: "user"}}}, "domain"},
 		"no_descriptors": {"api", "user", nil, "at least one descriptor"},
-		"empty":          {"api", "user", []bench.Descriptor{{}}, "no entries"},
-		"empty_key":      {"api", "user", []bench.Descriptor{{{Key: "", Value: "v"}}}, "empty key"},
-		"no_subject":     {"api", "user", []bench.Descriptor{{{Key: "ip", Value: "1"}}}, `keyed "user"`},
+		"empty":          {"api", "user", []loadgen.Descriptor{{}}, "no entries"},
+		"empty_key":      {"api", "user", []loadgen.Descriptor{{{Key: "", Value: "v"}}}, "empty key"},
+		"no_subject":     {"api", "user", []loadgen.Descriptor{{{Key: "ip", Value: "1"}}}, `keyed "user"`},
 	} {
-		if _, err := bench.NewEnvoyCheck(nil, c.domain, c.ds, c.key, 1); err == nil || !strings.Contains(err.Error(), c.says) {
+		if _, err := loadgen.NewEnvoyCheck(nil, c.domain, c.ds, c.key, 1); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: got %v, want an error about %s", name, err, c.says)
 		}
 	}
-	if _, err := bench.DialGRPC("127.0.0.1:1", 0); err == nil {
+	if _, err := loadgen.DialGRPC("127.0.0.1:1", 0); err == nil {
 		t.Error("zero connections accepted")
 	}
 }

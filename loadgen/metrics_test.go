@@ -1,4 +1,4 @@
-package bench_test
+package loadgen_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/loadgen"
 )
 
 func TestProcessCPUReadsThePrometheusCounter(t *testing.T) {
@@ -27,7 +27,7 @@ func TestProcessCPUReadsThePrometheusCounter(t *testing.T) {
 	// Burn some CPU so the counter is past its first 10 ms tick.
 	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
 	}
-	got, err := bench.NewProcessCPU(srv.URL).Seconds(context.Background())
+	got, err := loadgen.NewProcessCPU(srv.URL).Seconds(context.Background())
 	if err != nil || got <= 0 {
 		t.Fatalf("process_cpu_seconds_total: %v, %v", got, err)
 	}
@@ -56,26 +56,26 @@ func TestProcessCPUSaysWhatIsMissing(t *testing.T) {
 		"/two":       "2 series",
 		"/nowhere":   "HTTP 404",
 	} {
-		if _, err := bench.NewProcessCPU(srv.URL + path).Seconds(ctx); err == nil || !strings.Contains(err.Error(), says) {
+		if _, err := loadgen.NewProcessCPU(srv.URL + path).Seconds(ctx); err == nil || !strings.Contains(err.Error(), says) {
 			t.Errorf("%s: got %v, want an error saying %q", path, err, says)
 		}
 	}
-	if got, err := bench.NewProcessCPU(srv.URL + "/untyped").Seconds(ctx); err != nil || got != 12.5 {
+	if got, err := loadgen.NewProcessCPU(srv.URL + "/untyped").Seconds(ctx); err != nil || got != 12.5 {
 		t.Errorf("a counter without TYPE: %v, %v", got, err)
 	}
 }
 
 func TestRunReportsCPUPerAnsweredRequest(t *testing.T) {
-	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		if subject == "hot" {
-			return bench.Shed, nil
+			return loadgen.Shed, nil
 		}
-		return bench.Allowed, nil
+		return loadgen.Allowed, nil
 	})
 	// A counter that advances 1 s per reading: the run sees exactly 1 s.
 	var readings atomic.Int64
 	cpu := func(context.Context) (float64, error) { return float64(readings.Add(1)), nil }
-	res, err := bench.Run(context.Background(), target, bench.Options{Concurrency: 2, Duration: 50 * time.Millisecond, HotFraction: 0.5, CPU: cpu})
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Concurrency: 2, Duration: 50 * time.Millisecond, HotFraction: 0.5, CPU: cpu})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRunReportsCPUPerAnsweredRequest(t *testing.T) {
 	}
 
 	failing := func(context.Context) (float64, error) { return 0, fmt.Errorf("no metrics") }
-	res, err = bench.Run(context.Background(), target, bench.Options{Concurrency: 1, Duration: 10 * time.Millisecond, CPU: failing})
+	res, err = loadgen.Run(context.Background(), target, loadgen.Options{Concurrency: 1, Duration: 10 * time.Millisecond, CPU: failing})
 	if err != nil {
 		t.Fatal(err)
 	}

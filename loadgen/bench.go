@@ -1,4 +1,4 @@
-// Package bench is Sluice's load generator: it drives a target (the service's
+// Package loadgen is Sluice's load generator: it drives a target (the service's
 // check API over HTTP, or a store in process) and measures what a user of a
 // rate limiter cares about: how many checks per second, and how long each one
 // takes, allowed and denied alike.
@@ -20,7 +20,7 @@
 // Any other error is a failure. Subjects are drawn from Subjects distinct
 // ones, with HotFraction of the requests going to one hot subject, so a run
 // exercises both many keys and contention on one.
-package bench
+package loadgen
 
 import (
 	"context"

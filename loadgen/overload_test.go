@@ -1,4 +1,4 @@
-package bench_test
+package loadgen_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/loadgen"
 )
 
 func TestOverloadFindsTheEdgeThenRunsAtTwiceIt(t *testing.T) {
@@ -15,18 +15,18 @@ func TestOverloadFindsTheEdgeThenRunsAtTwiceIt(t *testing.T) {
 	// it, whatever the machine's speed. The latency threshold is out of
 	// reach, so only the counts decide.
 	var inStep atomic.Int64
-	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		if inStep.Add(1) > 100 {
-			return bench.Shed, nil
+			return loadgen.Shed, nil
 		}
-		return bench.Allowed, nil
+		return loadgen.Allowed, nil
 	})
-	opts := bench.OverloadOptions{
-		Options: bench.Options{Rate: 100, Concurrency: 4, Duration: 100 * time.Millisecond},
+	opts := loadgen.OverloadOptions{
+		Options: loadgen.Options{Rate: 100, Concurrency: 4, Duration: 100 * time.Millisecond},
 		Factor:  2, MaxRate: 100_000, P99: time.Hour,
 	}
 	var seen int
-	o, err := bench.RunOverload(context.Background(), target, opts, func(bench.Step) {
+	o, err := loadgen.RunOverload(context.Background(), target, opts, func(loadgen.Step) {
 		seen++
 		inStep.Store(0)
 	})
@@ -48,9 +48,9 @@ func TestOverloadFindsTheEdgeThenRunsAtTwiceIt(t *testing.T) {
 }
 
 func TestOverloadStopsAtTheMaximumRate(t *testing.T) {
-	target := bench.TargetFunc(func(context.Context, string) (bench.Outcome, error) { return bench.Allowed, nil })
-	o, err := bench.RunOverload(context.Background(), target, bench.OverloadOptions{
-		Options: bench.Options{Rate: 100, Concurrency: 2, Duration: 50 * time.Millisecond},
+	target := loadgen.TargetFunc(func(context.Context, string) (loadgen.Outcome, error) { return loadgen.Allowed, nil })
+	o, err := loadgen.RunOverload(context.Background(), target, loadgen.OverloadOptions{
+		Options: loadgen.Options{Rate: 100, Concurrency: 2, Duration: 50 * time.Millisecond},
 		Factor:  2, MaxRate: 300, P99: time.Second,
 	}, nil)
 	if err != nil {
@@ -64,9 +64,9 @@ func TestOverloadStopsAtTheMaximumRate(t *testing.T) {
 }
 
 func TestOverloadWithShedFirstStepHasNoEdge(t *testing.T) {
-	target := bench.TargetFunc(func(context.Context, string) (bench.Outcome, error) { return bench.Shed, nil })
-	o, err := bench.RunOverload(context.Background(), target, bench.OverloadOptions{
-		Options: bench.Options{Rate: 100, Concurrency: 2, Duration: 50 * time.Millisecond},
+	target := loadgen.TargetFunc(func(context.Context, string) (loadgen.Outcome, error) { return loadgen.Shed, nil })
+	o, err := loadgen.RunOverload(context.Background(), target, loadgen.OverloadOptions{
+		Options: loadgen.Options{Rate: 100, Concurrency: 2, Duration: 50 * time.Millisecond},
 		Factor:  2, MaxRate: 1000, P99: time.Second,
 	}, nil)
 	if err != nil {
@@ -78,17 +78,17 @@ func TestOverloadWithShedFirstStepHasNoEdge(t *testing.T) {
 }
 
 func TestOverloadRejectsBadOptions(t *testing.T) {
-	target := bench.TargetFunc(func(context.Context, string) (bench.Outcome, error) { return bench.Allowed, nil })
-	base := bench.OverloadOptions{Options: bench.Options{Rate: 10}, Factor: 2, MaxRate: 100, P99: time.Millisecond}
-	for name, change := range map[string]func(*bench.OverloadOptions){
-		"no_rate":    func(o *bench.OverloadOptions) { o.Rate = 0 },
-		"factor_one": func(o *bench.OverloadOptions) { o.Factor = 1 },
-		"max_below":  func(o *bench.OverloadOptions) { o.MaxRate = 5 },
-		"no_p99":     func(o *bench.OverloadOptions) { o.P99 = 0 },
+	target := loadgen.TargetFunc(func(context.Context, string) (loadgen.Outcome, error) { return loadgen.Allowed, nil })
+	base := loadgen.OverloadOptions{Options: loadgen.Options{Rate: 10}, Factor: 2, MaxRate: 100, P99: time.Millisecond}
+	for name, change := range map[string]func(*loadgen.OverloadOptions){
+		"no_rate":    func(o *loadgen.OverloadOptions) { o.Rate = 0 },
+		"factor_one": func(o *loadgen.OverloadOptions) { o.Factor = 1 },
+		"max_below":  func(o *loadgen.OverloadOptions) { o.MaxRate = 5 },
+		"no_p99":     func(o *loadgen.OverloadOptions) { o.P99 = 0 },
 	} {
 		o := base
 		change(&o)
-		if _, err := bench.RunOverload(context.Background(), target, o, nil); err == nil {
+		if _, err := loadgen.RunOverload(context.Background(), target, o, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -1,4 +1,4 @@
-package bench_test
+package loadgen_test
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/bench"
+	"github.com/sluicelabs/sluice/loadgen"
 	"github.com/sluicelabs/sluice/memory"
 )
 
 func TestClosedModelCountsDeniesAsAnswers(t *testing.T) {
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	target := bench.StoreCheck{Store: store, Rule: "bench", Limits: []sluice.Limit{sluice.FixedWindow(100, 24*time.Hour).Named("day")}, Cost: 1}
-	res, err := bench.Run(context.Background(), target, bench.Options{Concurrency: 8, Duration: 200 * time.Millisecond, HotFraction: 1})
+	target := loadgen.StoreCheck{Store: store, Rule: "bench", Limits: []sluice.Limit{sluice.FixedWindow(100, 24*time.Hour).Named("day")}, Cost: 1}
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Concurrency: 8, Duration: 200 * time.Millisecond, HotFraction: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +34,12 @@ func TestClosedModelCountsDeniesAsAnswers(t *testing.T) {
 
 func TestOpenModelNeverSendsMoreThanDue(t *testing.T) {
 	var calls atomic.Int64
-	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		calls.Add(1)
-		return bench.Allowed, nil
+		return loadgen.Allowed, nil
 	})
 	const rate, duration = 1000.0, 300 * time.Millisecond
-	res, err := bench.Run(context.Background(), target, bench.Options{Rate: rate, Concurrency: 4, Duration: duration})
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Rate: rate, Concurrency: 4, Duration: duration})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,11 @@ func TestOpenModelNeverSendsMoreThanDue(t *testing.T) {
 func TestOpenModelChargesQueueingToLatency(t *testing.T) {
 	// One worker, a target that takes 20ms, 200 requests/s: requests queue,
 	// and their latency must include the wait, not just the 20ms.
-	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		time.Sleep(20 * time.Millisecond)
-		return bench.Allowed, nil
+		return loadgen.Allowed, nil
 	})
-	res, err := bench.Run(context.Background(), target, bench.Options{Rate: 200, Concurrency: 1, Duration: 300 * time.Millisecond})
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Rate: 200, Concurrency: 1, Duration: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +69,10 @@ func TestOpenModelChargesQueueingToLatency(t *testing.T) {
 }
 
 func TestErrorsAreCountedWithTheirCause(t *testing.T) {
-	target := bench.TargetFunc(func(ctx context.Context, subject string) (bench.Outcome, error) {
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
 		return 0, errors.New("store down")
 	})
-	res, err := bench.Run(context.Background(), target, bench.Options{Concurrency: 2, Duration: 50 * time.Millisecond})
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Concurrency: 2, Duration: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,43 +103,43 @@ func TestHTTPCheckTarget(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	target := bench.NewHTTPCheck(srv.URL, "sk_test", "/api/x", 2, 4)
+	target := loadgen.NewHTTPCheck(srv.URL, "sk_test", "/api/x", 2, 4)
 	ctx := context.Background()
-	if out, err := target.Do(ctx, "a"); err != nil || out != bench.Allowed {
+	if out, err := target.Do(ctx, "a"); err != nil || out != loadgen.Allowed {
 		t.Fatalf("200: %v %v", out, err)
 	}
-	if out, err := target.Do(ctx, "hot"); err != nil || out != bench.Denied {
+	if out, err := target.Do(ctx, "hot"); err != nil || out != loadgen.Denied {
 		t.Fatalf("429: %v %v", out, err)
 	}
-	if out, err := target.Do(ctx, "shed"); err != nil || out != bench.Shed {
+	if out, err := target.Do(ctx, "shed"); err != nil || out != loadgen.Shed {
 		t.Fatalf("503 overloaded must be shed: %v %v", out, err)
 	}
 	if _, err := target.Do(ctx, "down"); err == nil || !strings.Contains(err.Error(), "store_unavailable") {
 		t.Fatalf("503 store_unavailable must be a failure with the service's message: %v", err)
 	}
-	bad := bench.NewHTTPCheck(srv.URL, "wrong", "/api/x", 2, 4)
+	bad := loadgen.NewHTTPCheck(srv.URL, "wrong", "/api/x", 2, 4)
 	if _, err := bad.Do(ctx, "a"); err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "unexpected request") {
 		t.Fatalf("400 must be an error with the service's message: %v", err)
 	}
-	ref := bench.NewHTTPGet(srv.URL+"/healthz", 4)
+	ref := loadgen.NewHTTPGet(srv.URL+"/healthz", 4)
 	if _, err := ref.Do(ctx, ""); err == nil {
 		t.Fatal("the fake server answers 400 to GET; want an error")
 	}
 }
 
 func TestInvalidOptions(t *testing.T) {
-	target := bench.TargetFunc(func(context.Context, string) (bench.Outcome, error) { return bench.Allowed, nil })
-	for name, opts := range map[string]bench.Options{
+	target := loadgen.TargetFunc(func(context.Context, string) (loadgen.Outcome, error) { return loadgen.Allowed, nil })
+	for name, opts := range map[string]loadgen.Options{
 		"negative_rate":  {Rate: -1},
 		"hot_above_one":  {HotFraction: 1.5},
 		"no_concurrency": {Concurrency: -1},
 		"no_subjects":    {Subjects: -3},
 	} {
-		if _, err := bench.Run(context.Background(), target, opts); err == nil {
+		if _, err := loadgen.Run(context.Background(), target, opts); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := bench.Run(context.Background(), nil, bench.Options{}); err == nil {
+	if _, err := loadgen.Run(context.Background(), nil, loadgen.Options{}); err == nil {
 		t.Error("nil target accepted")
 	}
 }

@@ -1,0 +1,197 @@
+package main
+
+// A catalog file is the declarative form of tenants, their keys and rules
+// (docs/catalog-files.md): sluice export writes one, sluice apply makes the
+// catalog match one. Limits are spelled as in the admin API and read by the
+// API's own code, so a file means what the same PUT would.
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/client"
+	"github.com/sluicelabs/sluice/httpapi"
+)
+
+// catalogFile is the document: every tenant it manages.
+type catalogFile struct {
+	Tenants []tenantEntry `yaml:"tenants"`
+}
+
+type tenantEntry struct {
+	Name string `yaml:"name"`
+	// Status is active (the default, left out on export) or suspended.
+	Status string `yaml:"status,omitempty"`
+	// Keys are named only: a secret never appears in a file.
+	Keys  []keyEntry  `yaml:"keys,omitempty"`
+	Rules []ruleEntry `yaml:"rules,omitempty"`
+}
+
+type keyEntry struct {
+	Name string `yaml:"name"`
+	Role string `yaml:"role"`
+}
+
+type ruleEntry struct {
+	Name   string       `yaml:"name"`
+	Route  string       `yaml:"route"`
+	Limits []limitEntry `yaml:"limits"`
+	// FailureMode left out means each server's --default-failure-mode.
+	FailureMode string `yaml:"failure_mode,omitempty"`
+	Shadow      bool   `yaml:"shadow,omitempty"`
+}
+
+// limitEntry is a limit as the admin API spells it (client.Limit, which has
+// the YAML names too).
+type limitEntry = client.Limit
+
+// desiredTenant is a tenant of a file, validated, in domain types.
+type desiredTenant struct {
+	Name   string
+	Status sluice.TenantStatus
+	Keys   []keyEntry
+	Rules  []sluice.Rule
+}
+
+// parseCatalogFile reads and validates a catalog file. Every error names
+// the file, the entry and the field.
+func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
+	var f catalogFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	out := make([]desiredTenant, 0, len(f.Tenants))
+	seen := map[string]bool{}
+	for i, te := range f.Tenants {
+		where := fmt.Sprintf("%s: tenants[%d]", name, i)
+		if err := sluice.ValidateTenantName(te.Name); err != nil {
+			return nil, fmt.Errorf("%s.name: %w", where, err)
+		}
+		where = fmt.Sprintf("%s (%s)", where, te.Name)
+		if seen[te.Name] {
+			return nil, fmt.Errorf("%s.name: tenant %s is listed twice", where, te.Name)
+		}
+		seen[te.Name] = true
+		t := desiredTenant{Name: te.Name, Status: sluice.TenantStatus(te.Status)}
+		switch t.Status {
+		case "":
+			t.Status = sluice.TenantActive
+		case sluice.TenantActive, sluice.TenantSuspended:
+		default:
+			return nil, fmt.Errorf("%s.status: %q is not a status; use active or suspended", where, te.Status)
+		}
+		keyNames := map[string]bool{}
+		for j, k := range te.Keys {
+			kw := fmt.Sprintf("%s.keys[%d]", where, j)
+			if err := sluice.ValidateKeyName(k.Name); err != nil {
+				return nil, fmt.Errorf("%s.name: %w", kw, err)
+			}
+			kw = fmt.Sprintf("%s (%s)", kw, k.Name)
+			if keyNames[k.Name] {
+				return nil, fmt.Errorf("%s.name: key %s is listed twice", kw, k.Name)
+			}
+			keyNames[k.Name] = true
+			if err := sluice.ValidateRole(sluice.Role(k.Role)); err != nil {
+				return nil, fmt.Errorf("%s.role: %w", kw, err)
+			}
+			t.Keys = append(t.Keys, k)
+		}
+		ruleNames, routes := map[string]bool{}, map[string]string{}
+		for j, re := range te.Rules {
+			rw := fmt.Sprintf("%s.rules[%d]", where, j)
+			if err := sluice.ValidateRuleName(re.Name); err != nil {
+				return nil, fmt.Errorf("%s.name: %w", rw, err)
+			}
+			rw = fmt.Sprintf("%s (%s)", rw, re.Name)
+			if ruleNames[re.Name] {
+				return nil, fmt.Errorf("%s.name: rule %s is listed twice", rw, re.Name)
+			}
+			ruleNames[re.Name] = true
+			if other, dup := routes[re.Route]; dup {
+				return nil, fmt.Errorf("%s.route: rule %s already uses route %s", rw, other, re.Route)
+			}
+			routes[re.Route] = re.Name
+			r, err := re.rule(te.Name, rw)
+			if err != nil {
+				return nil, err
+			}
+			t.Rules = append(t.Rules, r)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// rule reads the entry as the admin API reads a PUT of it.
+func (re ruleEntry) rule(tenant, where string) (sluice.Rule, error) {
+	r := sluice.Rule{Tenant: tenant, Name: re.Name, Route: re.Route, FailureMode: sluice.FailureMode(re.FailureMode), Shadow: re.Shadow}
+	if err := sluice.ValidateRoutePattern(re.Route); err != nil {
+		return r, fmt.Errorf("%s.route: %w", where, err)
+	}
+	if r.FailureMode != "" && !r.FailureMode.Valid() {
+		return r, fmt.Errorf("%s.failure_mode: %q is not a failure mode; use closed, open or local, or leave it out for the server's default", where, re.FailureMode)
+	}
+	if len(re.Limits) == 0 {
+		return r, fmt.Errorf("%s.limits: a rule needs at least one limit", where)
+	}
+	for k, le := range re.Limits {
+		l, err := httpapi.LimitJSON(le).ToLimit()
+		if err != nil {
+			return r, fmt.Errorf("%s.limits[%d]: %w", where, k, err)
+		}
+		r.Limits = append(r.Limits, l)
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%s: %w", where, err)
+	}
+	return r, nil
+}
+
+// currentTenant is a tenant as the catalog holds it now.
+type currentTenant struct {
+	sluice.Tenant
+	Keys  []sluice.APIKey // active keys only: revoked ones are history
+	Rules []sluice.Rule
+}
+
+// catalogFileOf writes the current catalog in the file format, in a stable
+// order so two exports of one catalog are byte for byte equal.
+func catalogFileOf(ts []currentTenant) catalogFile {
+	f := catalogFile{Tenants: make([]tenantEntry, 0, len(ts))}
+	for _, t := range ts {
+		te := tenantEntry{Name: t.Name}
+		if t.Status != sluice.TenantActive {
+			te.Status = string(t.Status)
+		}
+		seen := map[string]bool{}
+		for _, k := range t.Keys {
+			// Active keys may share a name; the file names keys, so it
+			// lists the name once.
+			if !seen[k.Name] {
+				seen[k.Name] = true
+				te.Keys = append(te.Keys, keyEntry{Name: k.Name, Role: string(k.Role)})
+			}
+		}
+		slices.SortFunc(te.Keys, func(a, b keyEntry) int { return cmp.Compare(a.Name, b.Name) })
+		for _, r := range t.Rules {
+			re := ruleEntry{Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode), Shadow: r.Shadow}
+			for _, l := range r.Limits {
+				re.Limits = append(re.Limits, limitEntry(httpapi.NewLimitJSON(l)))
+			}
+			te.Rules = append(te.Rules, re)
+		}
+		slices.SortFunc(te.Rules, func(a, b ruleEntry) int { return cmp.Compare(a.Name, b.Name) })
+		f.Tenants = append(f.Tenants, te)
+	}
+	slices.SortFunc(f.Tenants, func(a, b tenantEntry) int { return cmp.Compare(a.Name, b.Name) })
+	return f
+}

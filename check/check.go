@@ -28,6 +28,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrOverloaded is returned for a check refused because this process is past
@@ -62,6 +63,9 @@ type Options struct {
 	// Clock is the deny cache's clock (default time.Now). Tests that give
 	// the store a clock give the engine the same one.
 	Clock func() time.Time
+	// TracerProvider, if set, gives every check a span (see trace.go);
+	// nil leaves tracing off and costs the check path nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Engine decides checks for every face over one store. It is safe for
@@ -76,6 +80,7 @@ type Engine struct {
 	// resetEpoch counts subject resets; a check that saw another epoch when
 	// it was sent must not remember its deny (the counters it saw are gone).
 	resetEpoch atomic.Uint64
+	tracer     trace.Tracer // nil: tracing off
 }
 
 // New returns an Engine over store. Close releases its fallback store.
@@ -106,6 +111,7 @@ func New(store sluice.Store, opts Options) *Engine {
 		deny:        newDenyCache(size),
 		metrics:     opts.Metrics,
 		maxInFlight: maxInFlight,
+		tracer:      newTracer(opts.TracerProvider),
 	}
 }
 
@@ -133,6 +139,7 @@ type Rule struct {
 	Shadow bool
 
 	series *metrics.Series
+	labels metrics.Labels // for spans
 }
 
 // NewRule returns r ready to check, counted under labels.
@@ -141,6 +148,7 @@ func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
 		r.Mode = sluice.FailClosed
 	}
 	r.series = e.metrics.Series(labels)
+	r.labels = labels
 	return &r
 }
 
@@ -224,6 +232,14 @@ func (r Result) Pass() bool {
 // sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
 // closed, and the caller's own context error when it gave up.
 func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
+	if e.tracer != nil {
+		return e.tracedCheck(ctx, q)
+	}
+	return e.check(ctx, q, nil)
+}
+
+// check decides q; tr, when tracing, records the store call's time.
+func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, error) {
 	if q.Start.IsZero() {
 		q.Start = time.Now()
 	}
@@ -255,7 +271,9 @@ func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
 	e.metrics.AddInFlight(1)
 	epoch := e.resetEpoch.Load()
 	sentAt := e.clock()
+	storeStart := tr.start()
 	d, err := e.guard.Check(ctx, req, r.Mode)
+	tr.stored(storeStart)
 	e.inFlight.Add(-1)
 	e.metrics.AddInFlight(-1)
 	if err != nil {

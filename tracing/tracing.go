@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 
@@ -97,6 +98,12 @@ func Setup(ctx context.Context, service, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start the OTLP trace exporter: %w", err)
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = exporter.Shutdown(ctx)
+		}
+	}()
 	// The environment (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) wins
 	// over the defaults given here.
 	res, err := resource.New(ctx,
@@ -113,12 +120,23 @@ func Setup(ctx context.Context, service, version string) (*Tracing, error) {
 	// instrumentation's defaults) use the same provider and propagator.
 	otel.SetTracerProvider(provider)
 	otel.SetTextMapPropagator(propagator)
+	ok = true
 	return &Tracing{
 		provider:   provider,
 		propagator: propagator,
 		Protocol:   protocol,
-		Endpoint:   firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+		Endpoint:   redactEndpoint(firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")),
 	}, nil
+}
+
+// redactEndpoint drops credentials from an endpoint URL, so it can be logged.
+func redactEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.User == nil {
+		return endpoint
+	}
+	u.User = nil
+	return u.String()
 }
 
 func firstEnv(names ...string) string {

@@ -40,6 +40,8 @@ type envoyConfig struct {
 	JSONTLS *tlsconfig.Reloader
 	// GRPCTLS, if set, serves GRPCAddr over TLS (--grpc-tls-*).
 	GRPCTLS *tlsconfig.Reloader
+	// GRPCOptions are added to the gRPC server's (tracing's stats handler).
+	GRPCOptions []grpc.ServerOption
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -118,7 +120,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			<-watchDone
 			return nil, fmt.Errorf("listen for Envoy gRPC on --grpc-addr %s: %w", cfg.GRPCAddr, err)
 		}
-		opts := envoyrls.ServerOptions()
+		opts := append(envoyrls.ServerOptions(), cfg.GRPCOptions...)
 		if cfg.GRPCTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS.ServerConfig("h2"))))
 		}

@@ -341,6 +341,12 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 	}()
 
+	traces, err := startTracing(ctx, "sluice", log)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, traces.shutdown)
+
 	catalog, err := openMigratedCatalog(ctx, cfg.Database)
 	if err != nil {
 		return nil, err
@@ -383,8 +389,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 				log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
 			},
 		},
-		Metrics:     m,
-		MaxInFlight: cfg.MaxInFlight,
+		Metrics:        m,
+		MaxInFlight:    cfg.MaxInFlight,
+		TracerProvider: traces.TracerProvider(),
 	})
 	closers = append(closers, engine.Close)
 
@@ -429,6 +436,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		ResponseHeaders: cfg.EnvoyResponseHeaders,
 		JSONTLS:         httpTLSFiles,
 		GRPCTLS:         grpcTLSFiles,
+		GRPCOptions:     traces.GRPCServerOptions(),
 	})
 	if err != nil {
 		return nil, err
@@ -446,6 +454,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := newAPIServer(mux, log)
+	srv.Handler = traces.Handler(srv.Handler, "sluice")
 	srv.TLSConfig = httpTLS(httpTLSFiles)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(srv, ln) }()

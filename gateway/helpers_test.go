@@ -191,7 +191,7 @@ func newGateway(t testing.TB, yamlConfig string) (*gateway.Config, *gateway.Gate
 		t.Fatalf("config: %v\n%s", err, yamlConfig)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Gatherer: reg})
+	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,18 +115,24 @@ func Setup(ctx context.Context, service, version string) (*Tracing, error) {
 		return nil, fmt.Errorf("tracing resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	propagator := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	t := New(provider)
 	// Libraries that trace through the globals (the gRPC and HTTP
 	// instrumentation's defaults) use the same provider and propagator.
 	otel.SetTracerProvider(provider)
-	otel.SetTextMapPropagator(propagator)
+	otel.SetTextMapPropagator(t.propagator)
+	t.Protocol = protocol
+	t.Endpoint = redactEndpoint(firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
 	ok = true
+	return t, nil
+}
+
+// New returns a Tracing over provider, propagating W3C trace context and
+// baggage; for a process that builds its own provider (and tests).
+func New(provider *sdktrace.TracerProvider) *Tracing {
 	return &Tracing{
 		provider:   provider,
-		propagator: propagator,
-		Protocol:   protocol,
-		Endpoint:   redactEndpoint(firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")),
-	}, nil
+		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	}
 }
 
 // redactEndpoint drops credentials from an endpoint URL, so it can be logged.

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -44,6 +41,9 @@ type serveConfig struct {
 	// AdminTokenFile holds the operator token, so it is not in the
 	// process's command line or environment.
 	AdminTokenFile string
+	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
+	// empty) or "env"; for the start log.
+	AdminTokenOrigin string
 	EnvoyConfig    string
 	// EnvoyJSONAddr is the listener of Envoy's unauthenticated JSON form.
 	EnvoyJSONAddr string
@@ -96,6 +96,7 @@ With --tls-cert and --tls-key the HTTP listeners serve HTTPS (mutual TLS with
 Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.AdminTokenOrigin = flagOrigin(cmd, "admin-token")
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
@@ -352,13 +353,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, err
 	}
 	closers = append(closers, catalog.Close)
-	token := cfg.AdminToken
-	if cfg.AdminTokenFile != "" {
-		if token, err = readTokenFile(cfg.AdminTokenFile); err != nil {
-			return nil, err
-		}
-	}
-	if err := ensureAdminToken(ctx, catalog, token, baseURL(scheme, cfg.Addr), stderr); err != nil {
+	givenToken, err := cfg.adminToken()
+	if err != nil {
 		return nil, err
 	}
 
@@ -380,6 +376,12 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, ms.Close)
 		store = ms
 	}
+	// The token comes once both stores answer: one generated, stored and
+	// shown by a process that then fails to start would be lost.
+	if err := ensureAdminTokenOnceStoresAnswer(ctx, catalog, storePing, givenToken, baseURL(scheme, cfg.Addr), stderr, log); err != nil {
+		return nil, err
+	}
+
 	// One engine for the store, shared by every face: one breaker, one deny
 	// cache, one count of checks in flight.
 	engine := check.New(store, check.Options{
@@ -578,126 +580,10 @@ func databaseKind(url string) string {
 	return "unknown"
 }
 
-// adminTokenPrefix starts generated operator tokens, so they are
-// recognisable and never mistaken for a tenant API key (sk_...).
-const adminTokenPrefix = "sat_"
-
-// ensureAdminToken makes sure the catalog holds an operator token hash. A
-// token given by flag replaces the stored one. With none given and none
-// stored, one is generated, its hash stored, and the token printed once to
-// stderr (never logged).
-func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, base string, stderr io.Writer) error {
-	if token != "" {
-		if err := checkTokenStrength(token); err != nil {
-			return err
-		}
-		want := sluice.HashAPIKey(token)
-		stored, err := catalog.AdminTokenHash(ctx)
-		if err == nil && string(stored) == string(want) {
-			return nil
-		}
-		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
-			return fmt.Errorf("read the admin token hash: %w", err)
-		}
-		if err := catalog.SetAdminTokenHash(ctx, want); err != nil {
-			return fmt.Errorf("store the admin token hash: %w", err)
-		}
-		return nil
-	}
-	_, err := catalog.AdminTokenHash(ctx)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sluice.ErrNotFound) {
-		return fmt.Errorf("read the admin token hash: %w", err)
-	}
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	token = adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	// Instances started together on an empty catalog may each have found no
-	// token: only the first to store its own prints it, so the operator
-	// never sees a token that fails.
-	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey(token))
-	if err != nil {
-		return fmt.Errorf("store the admin token hash: %w", err)
-	}
-	if !stored {
-		fmt.Fprint(stderr, adminTokenTakenNotice)
-		return nil
-	}
-	fmt.Fprint(stderr, adminTokenNotice(token, base))
-	return nil
-}
-
-// minTokenLength and minTokenDistinct bound an operator token from below:
-// 32 characters of hex, the shortest thing `openssl rand -hex 16` gives, is
-// 128 bits; a token of few distinct characters is not random whatever its
-// length.
-const (
-	minTokenLength   = 32
-	minTokenDistinct = 10
-)
-
-// checkTokenStrength refuses an operator token too weak to guard the catalog.
-func checkTokenStrength(token string) error {
-	if len(token) < minTokenLength {
-		return fmt.Errorf("the admin token is too short (%d characters): use at least %d random characters, e.g. from openssl rand -hex 32", len(token), minTokenLength)
-	}
-	distinct := map[rune]bool{}
-	for _, r := range token {
-		distinct[r] = true
-	}
-	if len(distinct) < minTokenDistinct {
-		return fmt.Errorf("the admin token repeats too few characters (%d distinct) to be random: use e.g. openssl rand -hex 32", len(distinct))
-	}
-	return nil
-}
-
-// readTokenFile reads the operator token from path: its content without
-// surrounding whitespace (a trailing newline is usual in a secret file).
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read --admin-token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("--admin-token-file %s is empty", path)
-	}
-	return token, nil
-}
-
-// adminTokenTakenNotice is printed by an instance whose generated token lost
-// the race to another instance's.
-const adminTokenTakenNotice = `
-Another Sluice instance starting at the same time generated the admin token;
-that instance printed it. Use that one (this instance's was discarded), or
-restart with --admin-token (or SLUICE_ADMIN_TOKEN) set to replace it.
-
-`
-
 // baseURL is the URL the operator reaches the listener addr at.
 func baseURL(scheme, addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
 		return scheme + "://" + net.JoinHostPort(host, port)
 	}
 	return scheme + "://localhost" + addr
-}
-
-// adminTokenNotice tells the operator the generated token and how to use it
-// on the API at base.
-func adminTokenNotice(token, base string) string {
-	return fmt.Sprintf(`
-Sluice generated an admin token. It is shown only this once (only its hash is
-stored); keep it somewhere safe:
-
-    export SLUICE_ADMIN_TOKEN=%s
-
-Use it as a Bearer token on the admin API, for example:
-
-    curl -H "Authorization: Bearer $SLUICE_ADMIN_TOKEN" %s/v1/tenants
-
-To replace it, restart with --admin-token (or SLUICE_ADMIN_TOKEN) set.
-
-`, token, base)
 }

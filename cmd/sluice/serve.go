@@ -44,7 +44,7 @@ type serveConfig struct {
 	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
 	// empty) or "env"; for the start log.
 	AdminTokenOrigin string
-	EnvoyConfig    string
+	EnvoyConfig      string
 	// EnvoyJSONAddr is the listener of Envoy's unauthenticated JSON form.
 	EnvoyJSONAddr string
 	// EnvoyResponseHeaders adds rate-limit headers to Envoy's answers.

@@ -41,10 +41,7 @@ type serveConfig struct {
 	// AdminTokenFile holds the operator token, so it is not in the
 	// process's command line or environment.
 	AdminTokenFile string
-	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
-	// empty) or "env"; for the start log.
-	AdminTokenOrigin string
-	EnvoyConfig      string
+	EnvoyConfig    string
 	// EnvoyJSONAddr is the listener of Envoy's unauthenticated JSON form.
 	EnvoyJSONAddr string
 	// EnvoyResponseHeaders adds rate-limit headers to Envoy's answers.
@@ -75,6 +72,10 @@ type serveConfig struct {
 	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
 	TLSCert, TLSKey, TLSClientCA             string
 	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
+
+	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
+	// empty) or "env"; for the start log.
+	AdminTokenOrigin string
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }

@@ -76,6 +76,10 @@ type serveConfig struct {
 	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
 	// empty) or "env"; for the start log.
 	AdminTokenOrigin string
+	// AccessLog logs each request as a JSON record; AccessLogSample is the
+	// fraction of allowed checks kept.
+	AccessLog       bool
+	AccessLogSample float64
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -131,6 +135,8 @@ Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_ADMIN_TOKEN).`,
 	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate of --grpc-addr (plaintext gRPC when empty; like envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT)")
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert (GRPC_SERVER_TLS_KEY)")
 	f.StringVar(&cfg.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA certificates: gRPC clients must then present a certificate signed by one of them (mutual TLS; GRPC_CLIENT_TLS_CACERT)")
+	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request as a JSON record (message \"access\"): denials and errors always, allowed checks sampled by --access-log-sample")
+	f.Float64Var(&cfg.AccessLogSample, "access-log-sample", defaultAccessLogSample, "with --access-log: fraction of allowed checks logged, 0 to 1")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	return cmd
 }
@@ -183,6 +189,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
+	}
+	if cfg.AccessLogSample < 0 || cfg.AccessLogSample > 1 {
+		return fmt.Errorf("--access-log-sample must be between 0 and 1 (a fraction of allowed checks), got %v", cfg.AccessLogSample)
 	}
 	if cfg.MaxMetricSeries < 0 {
 		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
@@ -439,7 +448,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		ResponseHeaders: cfg.EnvoyResponseHeaders,
 		JSONTLS:         httpTLSFiles,
 		GRPCTLS:         grpcTLSFiles,
-		GRPCOptions:     traces.GRPCServerOptions(),
+		GRPCOptions:     cfg.grpcOptions(log, traces),
 	})
 	if err != nil {
 		return nil, err
@@ -457,7 +466,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := newAPIServer(mux, log)
-	srv.Handler = traces.Handler(srv.Handler, "sluice")
+	srv.Handler = cfg.observeHTTP(srv.Handler, log, traces)
 	srv.TLSConfig = httpTLS(httpTLSFiles)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(srv, ln) }()

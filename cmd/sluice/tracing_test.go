@@ -132,16 +132,19 @@ func inCallerTrace(s *tracepb.Span) bool {
 // TestServeExportsTracesOverOTLP: with OTEL_EXPORTER_OTLP_* set, sluice
 // serve exports spans to a real OTLP/gRPC receiver: admin calls, HTTP and
 // gRPC checks joining the caller's W3C trace context, and under each check
-// the check engine's span with tenant, rule, decision and store time.
+// the check engine's span with tenant, rule, decision and store time. The
+// access log's records of the checks carry the caller's trace ID.
 func TestServeExportsTracesOverOTLP(t *testing.T) {
 	collector := startCollector(t)
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	const token = "trace-test-admin-token-0123456789abcdef"
 	cfg := serveConfig{Addr: "127.0.0.1:0", GRPCAddr: grpcAddr, EnvoyConfig: envoyTestDir(t, envoyTestConfig),
 		Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"), AdminToken: token,
-		StoreTimeout: time.Second, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
+		StoreTimeout: time.Second, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info",
+		AccessLog: true, AccessLogSample: 1}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := startService(ctx, cfg, &testenv.Buffer{})
+	var logs testenv.Buffer
+	svc, err := startService(ctx, cfg, &logs)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -225,6 +228,17 @@ func TestServeExportsTracesOverOTLP(t *testing.T) {
 	})
 	if got := attr(envoyCheck.Attributes, "sluice.domain"); got != "api" {
 		t.Errorf("gRPC check span domain %q, want api", got)
+	}
+	var httpAccess, grpcAccess bool
+	for _, r := range logRecords(t, logs.String()) {
+		if r["msg"] != "access" || r["trace_id"] != callerTraceID {
+			continue
+		}
+		httpAccess = httpAccess || r["route"] == "POST /v1/check"
+		grpcAccess = grpcAccess || r["method"] == "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" && r["overall_code"] == "OK"
+	}
+	if !httpAccess || !grpcAccess {
+		t.Errorf("access records in the caller's trace: HTTP check %v, gRPC check %v; want both:\n%s", httpAccess, grpcAccess, logs.String())
 	}
 	collector.mu.Lock()
 	services := collector.services

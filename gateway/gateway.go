@@ -8,10 +8,13 @@
 // repeated slashes resolved; encoded dots and slashes refused with 400),
 // route matching (longest path prefix of the cleaned path),
 // authentication (401 unless the route's JWT verifier accepts the bearer
-// token), rate limiting (keyed by the token's subject when authenticated, else
-// by the client IP found through the trusted proxies), and the reverse proxy.
+// token), rate limiting (keyed by the token's subject, or the route's chosen
+// verified claim or API-key header, else by the client IP found through the
+// trusted proxies), and the reverse proxy (which passes the route's selected
+// verified claims upstream as headers, after removing the client's copies).
 // Authentication comes before limiting so that callers are limited as
-// themselves, not by the address they share with others.
+// themselves, not by the address they share with others. Health and metrics
+// are served by AdminHandler, on a listener of their own.
 package gateway
 
 import (

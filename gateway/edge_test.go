@@ -20,13 +20,7 @@ import (
 // TestGatewayLimitKeys: a route's limits count by the verified claim or the
 // API-key header it names, and by client IP when the request lacks it.
 func TestGatewayLimitKeys(t *testing.T) {
-	keys(t)
-	t.Setenv("GW_TEST_SECRET", hsSecret)
-	up := newUpstream(t, "app")
-	_, gw := startGateway(t, fmt.Sprintf(`
-jwt:
-  main: {hs256_secret_env: GW_TEST_SECRET, issuer: https://issuer.test, audience: [sluice-api]}
-routes:
+	gw := startVerifyingGateway(t, `
   - name: by-tenant
     path_prefix: /tenant
     upstream: %[1]s
@@ -38,7 +32,7 @@ routes:
     upstream: %[1]s
     key: {header: X-API-Key}
     limits: [{name: hour, algorithm: fixed_window, limit: 1, window: 1h}]
-`, up.URL))
+`)
 	token := func(sub string, tenant any) map[string]string {
 		c := claims(sub)
 		if tenant != nil {
@@ -49,60 +43,69 @@ routes:
 	apiKey := func(k string) map[string]string { return map[string]string{"X-API-Key": k} }
 
 	t.Run("claim", func(t *testing.T) {
-		for _, step := range []struct {
-			name   string
-			header map[string]string
-			want   int
-		}{
+		runSteps(t, gw.URL+"/tenant", []step{
 			{"first_user_of_tenant_a", token("alice", "a"), 200},
 			{"other_user_same_tenant_shares_its_quota", token("bob", "a"), 429},
 			{"numeric_tenant_is_its_own", token("alice", 7), 200},
 			{"tenant_b_is_its_own", token("carol", "b"), 200},
 			{"no_claim_counts_by_ip", token("dave", nil), 200},
 			{"no_claim_again_same_ip", token("erin", nil), 429},
-		} {
-			if got := do(t, "GET", gw.URL+"/tenant", step.header).status; got != step.want {
-				t.Fatalf("%s: %d, want %d", step.name, got, step.want)
-			}
-		}
+		})
 	})
 	t.Run("header", func(t *testing.T) {
-		for _, step := range []struct {
-			name   string
-			header map[string]string
-			want   int
-		}{
+		runSteps(t, gw.URL+"/keyed", []step{
 			{"key_one", apiKey("k1"), 200},
 			{"key_one_again", apiKey("k1"), 429},
 			{"key_two_is_its_own", apiKey("k2"), 200},
 			{"no_key_counts_by_ip", nil, 200},
 			{"no_key_again", nil, 429},
-		} {
-			if got := do(t, "GET", gw.URL+"/keyed", step.header).status; got != step.want {
-				t.Fatalf("%s: %d, want %d", step.name, got, step.want)
-			}
-		}
+		})
 	})
 }
 
-// TestGatewayClaimHeaders: verified claims reach the upstream in the
-// configured headers; copies the client sent never do, with or without a
-// token.
-func TestGatewayClaimHeaders(t *testing.T) {
+// startVerifyingGateway serves routes (YAML list items; %[1]s is an echoing
+// upstream's URL) with an HS256 verifier "main" for the test tokens.
+func startVerifyingGateway(t *testing.T, routes string) *httptest.Server {
+	t.Helper()
 	keys(t)
 	t.Setenv("GW_TEST_SECRET", hsSecret)
 	up := newUpstream(t, "app")
 	_, gw := startGateway(t, fmt.Sprintf(`
 jwt:
   main: {hs256_secret_env: GW_TEST_SECRET, issuer: https://issuer.test, audience: [sluice-api]}
-routes:
+routes:`+routes, up.URL))
+	return gw
+}
+
+// step is one request of a sequence and the status it must get.
+type step struct {
+	name   string
+	header map[string]string
+	want   int
+}
+
+// runSteps sends GET url with each step's headers, in order.
+func runSteps(t *testing.T, url string, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		if got := do(t, "GET", url, s.header).status; got != s.want {
+			t.Fatalf("%s: %d, want %d", s.name, got, s.want)
+		}
+	}
+}
+
+// TestGatewayClaimHeaders: verified claims reach the upstream in the
+// configured headers; copies the client sent never do, with or without a
+// token.
+func TestGatewayClaimHeaders(t *testing.T) {
+	gw := startVerifyingGateway(t, `
   - name: api
     path_prefix: /api
-    upstream: %s
+    upstream: %[1]s
     auth: main
     auth_optional: true
     claim_headers: {sub: X-User-Id, plan: X-Plan, roles: X-Roles, tier: X-Tier, org: x-org}
-`, up.URL))
+`)
 	c := claims("alice")
 	c["plan"] = "gold"
 	c["roles"] = []any{"admin", "billing"}

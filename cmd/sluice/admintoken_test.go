@@ -38,6 +38,23 @@ func recordWithMessage(records []map[string]any, prefix string) map[string]any {
 	return nil
 }
 
+// startAndStop starts the service, stops it, and returns all it wrote.
+func startAndStop(t *testing.T, cfg serveConfig) string {
+	t.Helper()
+	var output testenv.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := startService(ctx, cfg, &output)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-svc.done; err != nil {
+		t.Fatal(err)
+	}
+	return output.String()
+}
+
 // TestGeneratedAdminTokenIsOneStructuredRecord: off a terminal, the
 // generated token is shown once, in a JSON record of the log stream, never
 // as text inside it; the next start says the token in force is the stored
@@ -47,18 +64,7 @@ func TestGeneratedAdminTokenIsOneStructuredRecord(t *testing.T) {
 		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
 	run := func() []map[string]any {
 		t.Helper()
-		var output testenv.Buffer
-		ctx, cancel := context.WithCancel(context.Background())
-		svc, err := startService(ctx, cfg, &output)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		cancel()
-		if err := <-svc.done; err != nil {
-			t.Fatal(err)
-		}
-		return logRecords(t, output.String())
+		return logRecords(t, startAndStop(t, cfg))
 	}
 	records := run()
 	banner := recordWithMessage(records, "admin token generated")
@@ -90,21 +96,11 @@ func TestGivenAdminTokenReplacesTheStoredOneLoudly(t *testing.T) {
 		t.Helper()
 		cfg := serveConfig{Addr: "127.0.0.1:0", Database: db, StoreTimeout: time.Second, AdminToken: token, AdminTokenOrigin: origin,
 			DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
-		var output testenv.Buffer
-		ctx, cancel := context.WithCancel(context.Background())
-		svc, err := startService(ctx, cfg, &output)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		cancel()
-		if err := <-svc.done; err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(output.String(), token) {
+		output := startAndStop(t, cfg)
+		if strings.Contains(output, token) {
 			t.Errorf("a given token reached the logs")
 		}
-		return logRecords(t, output.String())
+		return logRecords(t, output)
 	}
 	first := start("first-admin-token-0123456789abcdefgh", "flag")
 	if r := recordWithMessage(first, "admin token in force"); r == nil || r["source"] != "flag" {

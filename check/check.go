@@ -25,10 +25,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrOverloaded is returned for a check refused because this process is past

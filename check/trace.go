@@ -5,11 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/sluicelabs/sluice/metrics"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicelabs/sluice/metrics"
 )
 
 // Span and attribute names of a check, as docs/operations.md lists them.

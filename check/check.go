@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
@@ -62,6 +64,9 @@ type Options struct {
 	// Clock is the deny cache's clock (default time.Now). Tests that give
 	// the store a clock give the engine the same one.
 	Clock func() time.Time
+	// TracerProvider, if set, gives every check a span (see trace.go);
+	// nil leaves tracing off and costs the check path nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Engine decides checks for every face over one store. It is safe for
@@ -77,6 +82,7 @@ type Engine struct {
 	// it was sent must not remember its deny (the counters it saw are gone).
 	resetEpoch atomic.Uint64
 	observer   engineObserver
+	tracer     trace.Tracer // nil: tracing off
 }
 
 // New returns an Engine over store. Close releases its fallback store.
@@ -107,6 +113,7 @@ func New(store sluice.Store, opts Options) *Engine {
 		deny:        newDenyCache(size),
 		metrics:     opts.Metrics,
 		maxInFlight: maxInFlight,
+		tracer:      newTracer(opts.TracerProvider),
 	}
 }
 
@@ -134,6 +141,7 @@ type Rule struct {
 	Shadow bool
 
 	series *metrics.Series
+	labels metrics.Labels // for spans
 }
 
 // NewRule returns r ready to check, counted under labels.
@@ -142,6 +150,7 @@ func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
 		r.Mode = sluice.FailClosed
 	}
 	r.series = e.metrics.Series(labels)
+	r.labels = labels
 	return &r
 }
 
@@ -222,6 +231,14 @@ func (r Result) Pass() bool {
 
 // decide is Check without the observer.
 func (e *Engine) decide(ctx context.Context, q Query) (Result, error) {
+	if e.tracer != nil {
+		return e.tracedCheck(ctx, q)
+	}
+	return e.check(ctx, q, nil)
+}
+
+// check decides q; tr, when tracing, records the store call's time.
+func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, error) {
 	if q.Start.IsZero() {
 		q.Start = time.Now()
 	}
@@ -253,7 +270,9 @@ func (e *Engine) decide(ctx context.Context, q Query) (Result, error) {
 	e.metrics.AddInFlight(1)
 	epoch := e.resetEpoch.Load()
 	sentAt := e.clock()
+	storeStart := tr.start()
 	d, err := e.guard.Check(ctx, req, r.Mode)
+	tr.stored(storeStart)
 	e.inFlight.Add(-1)
 	e.metrics.AddInFlight(-1)
 	if err != nil {

@@ -34,7 +34,7 @@ func (s *gateStore) Check(ctx context.Context, req sluice.Request) (sluice.Decis
 	return s.Store.Check(ctx, req)
 }
 
-func newMemory(t *testing.T) *memory.Store {
+func newMemory(t testing.TB) *memory.Store {
 	m := memory.New(memory.Options{})
 	t.Cleanup(func() { m.Close() })
 	return m

@@ -22,6 +22,10 @@ import (
 type Config struct {
 	// Listen is the address to serve on (default ":8081").
 	Listen string `yaml:"listen"`
+	// AdminListen serves /healthz, /readyz and /metrics, never the public
+	// listener, so no upstream path is shadowed and metrics stay private
+	// (default 127.0.0.1:9081; a reload cannot change it).
+	AdminListen string `yaml:"admin_listen"`
 	// Redis is the store URL shared by every gateway instance
 	// (redis://, redis-cluster://, redis-sentinel://); empty keeps counters
 	// in process, for a single instance.
@@ -189,6 +193,12 @@ type RouteConfig struct {
 	FailureMode sluice.FailureMode `yaml:"failure_mode"`
 	// Cost is what one request takes from the limits (default 1).
 	Cost *int64 `yaml:"cost"`
+	// Key says what the limits count by (default: the token's sub claim);
+	// the client IP when the request lacks it.
+	Key *KeyConfig `yaml:"key"`
+	// ClaimHeaders passes verified claims upstream: claim name → header.
+	// Copies of those headers sent by the client are always removed.
+	ClaimHeaders map[string]string `yaml:"claim_headers"`
 }
 
 // LimitConfig is a limit in the service's JSON shape:
@@ -304,6 +314,9 @@ func (c *Config) fillDefaults() {
 	if c.Listen == "" {
 		c.Listen = defaultListen
 	}
+	if c.AdminListen == "" {
+		c.AdminListen = defaultAdminListen
+	}
 	if c.FailureMode == "" {
 		c.FailureMode = sluice.FailOpen
 	}
@@ -384,6 +397,9 @@ func (c *Config) Validate() error {
 		return errors.New("store_timeout: must not be negative")
 	}
 	if err := c.Server.validate(); err != nil {
+		return err
+	}
+	if err := validateAdminListen(c.AdminListen, c.Listen); err != nil {
 		return err
 	}
 	if c.TLS != nil {
@@ -539,9 +555,6 @@ func (r RouteConfig) validate(c *Config) error {
 	if clean := cleanPath(r.PathPrefix); clean != r.PathPrefix {
 		return fmt.Errorf("path_prefix: %q is not a clean path ('.' or '..' segments, repeated slashes); write %q", r.PathPrefix, clean)
 	}
-	if r.PathPrefix == "/healthz" || r.PathPrefix == "/metrics" {
-		return fmt.Errorf("path_prefix: %s is served by the gateway itself", r.PathPrefix)
-	}
 	for i, m := range r.Methods {
 		if !regexp.MustCompile(`^[A-Z]+$`).MatchString(m) {
 			return fmt.Errorf("methods[%d]: %q is not an HTTP method", i, m)
@@ -571,6 +584,14 @@ func (r RouteConfig) validate(c *Config) error {
 	}
 	if !r.FailureMode.Valid() {
 		return fmt.Errorf("failure_mode: %q is not one of open, closed, local", r.FailureMode)
+	}
+	if r.Key != nil {
+		if err := r.Key.validate(r.Auth); err != nil {
+			return err
+		}
+	}
+	if err := validateClaimHeaders(r.ClaimHeaders, r.Auth); err != nil {
+		return err
 	}
 	limits, err := r.limits()
 	if err != nil {

@@ -60,6 +60,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"bad_trusted_cidr", "trusted_proxies: {cidrs: [10.0.0.0/99]}\n" + route, "trusted_proxies: cidrs"},
 		{"bad_trusted_header", "trusted_proxies: {header: X-Real-IP}\n" + route, "trusted_proxies"},
 		{"bad_redis", "redis: 'http://h'\n" + route, "redis:"},
+		{"admin_listen_not_an_address", "admin_listen: nine\n" + route, "admin_listen"},
+		{"admin_listen_is_listen", "listen: '127.0.0.1:8081'\nadmin_listen: '127.0.0.1:8081'\n" + route, "admin_listen: 127.0.0.1:8081 is the public listen address too"},
+		{"key_claim_and_header", "jwt: {main: {jwks_url: 'http://h/jwks'}}\nroutes: [{name: a, path_prefix: /a, upstream: 'http://h', auth: main, key: {claim: tid, header: X-API-Key}}]", "routes[0] (a).key: set claim or header, not both"},
+		{"key_empty", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', key: {}}]", "routes[0] (a).key: set claim"},
+		{"key_claim_without_auth", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', key: {claim: tid}}]", "routes[0] (a).key.claim"},
+		{"key_header_not_a_name", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', key: {header: 'X API'}}]", "routes[0] (a).key.header"},
+		{"claim_headers_without_auth", "routes: [{name: a, path_prefix: /a, upstream: 'http://h', claim_headers: {sub: X-User}}]", "routes[0] (a).claim_headers: claims come from a verified token"},
+		{"claim_header_reserved", "jwt: {main: {jwks_url: 'http://h/jwks'}}\nroutes: [{name: a, path_prefix: /a, upstream: 'http://h', auth: main, claim_headers: {sub: authorization}}]", "routes[0] (a).claim_headers.sub: Authorization"},
+		{"claim_header_twice", "jwt: {main: {jwks_url: 'http://h/jwks'}}\nroutes: [{name: a, path_prefix: /a, upstream: 'http://h', auth: main, claim_headers: {sub: X-User, uid: x-user}}]", "already carries claim"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

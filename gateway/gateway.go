@@ -8,10 +8,13 @@
 // repeated slashes resolved; encoded dots and slashes refused with 400),
 // route matching (longest path prefix of the cleaned path),
 // authentication (401 unless the route's JWT verifier accepts the bearer
-// token), rate limiting (keyed by the token's subject when authenticated, else
-// by the client IP found through the trusted proxies), and the reverse proxy.
+// token), rate limiting (keyed by the token's subject, or the route's chosen
+// verified claim or API-key header, else by the client IP found through the
+// trusted proxies), and the reverse proxy (which passes the route's selected
+// verified claims upstream as headers, after removing the client's copies).
 // Authentication comes before limiting so that callers are limited as
-// themselves, not by the address they share with others.
+// themselves, not by the address they share with others. Health and metrics
+// are served by AdminHandler, on a listener of their own.
 package gateway
 
 import (
@@ -42,6 +45,7 @@ import (
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/middleware"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
+	"github.com/sluicelabs/sluice/tracing"
 )
 
 // Options are the gateway's process-wide dependencies.
@@ -52,6 +56,13 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Requests, if set, counts answers per route and status class and
+	// times upstream exchanges.
+	Requests *metrics.GatewayRequests
+	// Tracing, if on, gives every request a server span (child of the
+	// caller's trace context), every check a span, and passes the trace
+	// context upstream.
+	Tracing *tracing.Tracing
 }
 
 // Gateway is an http.Handler serving a Config; Reload swaps the config
@@ -74,6 +85,10 @@ type Gateway struct {
 
 	mu      sync.Mutex // serialises Reload and Close
 	current atomic.Pointer[runtime]
+	// handler is ServeHTTP's, traced when tracing is on.
+	handler http.Handler
+	// adminListen is the admin listener's address; a reload cannot change it.
+	adminListen string
 }
 
 // RateLimitHeaders are exposed to browsers by the CORS policy, so scripts can
@@ -89,7 +104,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server, tls: cfg.TLS}
+	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server, tls: cfg.TLS,
+		adminListen: cfg.AdminListen}
+	g.handler = opts.Tracing.Handler(http.HandlerFunc(g.serve), "sluice-gateway")
 	var closeStore func() error
 	if cfg.Redis != "" {
 		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
@@ -102,8 +119,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		g.store, closeStore = ms, ms.Close
 	}
 	g.engine = check.New(g.store, check.Options{
-		Guard:   guard.Options{Name: "gateway", Timeout: time.Duration(cfg.StoreTimeout)},
-		Metrics: opts.Metrics,
+		Guard:          guard.Options{Name: "gateway", Timeout: time.Duration(cfg.StoreTimeout)},
+		Metrics:        opts.Metrics,
+		TracerProvider: opts.Tracing.TracerProvider(),
 	})
 	g.close = func() error {
 		g.engine.Close()
@@ -141,6 +159,9 @@ func (g *Gateway) Reload(cfg *Config) error {
 	// The listener was started with TLS or without, on given files: a
 	// reload naming others would report a change that did not happen. The
 	// files' contents need no reload: they are reread when they change.
+	if cfg.AdminListen != g.adminListen {
+		return fmt.Errorf("admin_listen: the address cannot change on reload (%s → %s); restart the gateway", g.adminListen, cfg.AdminListen)
+	}
 	if !sameTLS(cfg.TLS, g.tls) {
 		return errors.New("tls: the TLS section cannot change on reload; replace the contents of the files instead (they are reread within seconds), or restart the gateway")
 	}
@@ -153,6 +174,7 @@ func (g *Gateway) Reload(cfg *Config) error {
 	for _, r := range old.routes {
 		if rt.route(r.cfg.Name) == nil {
 			g.opts.Metrics.DropRule(metrics.SourceGateway, "", "", r.cfg.Name)
+			g.opts.Requests.DropRoute(r.cfg.Name)
 		}
 	}
 	// In-flight requests of the old runtime keep working: closing only
@@ -211,8 +233,26 @@ func NewServer(cfg *Config, h http.Handler, logger *slog.Logger) (*http.Server, 
 // Listen returns the listen address of the running configuration.
 func (g *Gateway) Listen() string { return g.current.Load().cfg.Listen }
 
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// AdminListen returns the admin listener's address.
+func (g *Gateway) AdminListen() string { return g.adminListen }
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	g.current.Load().handler.ServeHTTP(w, r)
+}
+
+// AdminHandler serves /healthz and /metrics, for the admin listener: never
+// on the public one, where they would shadow the upstreams' own paths and
+// publish the metrics.
+func (g *Gateway) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
+	return mux
 }
 
 // runtime is everything built from one Config.
@@ -224,6 +264,8 @@ type runtime struct {
 	limiters  []*middleware.Limiter
 	transport *http.Transport
 	cancel    context.CancelFunc
+	// unmatched counts answers to requests no route matched.
+	unmatched *metrics.GatewayRoute
 }
 
 type route struct {
@@ -233,6 +275,7 @@ type route struct {
 	limiter  *middleware.Limiter
 	proxy    *httputil.ReverseProxy
 	timeout  time.Duration
+	requests *metrics.GatewayRoute
 }
 
 func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
@@ -256,10 +299,10 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	rt.transport = transport
-	key := middleware.FirstOf(middleware.JWTClaim("sub"), middleware.ClientIP(trusted))
+	rt.unmatched = g.opts.Requests.Route(metrics.RouteUnmatched)
 	for _, rc := range cfg.Routes {
 		upstream, _ := url.Parse(rc.Upstream) // validated
-		rte := &route{cfg: rc, methods: rc.Methods, verifier: rt.verifiers[rc.Auth], timeout: time.Duration(rc.Timeout)}
+		rte := &route{cfg: rc, methods: rc.Methods, verifier: rt.verifiers[rc.Auth], timeout: time.Duration(rc.Timeout), requests: g.opts.Requests.Route(rc.Name)}
 		limits, err := rc.limits()
 		if err != nil {
 			return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
@@ -274,7 +317,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Name:        rc.Name,
 				Tenant:      "gateway",
 				Limits:      limits,
-				Key:         key,
+				Key:         rc.keyFunc(trusted),
 				Cost:        func(*http.Request) int64 { return cost },
 				FailureMode: rc.FailureMode,
 				Engine:      g.engine,
@@ -286,24 +329,16 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			}
 			rt.limiters = append(rt.limiters, rte.limiter)
 		}
-		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, transport, g.opts.Logger)
+		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, g.opts.Tracing.Transport(transport), g.opts.Logger)
 		rt.routes = append(rt.routes, rte)
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool {
 		return len(rt.routes[i].cfg.PathPrefix) > len(rt.routes[j].cfg.PathPrefix)
 	})
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
-	mux.Handle("/", http.HandlerFunc(rt.serveRoute))
-	// Paths are cleaned before the mux, so the mux never redirects and
-	// routes are matched on the path the upstream will get; CORS wraps the
-	// lot, so a browser can read a 400 too.
-	rt.handler = normalisePaths(mux)
+	// Paths are cleaned first, so routes are matched on the path the
+	// upstream will get; CORS wraps the lot, so a browser can read a 400 too.
+	rt.handler = normalisePaths(http.HandlerFunc(rt.serveRoute))
 	if cfg.CORS != nil {
 		rt.handler = newCORS(cfg.CORS).Handler(rt.handler)
 	}
@@ -381,6 +416,7 @@ func pathHasPrefix(path, prefix string) bool {
 func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
 	rte, allowed := rt.match(r)
 	if rte == nil {
+		defer rt.unmatched.Answered(http.StatusNotFound) // 404 or 405: both 4xx
 		if len(allowed) > 0 {
 			slices.Sort(allowed)
 			w.Header().Set("Allow", strings.Join(slices.Compact(allowed), ", "))
@@ -390,6 +426,20 @@ func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
 		middleware.WriteProblem(w, http.StatusNotFound, "No route matches this path.", 0)
 		return
 	}
+	nameSpan(r, rte)
+	if rte.requests != nil {
+		sw := &statusWriter{}
+		w = sw.wrap(w)
+		defer func() { rte.requests.Answered(sw.code()) }()
+		rte.serve(w, r, sw)
+		return
+	}
+	rte.serve(w, r, nil)
+}
+
+// serve authenticates, limits and proxies a request of the route; sw, when
+// set, is w's status recorder, for the upstream's timing.
+func (rte *route) serve(w http.ResponseWriter, r *http.Request, sw *statusWriter) {
 	if rte.verifier != nil {
 		var ok bool
 		if r, ok = authenticate(w, r, rte); !ok {
@@ -404,7 +454,13 @@ func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
+	if sw == nil {
+		rte.proxy.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
 	rte.proxy.ServeHTTP(w, r)
+	rte.requests.Upstream(sw.code(), time.Since(start))
 }
 
 // authenticate verifies the bearer token and stores its claims for the
@@ -452,10 +508,15 @@ func bearerToken(r *http.Request) (string, bool) {
 // newProxy forwards to upstream. ownsCORS says the gateway answers CORS
 // itself, so the upstream's CORS headers are dropped.
 func newProxy(upstream *url.URL, rc RouteConfig, trusted middleware.TrustedProxies, ownsCORS bool, transport http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
+	claimHeaders := newClaimHeaders(rc.ClaimHeaders)
 	return &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
+			if len(claimHeaders) > 0 {
+				claims, _ := middleware.ClaimsFrom(pr.In.Context())
+				setClaimHeaders(pr.Out.Header, claims, claimHeaders)
+			}
 			// The path is rebuilt from the cleaned request path, never
 			// joined as received: it stays under the upstream's base path,
 			// and RawPath is left empty so it is encoded from Path.

@@ -468,7 +468,8 @@ routes:
 		{"method_falls_through_to_shorter_prefix", "DELETE", "/api/orders/17", 200, "users", "/api/orders/17"},
 		{"no_route", "GET", "/other", 404, "", ""},
 		{"upstream_timeout", "GET", "/api/slow", 504, "", ""},
-		{"healthz", "GET", "/healthz", 200, "", ""},
+		{"healthz_not_on_the_public_port", "GET", "/healthz", 404, "", ""},
+		{"metrics_not_on_the_public_port", "GET", "/metrics", 404, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -490,19 +491,30 @@ routes:
 	})
 }
 
+// TestGatewayMetrics: decisions and per-route answers are on the admin
+// handler, by route and status class, with upstream timings; nothing names
+// a client.
 func TestGatewayMetrics(t *testing.T) {
 	up := newUpstream(t, "app")
-	_, gw := startGateway(t, fmt.Sprintf(`
+	gw, srv := startGateway(t, fmt.Sprintf(`
 routes:
   - {name: api, path_prefix: /api, upstream: %q, limits: [{name: m, algorithm: fixed_window, limit: 1, window: 1m}]}
 `, up.URL))
-	do(t, "GET", gw.URL+"/api", nil)
-	do(t, "GET", gw.URL+"/api", nil)
-	r := do(t, "GET", gw.URL+"/metrics", nil)
+	do(t, "GET", srv.URL+"/api", nil)
+	do(t, "GET", srv.URL+"/api", nil)
+	do(t, "GET", srv.URL+"/nowhere", nil)
+	admin := httptest.NewServer(gw.AdminHandler())
+	t.Cleanup(admin.Close)
+	r := do(t, "GET", admin.URL+"/metrics", nil)
 	for _, want := range []string{
 		`sluice_decisions_total{domain="",result="allowed",rule="api",source="gateway",tenant=""} 1`,
 		`sluice_decisions_total{domain="",result="denied",rule="api",source="gateway",tenant=""} 1`,
 		`sluice_check_duration_seconds_count{source="gateway"} 2`,
+		`sluice_gateway_requests_total{class="2xx",route="api"} 1`,
+		`sluice_gateway_requests_total{class="4xx",route="api"} 1`,
+		`sluice_gateway_requests_total{class="4xx",route="_unmatched"} 1`,
+		`sluice_gateway_upstream_duration_seconds_count{class="2xx",route="api"} 1`,
+		`sluice_gateway_upstream_duration_seconds_count{class="4xx",route="api"} 0`,
 	} {
 		if !strings.Contains(r.body, want) {
 			t.Fatalf("/metrics lacks %s:\n%s", want, r.body)
@@ -510,6 +522,9 @@ routes:
 	}
 	if strings.Contains(r.body, "127.0.0.1") {
 		t.Fatal("/metrics mentions a client address")
+	}
+	if r := do(t, "GET", admin.URL+"/healthz", nil); r.status != http.StatusOK {
+		t.Fatalf("admin /healthz: %d", r.status)
 	}
 }
 

@@ -161,6 +161,8 @@ type echo struct {
 	XForwardedProto string `json:"x_forwarded_proto"`
 	XForwardedHost  string `json:"x_forwarded_host"`
 	Authorization   bool   `json:"authorization"`
+	// Header is every header the upstream received.
+	Header http.Header `json:"header"`
 }
 
 func newUpstream(t testing.TB, name string) *upstream {
@@ -176,7 +178,8 @@ func newUpstream(t testing.TB, name string) *upstream {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(echo{Upstream: name, Path: r.URL.Path, RequestURI: r.RequestURI, XForwardedFor: r.Header.Get("X-Forwarded-For"),
-			XForwardedProto: r.Header.Get("X-Forwarded-Proto"), XForwardedHost: r.Header.Get("X-Forwarded-Host"), Authorization: r.Header.Get("Authorization") != ""})
+			XForwardedProto: r.Header.Get("X-Forwarded-Proto"), XForwardedHost: r.Header.Get("X-Forwarded-Host"), Authorization: r.Header.Get("Authorization") != "",
+			Header: r.Header})
 	}))
 	t.Cleanup(u.Close)
 	return u
@@ -191,7 +194,7 @@ func newGateway(t testing.TB, yamlConfig string) (*gateway.Config, *gateway.Gate
 		t.Fatalf("config: %v\n%s", err, yamlConfig)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Gatherer: reg})
+	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,9 @@ func (a *API) authorize(r *http.Request) (principal, *apiError) {
 func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, fn func(context.Context, principal) (int, any, error)) {
 	p, aerr := a.authorize(r)
 	if aerr != nil {
+		if aerr.status == http.StatusUnauthorized {
+			a.authLog.record(r, "admin", aerr.code)
+		}
 		a.fail(w, aerr)
 		return
 	}

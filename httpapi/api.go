@@ -85,6 +85,7 @@ type API struct {
 	// reloadMu serialises snapshot reloads so an older read never replaces
 	// a newer one.
 	reloadMu sync.Mutex
+	authLog  *authFailureLog
 }
 
 // state is one immutable view of the catalog for the check path.
@@ -132,6 +133,7 @@ func New(ctx context.Context, opts Options) (*API, error) {
 	if a.log == nil {
 		a.log = slog.Default()
 	}
+	a.authLog = newAuthFailureLog(a.log)
 	if a.defaultMode == "" {
 		a.defaultMode = sluice.FailClosed
 	}

@@ -97,6 +97,9 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	grant, aerr := tenantKey(st.snap, secret)
 	if aerr != nil {
+		if aerr.status == http.StatusUnauthorized {
+			a.authLog.record(r, "check", aerr.code)
+		}
 		a.fail(w, aerr)
 		return
 	}

@@ -41,6 +41,7 @@ type harnessOptions struct {
 	store       sluice.Store // default: a fresh memory store
 	guard       guard.Options
 	defaultMode sluice.FailureMode
+	logs        io.Writer // the API's JSON log; default: discarded
 }
 
 func newPostgresCatalog(t *testing.T, dsn string) *postgres.Catalog {
@@ -73,6 +74,10 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		t.Cleanup(func() { ms.Close() })
 		store = ms
 	}
+	logs := o.logs
+	if logs == nil {
+		logs = io.Discard
+	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	engine := check.New(store, check.Options{Guard: o.guard, Metrics: m})
@@ -81,7 +86,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Catalog:            catalog,
 		Engine:             engine,
 		Metrics:            m,
-		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:             slog.New(slog.NewJSONHandler(logs, nil)),
 		DefaultFailureMode: o.defaultMode,
 	})
 	if err != nil {

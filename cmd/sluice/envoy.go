@@ -68,6 +68,8 @@ type envoyConfig struct {
 	Registry prometheus.Registerer
 	// Server, if set, is given the server once started (for the console).
 	Server *atomic.Pointer[envoyrls.Server]
+	// GRPCOptions are added to the gRPC server's (tracing's stats handler).
+	GRPCOptions []grpc.ServerOption
 }
 
 // envoyFlags are the flags that select envoyproxy/ratelimit's behaviours,

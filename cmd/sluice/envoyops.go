@@ -242,7 +242,7 @@ func grpcServerOptions(cfg envoyConfig) []grpc.ServerOption {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	return opts
+	return append(opts, cfg.GRPCOptions...)
 }
 
 // requireClientSAN makes c refuse a client certificate that does not carry

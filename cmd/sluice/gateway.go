@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,11 +35,14 @@ func newGatewayCmd() *cobra.Command {
 		Short: "Run the API gateway (reverse proxy with JWT auth, CORS and rate limits)",
 		Long: `Run the API gateway described by --config (a gateway.yaml; see docs/gateway.md):
 routes proxied to upstreams, per-route JWT authentication, CORS for an explicit
-list of origins, and per-route rate limits keyed by the token's subject, else by
-the client IP. /healthz and /metrics are served on the same listener.
+list of origins, and per-route rate limits keyed by the token's subject (or
+another verified claim, or an API-key header), else by the client IP. /healthz
+and /metrics are served on a listener of their own, admin_listen (default
+127.0.0.1:9081), never on the public one.
 
-Send SIGHUP to reload the file: if the new file is invalid, the gateway keeps
-running the old configuration and logs why.
+The file is reloaded when it changes (a mounted ConfigMap's symlink swap
+included) and on SIGHUP: if the new file is invalid, the gateway keeps running
+the old configuration and logs why.
 
 Every flag can also be set as SLUICE_<FLAG> (e.g. SLUICE_CONFIG).`,
 		Args: cobra.NoArgs,
@@ -72,12 +76,22 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 		return err
 	}
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(registry), Gatherer: registry, Logger: log})
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
+	traces, err := startTracing(ctx, "sluice-gateway", log)
+	if err != nil {
+		return err
+	}
+	defer traces.shutdown()
+	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(registry), Requests: metrics.NewGatewayRequests(registry),
+		Gatherer: registry, Logger: log, Tracing: traces.Tracing})
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
+	changed, err := watchConfigFile(ctx, flags.Config, log)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -88,9 +102,15 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 		ln.Close()
 		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
 	}
+	adminSrv, adminAddr, err := startGatewayAdmin(gw, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer adminSrv.Close()
 	served := make(chan error, 1)
 	go func() { served <- serveHTTP(srv, ln) }()
-	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", gatewayTLSMode(cfg.TLS), "routes", len(cfg.Routes), "config", flags.Config)
+	log.Info("gateway listening", "addr", ln.Addr().String(), "admin_addr", adminAddr, "tls", gatewayTLSMode(cfg.TLS), "routes", len(cfg.Routes), "config", flags.Config)
 
 	for {
 		select {
@@ -98,11 +118,13 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 			return fmt.Errorf("gateway server: %w", err)
 		case <-reload:
 			err := reloadGateway(gw, flags.Config)
-			if err != nil {
-				log.Error("reload refused; still serving the previous configuration", "config", flags.Config, "error", err)
-			} else {
-				log.Info("configuration reloaded", "config", flags.Config)
+			logReload(log, flags.Config, "SIGHUP", err)
+			if onReload != nil {
+				onReload(err)
 			}
+		case <-changed:
+			err := reloadGateway(gw, flags.Config)
+			logReload(log, flags.Config, "file changed", err)
 			if onReload != nil {
 				onReload(err)
 			}
@@ -139,4 +161,27 @@ func reloadGateway(gw *gateway.Gateway, path string) error {
 		return fmt.Errorf("listen: the address cannot change on reload (%s → %s); restart the gateway", gw.Listen(), cfg.Listen)
 	}
 	return gw.Reload(cfg)
+}
+
+// logReload says how a reload ended, and what caused it.
+func logReload(log *slog.Logger, path, cause string, err error) {
+	if err != nil {
+		log.Error("reload refused; still serving the previous configuration", "config", path, "cause", cause, "error", err)
+		return
+	}
+	log.Info("configuration reloaded", "config", path, "cause", cause)
+}
+
+// startGatewayAdmin serves the gateway's health and metrics on its
+// admin_listen address, plain HTTP: it is meant for loopback or a pod
+// network, not the public side.
+func startGatewayAdmin(gw *gateway.Gateway, log *slog.Logger) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", gw.AdminListen())
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on admin_listen %s: %w", gw.AdminListen(), err)
+	}
+	srv := &http.Server{Handler: gw.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, ln.Addr().String(), nil
 }

@@ -17,25 +17,48 @@ import (
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
+// TestGatewayCommandServesAndReloads: sluice gateway serves health and
+// metrics on its admin listener only, and reloads its file when it changes
+// (an edit in place, a Kubernetes ConfigMap's symlink swap) and on SIGHUP,
+// keeping the running configuration when the new one is invalid.
 func TestGatewayCommandServesAndReloads(t *testing.T) {
 	upstream := func(name string) *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
 		t.Cleanup(s.Close)
 		return s
 	}
-	one, two := upstream("one"), upstream("two")
+	one, two, three := upstream("one"), upstream("two"), upstream("three")
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	write := func(body string) {
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	config := func(up string) string {
+		return fmt.Sprintf("listen: %q\nadmin_listen: %q\nroutes:\n  - {name: api, path_prefix: /api, upstream: %q, limits: [{name: m, algorithm: fixed_window, limit: 100, window: 1m}]}\n", addr, adminAddr, up)
+	}
+	// A mounted ConfigMap: gateway.yaml -> ..data/gateway.yaml, and
+	// ..data -> the current version's directory.
+	dir := t.TempDir()
+	version := func(name, body string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "gateway.yaml"), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	config := func(up string) string {
-		return fmt.Sprintf("listen: %q\nroutes:\n  - {name: api, path_prefix: /api, upstream: %q, limits: [{name: m, algorithm: fixed_window, limit: 100, window: 1m}]}\n", addr, up)
+	version("..v1", config(one.URL))
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
 	}
-	write(config(one.URL))
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.Symlink(filepath.Join("..data", "gateway.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	editInPlace := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "..v1", "gateway.yaml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	reload := make(chan os.Signal)
@@ -51,10 +74,20 @@ func TestGatewayCommandServesAndReloads(t *testing.T) {
 			t.Errorf("runGateway: %v", err)
 		}
 	}()
-
-	get := func(p string) (int, string) {
+	awaitReload := func(what string) error {
 		t.Helper()
-		resp, err := http.Get("http://" + addr + p)
+		select {
+		case err := <-reloaded:
+			return err
+		case <-time.After(20 * time.Second): // generous: the reload is what is tested, not its speed
+			t.Fatalf("%s: no reload", what)
+			return nil
+		}
+	}
+
+	get := func(base, p string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + base + p)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -64,7 +97,7 @@ func TestGatewayCommandServesAndReloads(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if code, _ := get("/healthz"); code == 200 {
+		if code, _ := get(adminAddr, "/healthz"); code == 200 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -72,29 +105,53 @@ func TestGatewayCommandServesAndReloads(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if code, body := get("/api"); code != 200 || body != "one" {
+	if code, body := get(addr, "/api"); code != 200 || body != "one" {
 		t.Fatalf("before reload: %d %q", code, body)
 	}
-	if _, body := get("/metrics"); !strings.Contains(body, `sluice_decisions_total{domain="",result="allowed",rule="api",source="gateway",tenant=""} 1`) {
+	if _, body := get(adminAddr, "/metrics"); !strings.Contains(body, `sluice_decisions_total{domain="",result="allowed",rule="api",source="gateway",tenant=""} 1`) {
 		t.Fatalf("/metrics lacks the decision:\n%s", body)
 	}
+	for _, p := range []string{"/healthz", "/metrics"} {
+		if code, _ := get(addr, p); code != http.StatusNotFound {
+			t.Errorf("GET %s on the public listener: %d, want 404 (it is on admin_listen only)", p, code)
+		}
+	}
 
-	write("routes: [{name: api, path_prefix: /api, upstream: 'not a url'}]\n")
-	reload <- os.Interrupt
-	if err := <-reloaded; err == nil || !strings.Contains(err.Error(), "upstream") {
+	editInPlace("routes: [{name: api, path_prefix: /api, upstream: 'not a url'}]\n")
+	if err := awaitReload("invalid edit"); err == nil || !strings.Contains(err.Error(), "upstream") {
 		t.Fatalf("invalid config reload: err = %v, want one naming upstream", err)
 	}
-	if code, body := get("/api"); code != 200 || body != "one" {
+	if code, body := get(addr, "/api"); code != 200 || body != "one" {
 		t.Fatalf("after a refused reload: %d %q, want the old config still serving", code, body)
 	}
 
-	write(config(two.URL))
-	reload <- os.Interrupt
-	if err := <-reloaded; err != nil {
+	editInPlace(config(two.URL))
+	if err := awaitReload("edit in place"); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := get("/api"); code != 200 || body != "two" {
-		t.Fatalf("after reload: %d %q", code, body)
+	if code, body := get(addr, "/api"); code != 200 || body != "two" {
+		t.Fatalf("after an edit in place: %d %q", code, body)
+	}
+
+	// Kubernetes' update: a new version directory, then ..data swapped to
+	// it by renaming a new symlink over it.
+	version("..v2", config(three.URL))
+	if err := os.Symlink("..v2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitReload("symlink swap"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(addr, "/api"); code != 200 || body != "three" {
+		t.Fatalf("after a ConfigMap symlink swap: %d %q", code, body)
+	}
+
+	reload <- os.Interrupt
+	if err := awaitReload("SIGHUP"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -114,7 +171,8 @@ func TestGatewayCommandRequiresConfig(t *testing.T) {
 func TestGatewayCommandAppliesServerLimits(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	config := fmt.Sprintf("listen: %q\nserver: {read_header_timeout: 100ms}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n", addr)
+	config := fmt.Sprintf("listen: %q\nadmin_listen: 127.0.0.1:%d\nserver: {read_header_timeout: 100ms}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n",
+		addr, testenv.FreePort(t))
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -70,11 +70,25 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 		if err := cmd.Flags().Set(f.Name, value); err != nil {
 			errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid value for --%s: %w", envName(f.Name), value, f.Name, err))
+			return
 		}
+		_ = cmd.Flags().SetAnnotation(f.Name, fromEnvAnnotation, []string{envName(f.Name)})
 	}
 	// Once parsed, Flags() holds the command's own flags and the inherited ones.
 	cmd.Flags().VisitAll(apply)
 	return errors.Join(errs...)
+}
+
+// fromEnvAnnotation marks a flag bindEnv set from the environment.
+const fromEnvAnnotation = "sluice-from-env"
+
+// flagOrigin says where the value of cmd's flag name came from: "env" when
+// bindEnv set it from SLUICE_<FLAG>, "flag" otherwise.
+func flagOrigin(cmd *cobra.Command, name string) string {
+	if f := cmd.Flags().Lookup(name); f != nil && len(f.Annotations[fromEnvAnnotation]) > 0 {
+		return "env"
+	}
+	return "flag"
 }
 
 func main() {

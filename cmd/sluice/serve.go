@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +112,13 @@ type serveConfig struct {
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
+	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
+	// empty) or "env"; for the start log.
+	AdminTokenOrigin string
+	// AccessLog logs each request as a JSON record; AccessLogSample is the
+	// fraction of allowed checks kept.
+	AccessLog       bool
+	AccessLogSample float64
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -143,6 +148,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 				return err
 			}
 			cfg.envoyEnv = report
+			cfg.AdminTokenOrigin = flagOrigin(cmd, "admin-token")
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
@@ -202,6 +208,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.EnvoyXDSTLSKey, "envoy-xds-tls-key", "", "PEM private key of --envoy-xds-tls-cert (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
 	f.StringVar(&cfg.EnvoyXDSTLSName, "envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the xDS server's certificate must carry (default: the host of --envoy-xds-server; CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
+	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request as a JSON record (message \"access\"): denials and errors always, allowed checks sampled by --access-log-sample")
+	f.Float64Var(&cfg.AccessLogSample, "access-log-sample", defaultAccessLogSample, "with --access-log: fraction of allowed checks logged, 0 to 1")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	addConsoleFlags(f, &cfg)
 	return cmd
@@ -267,6 +275,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
+	}
+	if cfg.AccessLogSample < 0 || cfg.AccessLogSample > 1 {
+		return fmt.Errorf("--access-log-sample must be between 0 and 1 (a fraction of allowed checks), got %v", cfg.AccessLogSample)
 	}
 	if cfg.MaxMetricSeries < 0 {
 		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
@@ -455,18 +466,19 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 	}()
 
+	traces, err := startTracing(ctx, "sluice", log)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, traces.shutdown)
+
 	catalog, err := openMigratedCatalog(ctx, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, catalog.Close)
-	token := cfg.AdminToken
-	if cfg.AdminTokenFile != "" {
-		if token, err = readTokenFile(cfg.AdminTokenFile); err != nil {
-			return nil, err
-		}
-	}
-	if err := ensureAdminToken(ctx, catalog, token, baseURL(scheme, cfg.Addr), stderr); err != nil {
+	givenToken, err := cfg.adminToken()
+	if err != nil {
 		return nil, err
 	}
 
@@ -496,6 +508,12 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, ms.Close)
 		store = ms
 	}
+	// The token comes once both stores answer: one generated, stored and
+	// shown by a process that then fails to start would be lost.
+	if err := ensureAdminTokenOnceStoresAnswer(ctx, catalog, storePing, givenToken, baseURL(scheme, cfg.Addr), stderr, log); err != nil {
+		return nil, err
+	}
+
 	// One engine for the store, shared by every face: one breaker, one deny
 	// cache, one count of checks in flight.
 	engine := check.New(store, check.Options{
@@ -505,8 +523,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 				log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
 			},
 		},
-		Metrics:     m,
-		MaxInFlight: cfg.MaxInFlight,
+		Metrics:        m,
+		MaxInFlight:    cfg.MaxInFlight,
+		TracerProvider: traces.TracerProvider(),
 	})
 	closers = append(closers, engine.Close)
 
@@ -567,6 +586,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		Flags:            cfg.Envoy,
 		JSONTLS:          httpTLSFiles,
 		GRPCTLS:          grpcTLSFiles,
+		GRPCOptions:      cfg.grpcOptions(log, traces),
 	})
 	if err != nil {
 		return nil, err
@@ -591,6 +611,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := newAPIServer(mux, log)
+	srv.Handler = cfg.observeHTTP(srv.Handler, log, traces)
 	srv.TLSConfig = httpTLS(httpTLSFiles)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(srv, ln) }()
@@ -714,126 +735,10 @@ func databaseKind(url string) string {
 	return "unknown"
 }
 
-// adminTokenPrefix starts generated operator tokens, so they are
-// recognisable and never mistaken for a tenant API key (sk_...).
-const adminTokenPrefix = "sat_"
-
-// ensureAdminToken makes sure the catalog holds an operator token hash. A
-// token given by flag replaces the stored one. With none given and none
-// stored, one is generated, its hash stored, and the token printed once to
-// stderr (never logged).
-func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, token, base string, stderr io.Writer) error {
-	if token != "" {
-		if err := checkTokenStrength(token); err != nil {
-			return err
-		}
-		want := sluice.HashAPIKey(token)
-		stored, err := catalog.AdminTokenHash(ctx)
-		if err == nil && string(stored) == string(want) {
-			return nil
-		}
-		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
-			return fmt.Errorf("read the admin token hash: %w", err)
-		}
-		if err := catalog.SetAdminTokenHash(ctx, want); err != nil {
-			return fmt.Errorf("store the admin token hash: %w", err)
-		}
-		return nil
-	}
-	_, err := catalog.AdminTokenHash(ctx)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sluice.ErrNotFound) {
-		return fmt.Errorf("read the admin token hash: %w", err)
-	}
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	token = adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	// Instances started together on an empty catalog may each have found no
-	// token: only the first to store its own prints it, so the operator
-	// never sees a token that fails.
-	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey(token))
-	if err != nil {
-		return fmt.Errorf("store the admin token hash: %w", err)
-	}
-	if !stored {
-		fmt.Fprint(stderr, adminTokenTakenNotice)
-		return nil
-	}
-	fmt.Fprint(stderr, adminTokenNotice(token, base))
-	return nil
-}
-
-// minTokenLength and minTokenDistinct bound an operator token from below:
-// 32 characters of hex, the shortest thing `openssl rand -hex 16` gives, is
-// 128 bits; a token of few distinct characters is not random whatever its
-// length.
-const (
-	minTokenLength   = 32
-	minTokenDistinct = 10
-)
-
-// checkTokenStrength refuses an operator token too weak to guard the catalog.
-func checkTokenStrength(token string) error {
-	if len(token) < minTokenLength {
-		return fmt.Errorf("the admin token is too short (%d characters): use at least %d random characters, e.g. from openssl rand -hex 32", len(token), minTokenLength)
-	}
-	distinct := map[rune]bool{}
-	for _, r := range token {
-		distinct[r] = true
-	}
-	if len(distinct) < minTokenDistinct {
-		return fmt.Errorf("the admin token repeats too few characters (%d distinct) to be random: use e.g. openssl rand -hex 32", len(distinct))
-	}
-	return nil
-}
-
-// readTokenFile reads the operator token from path: its content without
-// surrounding whitespace (a trailing newline is usual in a secret file).
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read --admin-token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("--admin-token-file %s is empty", path)
-	}
-	return token, nil
-}
-
-// adminTokenTakenNotice is printed by an instance whose generated token lost
-// the race to another instance's.
-const adminTokenTakenNotice = `
-Another Sluice instance starting at the same time generated the admin token;
-that instance printed it. Use that one (this instance's was discarded), or
-restart with --admin-token (or SLUICE_ADMIN_TOKEN) set to replace it.
-
-`
-
 // baseURL is the URL the operator reaches the listener addr at.
 func baseURL(scheme, addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
 		return scheme + "://" + net.JoinHostPort(host, port)
 	}
 	return scheme + "://localhost" + addr
-}
-
-// adminTokenNotice tells the operator the generated token and how to use it
-// on the API at base.
-func adminTokenNotice(token, base string) string {
-	return fmt.Sprintf(`
-Sluice generated an admin token. It is shown only this once (only its hash is
-stored); keep it somewhere safe:
-
-    export SLUICE_ADMIN_TOKEN=%s
-
-Use it as a Bearer token on the admin API, for example:
-
-    curl -H "Authorization: Bearer $SLUICE_ADMIN_TOKEN" %s/v1/tenants
-
-To replace it, restart with --admin-token (or SLUICE_ADMIN_TOKEN) set.
-
-`, token, base)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,7 +21,9 @@ import (
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
-var adminTokenPattern = regexp.MustCompile(`SLUICE_ADMIN_TOKEN=(sat_[A-Za-z0-9_-]+)`)
+// adminTokenPattern finds a generated token: in the JSON log record, or in
+// the banner a terminal gets.
+var adminTokenPattern = regexp.MustCompile(`(?:"admin_token":"|SLUICE_TOKEN=)(sat_[A-Za-z0-9_-]+)`)
 
 func TestServeGeneratesTheAdminTokenOnce(t *testing.T) {
 	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
@@ -68,7 +71,7 @@ func TestServeGeneratesTheAdminTokenOnce(t *testing.T) {
 	svc, stderr, stop = start()
 	stop()
 	<-svc.done
-	if strings.Contains(stderr.String(), "generated an admin token") {
+	if strings.Contains(stderr.String(), "admin token generated") {
 		t.Errorf("a second token was generated:\n%s", stderr)
 	}
 }
@@ -200,7 +203,8 @@ func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
 		defer c.Close()
 		wg.Go(func() {
 			rc := &raceCatalog{Catalog: c, firstReads: &firstReads}
-			if err := ensureAdminToken(ctx, rc, "", baseURL("http", ":8080"), &outputs[i]); err != nil {
+			log := slog.New(slog.NewJSONHandler(&outputs[i], nil))
+			if _, err := ensureAdminToken(ctx, rc, adminTokenSetting{}, baseURL("http", ":8080"), &outputs[i], log); err != nil {
 				t.Error(err)
 			}
 		})
@@ -221,7 +225,7 @@ func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
 		out := outputs[i].String()
 		if m := adminTokenPattern.FindStringSubmatch(out); m != nil {
 			printed = append(printed, m[1])
-		} else if !strings.Contains(out, "Another Sluice instance") {
+		} else if !strings.Contains(out, "another instance starting at the same time generated the admin token") {
 			t.Errorf("instance %d printed neither a token nor why not:\n%s", i, out)
 		}
 	}
@@ -298,7 +302,7 @@ func TestServeOperationalSafety(t *testing.T) {
 	if code := get("/v1/tenants", token); code != http.StatusOK {
 		t.Fatalf("the token from the file is refused: %d", code)
 	}
-	if strings.Contains(output.String(), "SLUICE_ADMIN_TOKEN=") {
+	if strings.Contains(output.String(), "admin token generated") {
 		t.Error("a token was generated although one was given in a file")
 	}
 	info, err := os.Stat(dbPath)

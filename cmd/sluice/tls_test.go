@@ -179,8 +179,8 @@ func TestGatewayCommandServesTLS(t *testing.T) {
 	f := newTLSFixture(t, "gateway-ca")
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	config := fmt.Sprintf("listen: %q\ntls: {cert_file: %s, key_file: %s, client_ca_file: %s}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n",
-		addr, f.cert, f.key, f.caFile)
+	config := fmt.Sprintf("listen: %q\nadmin_listen: 127.0.0.1:%d\ntls: {cert_file: %s, key_file: %s, client_ca_file: %s}\nroutes: [{name: api, path_prefix: /api, upstream: 'http://127.0.0.1:9'}]\n",
+		addr, testenv.FreePort(t), f.cert, f.key, f.caFile)
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -204,10 +204,11 @@ func TestGatewayCommandServesTLS(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if code, err := httpsGet("https://"+addr+"/healthz", f.clientConfig(false)); err != nil || code != http.StatusOK {
-		t.Fatalf("GET /healthz with a client certificate: %d, %v", code, err)
+	// No route has /nowhere: the gateway's own 404 says TLS got through.
+	if code, err := httpsGet("https://"+addr+"/nowhere", f.clientConfig(false)); err != nil || code != http.StatusNotFound {
+		t.Fatalf("GET /nowhere with a client certificate: %d, %v; want the gateway's 404", code, err)
 	}
-	if _, err := httpsGet("https://"+addr+"/healthz", f.clientConfig(true)); err == nil {
+	if _, err := httpsGet("https://"+addr+"/nowhere", f.clientConfig(true)); err == nil {
 		t.Error("a client without a certificate was answered")
 	}
 	if !strings.Contains(logs.String(), `"tls":"mutual"`) {

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+// logRecords parses output as JSON lines, failing on any line that is not
+// one: the service's stderr is a log stream a collector parses.
+func logRecords(t *testing.T, output string) []map[string]any {
+	t.Helper()
+	var records []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(output), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a line of the output is not a JSON record: %q", line)
+		}
+		records = append(records, r)
+	}
+	return records
+}
+
+func recordWithMessage(records []map[string]any, prefix string) map[string]any {
+	for _, r := range records {
+		if msg, _ := r["msg"].(string); strings.HasPrefix(msg, prefix) {
+			return r
+		}
+	}
+	return nil
+}
+
+// startAndStop starts the service, stops it, and returns all it wrote.
+func startAndStop(t *testing.T, cfg serveConfig) string {
+	t.Helper()
+	var output testenv.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := startService(ctx, cfg, &output)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-svc.done; err != nil {
+		t.Fatal(err)
+	}
+	return output.String()
+}
+
+// TestGeneratedAdminTokenIsOneStructuredRecord: off a terminal, the
+// generated token is shown once, in a JSON record of the log stream, never
+// as text inside it; the next start says the token in force is the stored
+// one.
+func TestGeneratedAdminTokenIsOneStructuredRecord(t *testing.T) {
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"), StoreTimeout: time.Second,
+		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
+	run := func() []map[string]any {
+		t.Helper()
+		return logRecords(t, startAndStop(t, cfg))
+	}
+	records := run()
+	banner := recordWithMessage(records, "admin token generated")
+	if banner == nil {
+		t.Fatalf("no record of the generated token: %v", records)
+	}
+	token, _ := banner["admin_token"].(string)
+	if !strings.HasPrefix(token, adminTokenPrefix) {
+		t.Fatalf("the record's admin_token is %q, want the token", token)
+	}
+	if source := recordWithMessage(records, "admin token in force"); source == nil || source["source"] != "generated" {
+		t.Errorf("start log says the token in force came from %v, want generated", source)
+	}
+	records = run()
+	if recordWithMessage(records, "admin token generated") != nil {
+		t.Error("a second start generated another token")
+	}
+	if source := recordWithMessage(records, "admin token in force"); source == nil || source["source"] != "stored" {
+		t.Errorf("second start: the token in force came from %v, want stored", source)
+	}
+}
+
+// TestGivenAdminTokenReplacesTheStoredOneLoudly: a token from the
+// environment replaces the stored one with a warning naming the variable,
+// and the start log says where the token in force came from.
+func TestGivenAdminTokenReplacesTheStoredOneLoudly(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
+	start := func(token, origin string) []map[string]any {
+		t.Helper()
+		cfg := serveConfig{Addr: "127.0.0.1:0", Database: db, StoreTimeout: time.Second, AdminToken: token, AdminTokenOrigin: origin,
+			DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
+		output := startAndStop(t, cfg)
+		if strings.Contains(output, token) {
+			t.Errorf("a given token reached the logs")
+		}
+		return logRecords(t, output)
+	}
+	first := start("first-admin-token-0123456789abcdefgh", "flag")
+	if r := recordWithMessage(first, "admin token in force"); r == nil || r["source"] != "flag" {
+		t.Errorf("token in force from %v, want flag", r)
+	}
+	if recordWithMessage(first, "the admin token given replaced") != nil {
+		t.Error("the first token, on an empty catalog, was reported as replacing one")
+	}
+	same := start("first-admin-token-0123456789abcdefgh", "flag")
+	if recordWithMessage(same, "the admin token given replaced") != nil {
+		t.Error("the same token again was reported as replacing the stored one")
+	}
+	second := start("second-admin-token-0123456789abcdefg", "env")
+	replaced := recordWithMessage(second, "the admin token given replaced")
+	if replaced == nil || replaced["level"] != "WARN" || replaced["setting"] != "SLUICE_ADMIN_TOKEN" {
+		t.Errorf("replacing the stored token from the environment logged %v, want a warning naming SLUICE_ADMIN_TOKEN", replaced)
+	}
+	if r := recordWithMessage(second, "admin token in force"); r == nil || r["source"] != "env" {
+		t.Errorf("token in force from %v, want env", r)
+	}
+}
+
+// TestNoAdminTokenGeneratedWhileTheStoreIsDown: with Redis down at start,
+// the service stops without generating, storing or showing a token.
+func TestNoAdminTokenGeneratedWhileTheStoreIsDown(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: db, Redis: fmt.Sprintf("redis://127.0.0.1:%d/0", testenv.FreePort(t)),
+		RedisPrefix: "sluice:", StoreTimeout: time.Second, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info"}
+	var output testenv.Buffer
+	if _, err := startService(context.Background(), cfg, &output); err == nil {
+		t.Fatal("the service started with its Redis down")
+	}
+	if strings.Contains(output.String(), adminTokenPrefix) || strings.Contains(output.String(), "admin token generated") {
+		t.Errorf("a token was shown by a service that did not start:\n%s", output.String())
+	}
+	catalog, err := openMigratedCatalog(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer catalog.Close()
+	if _, err := catalog.AdminTokenHash(context.Background()); !errors.Is(err, sluice.ErrNotFound) {
+		t.Errorf("a token hash was stored by a service that did not start (err %v)", err)
+	}
+}

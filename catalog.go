@@ -48,13 +48,24 @@ type Tenant struct {
 	Name      string
 	Status    TenantStatus
 	CreatedAt time.Time
+	// Generation is the catalog Version that created the tenant: no other
+	// tenant of the catalog, not even one created again under the same
+	// name, has the same. Zero for tenants created before catalogs recorded
+	// it.
+	Generation int64
 }
 
 // CounterNamespace is the tenant part of its counter keys (Request.Tenant):
-// its name and when it was created. A tenant deleted and created again under
-// the same name starts with fresh counters instead of inheriting the old
-// ones, which the store cannot enumerate to delete.
+// its name and generation. A tenant deleted and created again under the same
+// name starts with fresh counters instead of inheriting the old ones, which
+// the store cannot enumerate to delete. Tenants created before generations
+// were recorded keep their namespace of name and creation time in
+// milliseconds, and with it their counters; '#' and '@' keep the two forms
+// apart.
 func (t Tenant) CounterNamespace() string {
+	if t.Generation > 0 {
+		return t.Name + "#" + strconv.FormatInt(t.Generation, 10)
+	}
 	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }
 

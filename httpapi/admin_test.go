@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestTenantAdminKeyManagesItsOwnTenantOnly(t *testing.T) {

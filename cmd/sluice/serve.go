@@ -359,6 +359,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
 	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
+	catalog.ReportWatchErrors(log, m.CatalogWatchError)
 
 	var store sluice.Store
 	var storePing func(context.Context) error

@@ -281,6 +281,11 @@ type Catalog interface {
 	// AdminTokenHash returns it, or ErrNotFound when none is set.
 	AdminTokenHash(ctx context.Context) ([]byte, error)
 
+	// Audit returns the recorded changes q selects, newest first. Every
+	// change above records one entry in its own transaction (see
+	// AuditEntry), made by ActorOf(ctx); so does PublishReset.
+	Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+
 	// Snapshot reads everything the check path needs, in one consistent
 	// read: tenants, active keys, rules, admin token hash, and the Version
 	// they are at.

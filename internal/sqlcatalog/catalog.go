@@ -13,11 +13,7 @@ import (
 
 // tenantExists returns ErrNotFound for a missing tenant.
 func tenantExists(ctx context.Context, tx *sql.Tx, name string) error {
-	var one int
-	err := tx.QueryRowContext(ctx, "SELECT 1 FROM tenants WHERE name = $1", name).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("tenant %q: %w", name, sluice.ErrNotFound)
-	}
+	_, err := tenantGeneration(ctx, tx, name)
 	return err
 }
 
@@ -54,19 +50,29 @@ func (c *Catalog) CreateTenant(ctx context.Context, name string) (sluice.Tenant,
 		return sluice.Tenant{}, err
 	}
 	t := sluice.Tenant{Name: name, Status: sluice.TenantActive, CreatedAt: fromMillis(c.millis())}
-	err := c.change(ctx, func(tx *sql.Tx, version int64) error {
+	err := c.change(ctx, func(tx *sql.Tx, version int64) (record, error) {
 		t.Generation = version
 		res, err := tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantColumns+") VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
 			t.Name, string(t.Status), t.CreatedAt.UnixMilli(), t.Generation)
 		if err != nil {
-			return err
+			return record{}, err
 		}
-		return rowsAffected(res, fmt.Errorf("tenant %q %w", name, sluice.ErrConflict))
+		rec := record{action: sluice.AuditTenantCreate, tenant: name, target: name, generation: version, after: t}
+		return rec, rowsAffected(res, fmt.Errorf("tenant %q %w", name, sluice.ErrConflict))
 	})
 	if err != nil {
 		return sluice.Tenant{}, fail(fmt.Sprintf("create tenant %q", name), err)
 	}
 	return t, nil
+}
+
+// readTenant reads the named tenant in tx, or returns ErrNotFound.
+func readTenant(ctx context.Context, tx *sql.Tx, name string) (sluice.Tenant, error) {
+	t, err := scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantColumns+" FROM tenants WHERE name = $1", name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("tenant %q: %w", name, sluice.ErrNotFound)
+	}
+	return t, err
 }
 
 // Tenant returns the named tenant.
@@ -100,25 +106,26 @@ func (c *Catalog) SetTenantStatus(ctx context.Context, name string, status sluic
 		return sluice.Tenant{}, err
 	}
 	var t sluice.Tenant
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
-		var err error
-		t, err = scanTenant(tx.QueryRowContext(ctx, "UPDATE tenants SET status = $2 WHERE name = $1 RETURNING "+tenantColumns, name, string(status)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("tenant %q: %w", name, sluice.ErrNotFound)
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+		before, err := readTenant(ctx, tx, name)
+		if err != nil {
+			return record{}, err
 		}
-		return err
+		t, err = scanTenant(tx.QueryRowContext(ctx, "UPDATE tenants SET status = $2 WHERE name = $1 RETURNING "+tenantColumns, name, string(status)))
+		return record{action: sluice.AuditTenantUpdate, tenant: name, target: name, generation: t.Generation, before: before, after: t}, err
 	})
 	return t, fail(fmt.Sprintf("set the status of tenant %q", name), err)
 }
 
 // DeleteTenant deletes the tenant with its keys and rules.
 func (c *Catalog) DeleteTenant(ctx context.Context, name string) error {
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM tenants WHERE name = $1", name)
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+		before, err := readTenant(ctx, tx, name)
 		if err != nil {
-			return err
+			return record{}, err
 		}
-		return rowsAffected(res, fmt.Errorf("tenant %q: %w", name, sluice.ErrNotFound))
+		_, err = tx.ExecContext(ctx, "DELETE FROM tenants WHERE name = $1", name)
+		return record{action: sluice.AuditTenantDelete, tenant: name, target: name, generation: before.Generation, before: before}, err
 	})
 	return fail(fmt.Sprintf("delete tenant %q", name), err)
 }
@@ -129,24 +136,25 @@ func (c *Catalog) CreateKey(ctx context.Context, tenant, name string, role sluic
 		return sluice.APIKey{}, err
 	}
 	k := sluice.APIKey{ID: sluice.NewAPIKeyID(), Tenant: tenant, Name: name, Role: role, CreatedAt: fromMillis(c.millis())}
-	err := c.change(ctx, func(tx *sql.Tx, version int64) error {
-		if err := tenantExists(ctx, tx, tenant); err != nil {
-			return err
+	err := c.change(ctx, func(tx *sql.Tx, version int64) (record, error) {
+		generation, err := tenantGeneration(ctx, tx, tenant)
+		if err != nil {
+			return record{}, err
 		}
 		var taken int
-		err := tx.QueryRowContext(ctx, "SELECT count(*) FROM api_keys WHERE tenant = $1 AND name = $2 AND revoked_at_ms IS NULL", tenant, name).Scan(&taken)
+		err = tx.QueryRowContext(ctx, "SELECT count(*) FROM api_keys WHERE tenant = $1 AND name = $2 AND revoked_at_ms IS NULL", tenant, name).Scan(&taken)
 		if err != nil {
-			return err
+			return record{}, err
 		}
 		if taken > 0 {
-			return fmt.Errorf("tenant %q already has an active key named %q: %w", tenant, name, sluice.ErrConflict)
+			return record{}, fmt.Errorf("tenant %q already has an active key named %q: %w", tenant, name, sluice.ErrConflict)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, name, role, key_hash, created_at_ms, created_version)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, tenant, name, string(role), hex.EncodeToString(hash), k.CreatedAt.UnixMilli(), version)
 		if err != nil && c.dialect.IsUniqueViolation(err) {
-			return fmt.Errorf("key %q: a key with this ID or secret %w", name, sluice.ErrConflict)
+			return record{}, fmt.Errorf("key %q: a key with this ID or secret %w", name, sluice.ErrConflict)
 		}
-		return err
+		return record{action: sluice.AuditKeyCreate, tenant: tenant, target: k.ID, generation: generation, after: k}, err
 	})
 	if err != nil {
 		return sluice.APIKey{}, fail(fmt.Sprintf("create key %q of tenant %q", name, tenant), err)
@@ -189,14 +197,21 @@ func (c *Catalog) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, err
 // RevokeKey revokes a key for good; revoking it again keeps the first time.
 func (c *Catalog) RevokeKey(ctx context.Context, tenant, id string) (sluice.APIKey, error) {
 	var k sluice.APIKey
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
-		var err error
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+		before, err := scanKey(tx.QueryRowContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE tenant = $1 AND id = $2", tenant, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return record{}, fmt.Errorf("key %q of tenant %q: %w", id, tenant, sluice.ErrNotFound)
+		}
+		if err != nil {
+			return record{}, err
+		}
+		generation, err := tenantGeneration(ctx, tx, tenant)
+		if err != nil {
+			return record{}, err
+		}
 		k, err = scanKey(tx.QueryRowContext(ctx, `UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, $3)
 			WHERE tenant = $1 AND id = $2 RETURNING `+keyColumns, tenant, id, c.millis()))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("key %q of tenant %q: %w", id, tenant, sluice.ErrNotFound)
-		}
-		return err
+		return record{action: sluice.AuditKeyRevoke, tenant: tenant, target: id, generation: generation, before: before, after: k}, err
 	})
 	return k, fail(fmt.Sprintf("revoke key %q of tenant %q", id, tenant), err)
 }
@@ -211,17 +226,26 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 	}
 	r.Limits = append([]sluice.Limit(nil), r.Limits...)
 	r.UpdatedAt = fromMillis(c.millis())
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
-		if err := tenantExists(ctx, tx, r.Tenant); err != nil {
-			return err
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+		rec := record{action: sluice.AuditRuleCreate, tenant: r.Tenant, target: r.Name, after: r}
+		var err error
+		if rec.generation, err = tenantGeneration(ctx, tx, r.Tenant); err != nil {
+			return record{}, err
 		}
 		var other string
-		err := tx.QueryRowContext(ctx, "SELECT name FROM rules WHERE tenant = $1 AND route = $2 AND name <> $3", r.Tenant, r.Route, r.Name).Scan(&other)
+		err = tx.QueryRowContext(ctx, "SELECT name FROM rules WHERE tenant = $1 AND route = $2 AND name <> $3", r.Tenant, r.Route, r.Name).Scan(&other)
 		if err == nil {
-			return fmt.Errorf("rule %q of tenant %q already uses route %q: %w", other, r.Tenant, r.Route, sluice.ErrConflict)
+			return record{}, fmt.Errorf("rule %q of tenant %q already uses route %q: %w", other, r.Tenant, r.Route, sluice.ErrConflict)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return err
+			return record{}, err
+		}
+		before, err := c.queryRules(ctx, tx, r.Tenant, r.Name)
+		if err != nil {
+			return record{}, err
+		}
+		if len(before) > 0 {
+			rec.action, rec.before = sluice.AuditRuleReplace, before[0]
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO rules (tenant, name, route, failure_mode, shadow, updated_at_ms)
 			VALUES ($1, $2, $3, $4, $5, $6)
@@ -229,20 +253,20 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 				shadow = excluded.shadow, updated_at_ms = excluded.updated_at_ms`,
 			r.Tenant, r.Name, r.Route, string(r.FailureMode), r.Shadow, r.UpdatedAt.UnixMilli())
 		if err != nil {
-			return err
+			return record{}, err
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM rule_limits WHERE tenant = $1 AND rule = $2", r.Tenant, r.Name); err != nil {
-			return err
+			return record{}, err
 		}
 		for i, l := range r.Limits {
 			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, l.Window.Milliseconds())
 			if err != nil {
-				return err
+				return record{}, err
 			}
 		}
-		return nil
+		return rec, nil
 	})
 	if err != nil {
 		return sluice.Rule{}, fail(fmt.Sprintf("put rule %q of tenant %q", r.Name, r.Tenant), err)
@@ -327,27 +351,38 @@ func (c *Catalog) Rules(ctx context.Context, tenant string) ([]sluice.Rule, erro
 
 // DeleteRule deletes the named rule of the tenant.
 func (c *Catalog) DeleteRule(ctx context.Context, tenant, name string) error {
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM rules WHERE tenant = $1 AND name = $2", tenant, name)
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+		before, err := c.queryRules(ctx, tx, tenant, name)
 		if err != nil {
-			return err
+			return record{}, err
 		}
-		return rowsAffected(res, fmt.Errorf("rule %q of tenant %q: %w", name, tenant, sluice.ErrNotFound))
+		if tenant == "" || name == "" || len(before) == 0 {
+			return record{}, fmt.Errorf("rule %q of tenant %q: %w", name, tenant, sluice.ErrNotFound)
+		}
+		generation, err := tenantGeneration(ctx, tx, tenant)
+		if err != nil {
+			return record{}, err
+		}
+		_, err = tx.ExecContext(ctx, "DELETE FROM rules WHERE tenant = $1 AND name = $2", tenant, name)
+		return record{action: sluice.AuditRuleDelete, tenant: tenant, target: name, generation: generation, before: before[0]}, err
 	})
 	return fail(fmt.Sprintf("delete rule %q of tenant %q", name, tenant), err)
 }
 
 const adminTokenSetting = "admin_token_hash"
 
+// adminTokenRecord audits a new admin token: that it changed, never what to.
+var adminTokenRecord = record{action: sluice.AuditAdminTokenSet, target: "admin_token"}
+
 // SetAdminTokenHash stores the SHA-256 of the operator token.
 func (c *Catalog) SetAdminTokenHash(ctx context.Context, hash []byte) error {
 	if err := sluice.ValidateKeyHash(hash); err != nil {
 		return err
 	}
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, adminTokenSetting, hex.EncodeToString(hash))
-		return err
+		return adminTokenRecord, err
 	})
 	return fail("store the admin token hash", err)
 }
@@ -361,13 +396,13 @@ func (c *Catalog) SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (b
 	if err := sluice.ValidateKeyHash(hash); err != nil {
 		return false, err
 	}
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) error {
+	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
 		res, err := tx.ExecContext(ctx, "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
 			adminTokenSetting, hex.EncodeToString(hash))
 		if err != nil {
-			return err
+			return record{}, err
 		}
-		return rowsAffected(res, errNotStored)
+		return adminTokenRecord, rowsAffected(res, errNotStored)
 	})
 	if errors.Is(err, errNotStored) {
 		return false, nil
@@ -469,6 +504,16 @@ func (c *Catalog) PublishReset(ctx context.Context, tenant, rule, subject string
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM subject_resets WHERE created_at_ms < $1", now-resetRetention.Milliseconds()); err != nil {
+			return err
+		}
+		// A reset of a tenant that is gone resets nothing, and is still
+		// recorded: it was asked for.
+		generation, err := tenantGeneration(ctx, tx, tenant)
+		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
+			return err
+		}
+		reset := sluice.SubjectReset{Tenant: tenant, Rule: rule, Subject: subject}
+		if err := c.writeAudit(ctx, tx, record{action: sluice.AuditSubjectReset, tenant: tenant, target: rule, generation: generation, after: reset}); err != nil {
 			return err
 		}
 		return c.notify(ctx, tx, "reset")

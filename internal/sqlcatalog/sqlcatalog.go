@@ -143,15 +143,20 @@ func (c *Catalog) view(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return inTx(ctx, c.read, c.dialect.ReadTx, fn)
 }
 
-// change runs fn in a write transaction that first bumps the catalog version
-// and notifies watchers on commit. If fn fails nothing is changed.
-func (c *Catalog) change(ctx context.Context, fn func(tx *sql.Tx, version int64) error) error {
+// change runs fn in a write transaction that first bumps the catalog
+// version, then records in the audit log what fn says it did, and notifies
+// watchers on commit. If fn fails nothing is changed.
+func (c *Catalog) change(ctx context.Context, fn func(tx *sql.Tx, version int64) (record, error)) error {
 	return inTx(ctx, c.write, nil, func(tx *sql.Tx) error {
 		var version int64
 		if err := tx.QueryRowContext(ctx, "UPDATE catalog_state SET version = version + 1 WHERE id = 1 RETURNING version").Scan(&version); err != nil {
 			return err
 		}
-		if err := fn(tx, version); err != nil {
+		rec, err := fn(tx, version)
+		if err != nil {
+			return err
+		}
+		if err := c.writeAudit(ctx, tx, rec); err != nil {
 			return err
 		}
 		return c.notify(ctx, tx, fmt.Sprint(version))

@@ -213,4 +213,3 @@ func testAuditQueries(t *testing.T, c Catalog, _ Open) {
 	_, err := c.Audit(ctx, sluice.AuditQuery{Tenant: "gone", CurrentTenantOnly: true})
 	wantErr(t, "current generation of a missing tenant", err, sluice.ErrNotFound)
 }
-

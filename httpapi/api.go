@@ -328,6 +328,8 @@ func (a *API) routes() []route {
 		{"GET /v1/tenants/{tenant}/rules", a.handleListRules},
 		{"GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule},
+
+		{"GET /v1/audit", a.handleAudit},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
 
 		{"GET /healthz", a.handleHealth},

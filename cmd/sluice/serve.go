@@ -352,7 +352,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			return nil, err
 		}
 	}
-	if err := ensureAdminToken(ctx, catalog, token, baseURL(scheme, cfg.Addr), stderr); err != nil {
+	// The token the service adopts or generates is its own doing.
+	if err := ensureAdminToken(sluice.WithActor(ctx, sluice.ActorSystem), catalog, token, baseURL(scheme, cfg.Addr), stderr); err != nil {
 		return nil, err
 	}
 

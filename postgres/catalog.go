@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sluicelabs/sluice"
@@ -37,22 +38,30 @@ const PollInterval = 500 * time.Millisecond
 // Catalog is a sluice.Catalog on PostgreSQL. It is safe for concurrent use.
 type Catalog struct {
 	*sqlcatalog.Catalog
+	pool *pgxpool.Pool
 }
 
 var _ sluice.Catalog = (*Catalog)(nil)
 
 // Open connects to the database at dsn (a postgres:// URL or keyword/value
-// string). It does not change the schema: call Migrate.
+// string, pgxpool's pool_* settings included). It does not change the
+// schema: call Migrate.
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	poolCfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres catalog: invalid database address: %w", err)
 	}
-	db := stdlib.OpenDB(*cfg)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
+	cfg := poolCfg.ConnConfig
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres catalog: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
 		return nil, fmt.Errorf("postgres catalog: cannot reach %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
+	// database/sql over the pool, which keeps the connections.
+	db := stdlib.OpenDBFromPool(pool)
 	d := sqlcatalog.Dialect{
 		Name:              migrations.Postgres,
 		IsUniqueViolation: isUniqueViolation,
@@ -65,7 +74,14 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 		PollInterval:   PollInterval,
 		Listen:         func(ctx context.Context, wake func(), report func(error)) { listen(ctx, cfg, wake, report) },
 	}
-	return &Catalog{sqlcatalog.New(d, db, db)}, nil
+	return &Catalog{sqlcatalog.New(d, db, db), pool}, nil
+}
+
+// Close releases the connections; running Watch calls return.
+func (c *Catalog) Close() error {
+	err := c.Catalog.Close()
+	c.pool.Close()
+	return err
 }
 
 // isUniqueViolation reports a PostgreSQL unique_violation.

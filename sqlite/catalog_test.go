@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
+	"github.com/sluicelabs/sluice/internal/migrations"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/sqlite"
 )
@@ -203,5 +204,57 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Upgrading keeps the counters of tenants that existed before generations
+// were recorded: their namespace stays name and creation time. Tenants
+// created after the upgrade get a generation.
+func TestUpgradeKeepsExistingTenantsCounterNamespace(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	steps, err := migrations.For(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A catalog as the first release left it: step 1 and one tenant.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		steps[0].SQL,
+		"CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms BIGINT NOT NULL)",
+		"INSERT INTO schema_migrations VALUES (1, 'catalog', 0)",
+		"INSERT INTO tenants (name, status, created_at_ms) VALUES ('acme', 'active', 1764608400123)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acme, err := c.Tenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := acme.CounterNamespace(); got != "acme@1764608400123" {
+		t.Errorf("an existing tenant's namespace after the upgrade: %q; want acme@1764608400123", got)
+	}
+	beta, err := c.CreateTenant(ctx, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if beta.Generation <= 0 || beta.CounterNamespace() != fmt.Sprintf("beta#%d", beta.Generation) {
+		t.Errorf("a new tenant: generation %d, namespace %q", beta.Generation, beta.CounterNamespace())
 	}
 }

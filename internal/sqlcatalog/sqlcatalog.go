@@ -96,9 +96,6 @@ func (c *Catalog) Close() error {
 	return err
 }
 
-// Closed is closed when Close is called.
-func (c *Catalog) Closed() <-chan struct{} { return c.closed }
-
 // Ping reports whether the database answers, for readiness checks.
 func (c *Catalog) Ping(ctx context.Context) error {
 	if err := c.read.PingContext(ctx); err != nil {

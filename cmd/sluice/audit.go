@@ -31,6 +31,9 @@ time (2026-12-01T17:00:00Z) or a duration back from now (24h). A page holds --li
 when there are more, the command says which --before reads the next page.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if q.Limit < 1 || q.Limit > sluice.MaxAuditLimit {
+				return fmt.Errorf("--limit %d is not between 1 and %d", q.Limit, sluice.MaxAuditLimit)
+			}
 			var err error
 			if q.Since, err = pastTime("--since", since); err != nil {
 				return err

@@ -37,7 +37,7 @@ func TestAuditCommand(t *testing.T) {
 			got = append(got, e.Actor+" "+e.Action+" "+e.Target)
 		}
 		want := []string{"operator rule.replace orders", "operator rule.create orders", "operator tenant.create beta",
-			"operator tenant.create acme", "operator admin_token.set admin_token"}
+			"operator tenant.create acme", "system admin_token.set admin_token"}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s mode: entries\n%s\nwant\n%s", mode, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,17 +9,18 @@ import (
 )
 
 // AuditEntry is one recorded catalog change as GET /v1/audit spells it.
-// Before and After are the thing changed in the admin API's form (null where
-// it did not exist, or for the admin token).
+// Before and After are the thing changed in the admin API's form, decoded
+// from JSON (map[string]any; nil where it did not exist, or for the admin
+// token).
 type AuditEntry struct {
-	ID     int64           `json:"id" yaml:"id"`
-	Time   time.Time       `json:"time" yaml:"time"`
-	Actor  string          `json:"actor" yaml:"actor"`
-	Tenant *string         `json:"tenant" yaml:"tenant"`
-	Action string          `json:"action" yaml:"action"`
-	Target string          `json:"target" yaml:"target"`
-	Before json.RawMessage `json:"before" yaml:"-"`
-	After  json.RawMessage `json:"after" yaml:"-"`
+	ID     int64     `json:"id" yaml:"id"`
+	Time   time.Time `json:"time" yaml:"time"`
+	Actor  string    `json:"actor" yaml:"actor"`
+	Tenant *string   `json:"tenant" yaml:"tenant"`
+	Action string    `json:"action" yaml:"action"`
+	Target string    `json:"target" yaml:"target"`
+	Before any       `json:"before" yaml:"before"`
+	After  any       `json:"after" yaml:"after"`
 }
 
 // AuditQuery selects entries; zero fields select everything. A tenant admin
@@ -36,8 +36,8 @@ type AuditQuery struct {
 // AuditPage is one page of entries, newest first. NextBefore, when set,
 // reads the next page.
 type AuditPage struct {
-	Entries    []AuditEntry `json:"entries"`
-	NextBefore *int64       `json:"next_before"`
+	Entries    []AuditEntry `json:"entries" yaml:"entries"`
+	NextBefore *int64       `json:"next_before" yaml:"next_before"`
 }
 
 // Audit reads one page of the audit log.

@@ -137,14 +137,7 @@ func TestOpenUsesThePathAsGiven(t *testing.T) {
 func TestWatchErrorsAreLoggedOnceAndCounted(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "catalog.db")
-	c, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := openMigrated(t, path)
 	var logs testenv.Buffer
 	var failures atomic.Int64
 	c.ReportWatchErrors(slog.New(slog.NewJSONHandler(&logs, nil)), func() { failures.Add(1) })
@@ -235,14 +228,7 @@ func TestUpgradeKeepsExistingTenantsCounterNamespace(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := openMigrated(t, path)
 	acme, err := c.Tenant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -257,4 +243,19 @@ func TestUpgradeKeepsExistingTenantsCounterNamespace(t *testing.T) {
 	if beta.Generation <= 0 || beta.CounterNamespace() != fmt.Sprintf("beta#%d", beta.Generation) {
 		t.Errorf("a new tenant: generation %d, namespace %q", beta.Generation, beta.CounterNamespace())
 	}
+}
+
+// openMigrated opens and migrates the catalog file at path, closing it when
+// t ends.
+func openMigrated(t *testing.T, path string) *sqlite.Catalog {
+	t.Helper()
+	c, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -45,7 +45,7 @@ when there are more, the command says which --before reads the next page.`,
 			if err != nil {
 				return err
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printAudit(w, page.Entries) }, auditBody(page)); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printAudit(w, page.Entries) }, page); err != nil {
 				return err
 			}
 			if page.NextBefore != nil && o == "table" {
@@ -102,7 +102,19 @@ func readAudit(cmd *cobra.Command, database string, q client.AuditQuery) (client
 		}
 		page.Entries = make([]client.AuditEntry, 0, len(entries))
 		for _, e := range entries {
-			ce := client.AuditEntry{ID: e.ID, Time: e.Time.UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target, Before: e.Before, After: e.After}
+			ce := client.AuditEntry{ID: e.ID, Time: e.Time.UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target}
+			// Decoded as the client decodes the server's answer, so both
+			// modes print the same.
+			for _, doc := range []struct {
+				raw json.RawMessage
+				to  *any
+			}{{e.Before, &ce.Before}, {e.After, &ce.After}} {
+				if doc.raw != nil {
+					if err := json.Unmarshal(doc.raw, doc.to); err != nil {
+						return fmt.Errorf("audit entry %d holds invalid JSON: %w", e.ID, err)
+					}
+				}
+			}
 			if e.Tenant != "" {
 				ce.Tenant = &e.Tenant
 			}
@@ -128,34 +140,4 @@ func printAudit(w io.Writer, entries []client.AuditEntry) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Actor, tenant, e.Action, e.Target)
 	}
 	tw.Flush()
-}
-
-// auditBody is GET /v1/audit's answer, with before and after decoded so
-// that -o yaml writes them as YAML rather than as bytes.
-func auditBody(page client.AuditPage) any {
-	type entry struct {
-		ID     int64     `json:"id" yaml:"id"`
-		Time   time.Time `json:"time" yaml:"time"`
-		Actor  string    `json:"actor" yaml:"actor"`
-		Tenant *string   `json:"tenant" yaml:"tenant"`
-		Action string    `json:"action" yaml:"action"`
-		Target string    `json:"target" yaml:"target"`
-		Before any       `json:"before" yaml:"before"`
-		After  any       `json:"after" yaml:"after"`
-	}
-	decode := func(doc json.RawMessage) any {
-		var v any
-		if len(doc) > 0 && json.Unmarshal(doc, &v) != nil {
-			return string(doc)
-		}
-		return v
-	}
-	out := make([]entry, 0, len(page.Entries))
-	for _, e := range page.Entries {
-		out = append(out, entry{e.ID, e.Time, e.Actor, e.Tenant, e.Action, e.Target, decode(e.Before), decode(e.After)})
-	}
-	return struct {
-		Entries    []entry `json:"entries" yaml:"entries"`
-		NextBefore *int64  `json:"next_before" yaml:"next_before"`
-	}{out, page.NextBefore}
 }

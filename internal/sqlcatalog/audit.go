@@ -69,7 +69,9 @@ func auditJSON(v any) (*string, error) {
 	return &s, nil
 }
 
-// The admin API's forms of what changed, as the audit log records them.
+// The admin API's forms of what changed, as the audit log records them. They
+// are stored, so they are declared here apart from the API's own types: a
+// later change of the API must not change what old entries say.
 type (
 	tenantDoc struct {
 		Name      string    `json:"name"`

@@ -48,13 +48,24 @@ type Tenant struct {
 	Name      string
 	Status    TenantStatus
 	CreatedAt time.Time
+	// Generation is the catalog Version that created the tenant: no other
+	// tenant of the catalog, not even one created again under the same
+	// name, has the same. Zero for tenants created before catalogs recorded
+	// it.
+	Generation int64
 }
 
 // CounterNamespace is the tenant part of its counter keys (Request.Tenant):
-// its name and when it was created. A tenant deleted and created again under
-// the same name starts with fresh counters instead of inheriting the old
-// ones, which the store cannot enumerate to delete.
+// its name and generation. A tenant deleted and created again under the same
+// name starts with fresh counters instead of inheriting the old ones, which
+// the store cannot enumerate to delete. Tenants created before generations
+// were recorded keep their namespace of name and creation time in
+// milliseconds, and with it their counters; '#' and '@' keep the two forms
+// apart.
 func (t Tenant) CounterNamespace() string {
+	if t.Generation > 0 {
+		return t.Name + "#" + strconv.FormatInt(t.Generation, 10)
+	}
 	return t.Name + "@" + strconv.FormatInt(t.CreatedAt.UnixMilli(), 10)
 }
 
@@ -270,6 +281,11 @@ type Catalog interface {
 	SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (stored bool, err error)
 	// AdminTokenHash returns it, or ErrNotFound when none is set.
 	AdminTokenHash(ctx context.Context) ([]byte, error)
+
+	// Audit returns the recorded changes q selects, newest first. Every
+	// change above records one entry in its own transaction (see
+	// AuditEntry), made by ActorOf(ctx); so does PublishReset.
+	Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
 
 	// Snapshot reads everything the check path needs, in one consistent
 	// read: tenants, active keys, rules, admin token hash, and the Version

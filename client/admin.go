@@ -201,11 +201,19 @@ func (a *Admin) ResetSubject(ctx context.Context, tenant, rule, subject string) 
 // subject may hold '/'), with in as its JSON body when not nil, and decodes
 // a 2xx answer into out when not nil.
 func (a *Admin) do(ctx context.Context, method string, segments []string, in, out any) error {
+	return a.doQuery(ctx, method, segments, nil, in, out)
+}
+
+// doQuery is do with query parameters.
+func (a *Admin) doQuery(ctx context.Context, method string, segments []string, query url.Values, in, out any) error {
 	escaped := make([]string, len(segments))
 	for i, s := range segments {
 		escaped[i] = url.PathEscape(s)
 	}
 	target := a.base + "/v1/" + strings.Join(escaped, "/")
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)

@@ -18,6 +18,15 @@ import (
 type principal struct {
 	operator bool
 	tenant   string
+	keyID    string // of a tenant admin key
+}
+
+// actor is who the audit log records p as.
+func (p principal) actor() string {
+	if p.operator {
+		return sluice.ActorOperator
+	}
+	return p.keyID
 }
 
 // mayManage reports whether p may manage tenant.
@@ -54,7 +63,7 @@ func (a *API) authorize(r *http.Request) (principal, *apiError) {
 		return principal{}, &apiError{http.StatusForbidden, "wrong_role",
 			"This API key has the check role; managing a tenant needs the admin token or a key with the admin role."}
 	}
-	return principal{tenant: grant.Tenant}, nil
+	return principal{tenant: grant.Tenant, keyID: grant.KeyID}, nil
 }
 
 // admin runs fn for an authorized caller allowed to manage the {tenant} of
@@ -85,7 +94,7 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 		a.fail(w, errOtherTenant)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.adminTimeout)
+	ctx, cancel := context.WithTimeout(sluice.WithActor(r.Context(), p.actor()), a.adminTimeout)
 	defer cancel()
 	status, body, err := fn(ctx, p)
 	if err != nil {

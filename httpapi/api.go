@@ -331,6 +331,8 @@ func (a *API) routes() []route {
 		{"GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule},
 		{"GET /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handlePeekSubject},
+
+		{"GET /v1/audit", a.handleAudit},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
 
 		{"GET /healthz", a.handleHealth},

@@ -84,7 +84,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	namespace := tenant.Name + "@" + strconv.FormatInt(tenant.CreatedAt.UnixMilli(), 10)
+	namespace := tenant.Name + "#" + strconv.FormatInt(tenant.Generation, 10)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// The runs share the catalog and its two rules (each run puts the

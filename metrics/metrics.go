@@ -80,6 +80,7 @@ type Metrics struct {
 	shed          prometheus.Counter
 	inFlight      prometheus.Gauge
 	budgetRefused prometheus.Counter
+	watchErrors   prometheus.Counter
 	// reg is where collectors made later (SnapshotAge) are registered.
 	reg prometheus.Registerer
 }
@@ -144,6 +145,10 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 			Name: "sluice_memory_budget_refusals_total",
 			Help: "Checks the embedded memory store refused because their tenant (or the store) had no room for a new counter; they got their rule's failure policy.",
 		}),
+		watchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_catalog_watch_errors_total",
+			Help: "Failed looks of the catalog change feed (a version read, or PostgreSQL's LISTEN connection); each is retried, but changes and key revocations wait until one succeeds.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -158,6 +163,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 	m.shed = register(reg, m.shed)
 	m.inFlight = register(reg, m.inFlight)
 	m.budgetRefused = register(reg, m.budgetRefused)
+	m.watchErrors = register(reg, m.watchErrors)
 	return m
 }
 
@@ -311,6 +317,14 @@ func (m *Metrics) SnapshotAge(age func() time.Duration) {
 		Name: "sluice_catalog_snapshot_age_seconds",
 		Help: "Seconds since the catalog snapshot served was last known to be the newest (after a reload or a readiness probe that found the catalog current); it grows while the catalog database does not answer.",
 	}, func() float64 { return age().Seconds() }))
+}
+
+// CatalogWatchError counts one failed look of the catalog change feed.
+func (m *Metrics) CatalogWatchError() {
+	if m == nil {
+		return
+	}
+	m.watchErrors.Inc()
 }
 
 // BudgetRefused counts one check the memory store refused for want of room.

@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,6 +279,9 @@ func TestWatchRecoversFromSilentConnections(t *testing.T) {
 	if err := writer.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var logs testenv.Buffer
+	var failures atomic.Int64
+	watcher.ReportWatchErrors(slog.New(slog.NewJSONHandler(&logs, nil)), func() { failures.Add(1) })
 	defer proxy.Close() // before the catalogs close
 	versions := make(chan int64, 100)
 	watchCtx, cancel := context.WithCancel(ctx)
@@ -308,4 +314,12 @@ func TestWatchRecoversFromSilentConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen("after the freeze", 10*time.Second)
+	// The looks that timed out on frozen connections were counted, and
+	// logged once each, not once per look.
+	if failures.Load() == 0 || !strings.Contains(logs.String(), "catalog watch failed") {
+		t.Errorf("%d watch failures counted; log:\n%s", failures.Load(), logs.String())
+	}
+	if n, f := int64(strings.Count(logs.String(), "catalog watch failed")), failures.Load(); n > f {
+		t.Errorf("%d failures logged %d times", f, n)
+	}
 }

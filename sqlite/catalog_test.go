@@ -2,14 +2,22 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
+	"github.com/sluicelabs/sluice/internal/migrations"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/sqlite"
 )
 
@@ -122,4 +130,132 @@ func TestOpenUsesThePathAsGiven(t *testing.T) {
 			t.Errorf("Open(%q) did not create that file: %v", name, err)
 		}
 	}
+}
+
+// A change feed that keeps failing logs its error once, counts every
+// failure, says when it recovers, and then reports changes again.
+func TestWatchErrorsAreLoggedOnceAndCounted(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	c := openMigrated(t, path)
+	var logs testenv.Buffer
+	var failures atomic.Int64
+	c.ReportWatchErrors(slog.New(slog.NewJSONHandler(&logs, nil)), func() { failures.Add(1) })
+	versions := make(chan int64, 100)
+	watchCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(watchCtx, func(e sluice.Event) { versions <- e.Version }) }()
+	defer func() { cancel(); <-done }()
+	<-versions // the initial event
+
+	// Another connection hides the table every look reads.
+	db, err := sql.Open("sqlite", "file:"+path+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run := func(q string) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("ALTER TABLE catalog_state RENAME TO catalog_state_hidden")
+	eventually(t, "three failed looks", func() bool { return failures.Load() >= 3 })
+	if n := strings.Count(logs.String(), "catalog watch failed"); n != 1 {
+		t.Fatalf("%d failures logged %d times; want once:\n%s", failures.Load(), n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "no such table: catalog_state") || !strings.Contains(logs.String(), "read catalog changes") {
+		t.Errorf("the log does not say what failed:\n%s", logs.String())
+	}
+
+	run("ALTER TABLE catalog_state_hidden RENAME TO catalog_state")
+	eventually(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "catalog watch recovered") })
+	counted := failures.Load()
+	tenant, err := c.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := int64(0); v < tenant.Generation; {
+		select {
+		case v = <-versions:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("version %d not reported after the recovery", tenant.Generation)
+		}
+	}
+	if failures.Load() != counted {
+		t.Errorf("failures counted after the recovery: %d, then %d", counted, failures.Load())
+	}
+}
+
+// eventually polls cond until it holds, failing t after a generous deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Upgrading keeps the counters of tenants that existed before generations
+// were recorded: their namespace stays name and creation time. Tenants
+// created after the upgrade get a generation.
+func TestUpgradeKeepsExistingTenantsCounterNamespace(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	steps, err := migrations.For(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A catalog as the first release left it: step 1 and one tenant.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		steps[0].SQL,
+		"CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms BIGINT NOT NULL)",
+		"INSERT INTO schema_migrations VALUES (1, 'catalog', 0)",
+		"INSERT INTO tenants (name, status, created_at_ms) VALUES ('acme', 'active', 1764608400123)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := openMigrated(t, path)
+	acme, err := c.Tenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := acme.CounterNamespace(); got != "acme@1764608400123" {
+		t.Errorf("an existing tenant's namespace after the upgrade: %q; want acme@1764608400123", got)
+	}
+	beta, err := c.CreateTenant(ctx, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if beta.Generation <= 0 || beta.CounterNamespace() != fmt.Sprintf("beta#%d", beta.Generation) {
+		t.Errorf("a new tenant: generation %d, namespace %q", beta.Generation, beta.CounterNamespace())
+	}
+}
+
+// openMigrated opens and migrates the catalog file at path, closing it when
+// t ends.
+func openMigrated(t *testing.T, path string) *sqlite.Catalog {
+	t.Helper()
+	c, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

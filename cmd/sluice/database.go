@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/sluicelabs/sluice"
@@ -14,11 +15,12 @@ import (
 // working directory.
 const defaultDatabase = "sqlite://sluice.db"
 
-// migratingCatalog is a catalog that can apply its schema migrations; both
-// implementations are.
+// migratingCatalog is a catalog that can apply its schema migrations and
+// report the errors its change feed recovers from; both implementations are.
 type migratingCatalog interface {
 	sluice.Catalog
 	Migrate(ctx context.Context) error
+	ReportWatchErrors(log *slog.Logger, count func())
 }
 
 // openCatalog opens the catalog named by a database URL: postgres://...

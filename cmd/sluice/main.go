@@ -21,6 +21,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/sluicelabs/sluice"
 )
 
 // rootCmd is the sluice command. Other files of this package add their
@@ -41,6 +43,9 @@ SLUICE_ADMIN_TOKEN). A flag given on the command line wins.`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+		// Catalog changes a command makes on the database directly are the
+		// operator's in the audit log: whoever can open it is one.
+		cmd.SetContext(sluice.WithActor(cmd.Context(), sluice.ActorOperator))
 		return bindEnv(cmd)
 	},
 }

@@ -485,6 +485,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
 	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
+	catalog.ReportWatchErrors(log, m.CatalogWatchError)
 
 	var store sluice.Store
 	var storePing func(context.Context) error
@@ -510,7 +511,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	// The token comes once both stores answer: one generated, stored and
 	// shown by a process that then fails to start would be lost.
-	if err := ensureAdminTokenOnceStoresAnswer(ctx, catalog, storePing, givenToken, baseURL(scheme, cfg.Addr), stderr, log); err != nil {
+	// The token the service adopts or generates is its own doing (audit: system).
+	if err := ensureAdminTokenOnceStoresAnswer(sluice.WithActor(ctx, sluice.ActorSystem), catalog, storePing, givenToken, baseURL(scheme, cfg.Addr), stderr, log); err != nil {
 		return nil, err
 	}
 

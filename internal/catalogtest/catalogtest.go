@@ -69,6 +69,9 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"watch_returns_when_context_ends", testWatchReturns},
 		{"watch_returns_when_catalog_closes", testWatchReturnsOnClose},
 		{"migrate_is_idempotent", testMigrate},
+		{"audit_records_every_change", testAudit},
+		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
+		{"audit_filters_and_pages", testAuditQueries},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,215 @@
+package catalogtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// testAudit: every change leaves one entry, made by the context's actor, in
+// the admin API's form and without secrets; a failed change leaves none.
+func testAudit(t *testing.T, c Catalog, _ Open) {
+	op := sluice.WithActor(t.Context(), sluice.ActorOperator)
+	start := time.Now().Add(-time.Second)
+	must(c.CreateTenant(op, "acme"))(t)
+	if _, err := c.CreateTenant(op, "acme"); !errors.Is(err, sluice.ErrConflict) {
+		t.Fatalf("second CreateTenant: %v", err)
+	}
+	_, hash := sluice.NewAPIKeySecret()
+	key := must(c.CreateKey(op, "acme", "admin", sluice.RoleAdmin, hash))(t)
+	byKey := sluice.WithActor(t.Context(), key.ID)
+	must(c.PutRule(byKey, rule("acme", "orders", "/api/orders*")))(t)
+	must(c.PutRule(byKey, rule("acme", "orders", "/api/orders*", sluice.PerMinute(600))))(t)
+	if err := c.DeleteRule(byKey, "acme", "orders"); err != nil {
+		t.Fatal(err)
+	}
+	must(c.RevokeKey(op, "acme", key.ID))(t)
+	must(c.SetTenantStatus(op, "acme", sluice.TenantSuspended))(t)
+	if err := c.SetAdminTokenHash(t.Context(), hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PublishReset(op, "acme", "orders", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteTenant(op, "acme"); err != nil {
+		t.Fatal(err)
+	}
+
+	entries := must(c.Audit(t.Context(), sluice.AuditQuery{}))(t)
+	want := []struct{ actor, tenant, action, target string }{
+		{sluice.ActorOperator, "acme", sluice.AuditTenantDelete, "acme"},
+		{sluice.ActorOperator, "acme", sluice.AuditSubjectReset, "orders"},
+		{sluice.ActorSystem, "", sluice.AuditAdminTokenSet, "admin_token"},
+		{sluice.ActorOperator, "acme", sluice.AuditTenantUpdate, "acme"},
+		{sluice.ActorOperator, "acme", sluice.AuditKeyRevoke, key.ID},
+		{key.ID, "acme", sluice.AuditRuleDelete, "orders"},
+		{key.ID, "acme", sluice.AuditRuleReplace, "orders"},
+		{key.ID, "acme", sluice.AuditRuleCreate, "orders"},
+		{sluice.ActorOperator, "acme", sluice.AuditKeyCreate, key.ID},
+		{sluice.ActorOperator, "acme", sluice.AuditTenantCreate, "acme"},
+	}
+	if len(entries) != len(want) {
+		for _, e := range entries {
+			t.Logf("%d %s %s %s %s", e.ID, e.Actor, e.Tenant, e.Action, e.Target)
+		}
+		t.Fatalf("%d audit entries; want %d (the failed create must leave none)", len(entries), len(want))
+	}
+	for i, w := range want {
+		e := entries[i]
+		if e.Actor != w.actor || e.Tenant != w.tenant || e.Action != w.action || e.Target != w.target {
+			t.Errorf("entry %d: %s %q %s %q; want %s %q %s %q", i, e.Actor, e.Tenant, e.Action, e.Target, w.actor, w.tenant, w.action, w.target)
+		}
+		if i > 0 && e.ID >= entries[i-1].ID {
+			t.Errorf("entry %d has ID %d, not below the newer %d", i, e.ID, entries[i-1].ID)
+		}
+		if e.Time.Before(start) || e.Time.After(time.Now().Add(time.Second)) {
+			t.Errorf("entry %d at %v, outside the test", i, e.Time)
+		}
+		for _, doc := range []json.RawMessage{e.Before, e.After} {
+			if doc != nil && !json.Valid(doc) {
+				t.Errorf("entry %d: invalid JSON %s", i, doc)
+			}
+			hexHash := []byte(hexString(hash))
+			if bytes.Contains(bytes.ToLower(doc), hexHash) || bytes.Contains(doc, []byte("hash")) {
+				t.Errorf("entry %d holds the key hash: %s", i, doc)
+			}
+		}
+	}
+	field := func(doc json.RawMessage, name string) any {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal(doc, &m); err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		return m[name]
+	}
+	byAction := func(action string) sluice.AuditEntry {
+		i := slices.IndexFunc(entries, func(e sluice.AuditEntry) bool { return e.Action == action })
+		return entries[i]
+	}
+	if e := byAction(sluice.AuditTenantCreate); e.Before != nil || field(e.After, "status") != "active" {
+		t.Errorf("tenant.create: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditTenantUpdate); field(e.Before, "status") != "active" || field(e.After, "status") != "suspended" {
+		t.Errorf("tenant.update: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditTenantDelete); field(e.Before, "name") != "acme" || e.After != nil {
+		t.Errorf("tenant.delete: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditKeyRevoke); field(e.Before, "revoked_at") != nil || field(e.After, "revoked_at") == nil {
+		t.Errorf("key.revoke: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditRuleReplace); !bytes.Contains(e.Before, []byte(`"capacity":10`)) || !bytes.Contains(e.After, []byte(`"limit":600,"window":"1m"`)) {
+		t.Errorf("rule.replace: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditRuleDelete); field(e.Before, "route") != "/api/orders*" || e.After != nil {
+		t.Errorf("rule.delete: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditAdminTokenSet); e.Before != nil || e.After != nil {
+		t.Errorf("admin_token.set: before %s, after %s", e.Before, e.After)
+	}
+	if e := byAction(sluice.AuditSubjectReset); field(e.After, "subject") != "alice" {
+		t.Errorf("subject.reset: after %s", e.After)
+	}
+}
+
+func hexString(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
+
+// testAuditQueries: filters, paging, and a tenant's view that leaves out a
+// deleted namesake's history.
+func testAuditQueries(t *testing.T, c Catalog, _ Open) {
+	ctx := t.Context()
+	op := sluice.WithActor(ctx, sluice.ActorOperator)
+	must(c.CreateTenant(op, "acme"))(t)
+	must(c.PutRule(op, rule("acme", "old", "/old")))(t)
+	if err := c.DeleteTenant(op, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	must(c.CreateTenant(op, "acme"))(t)
+	must(c.CreateTenant(op, "beta"))(t)
+	for i := range 5 {
+		must(c.PutRule(sluice.WithActor(ctx, "key_abc"), rule("acme", "r"+string(rune('0'+i)), "/r"+string(rune('0'+i)))))(t)
+	}
+	must(c.PutRule(op, rule("beta", "b", "/b")))(t)
+
+	ids := func(q sluice.AuditQuery) []string {
+		t.Helper()
+		var out []string
+		for _, e := range must(c.Audit(ctx, q))(t) {
+			out = append(out, e.Tenant+"/"+e.Action+"/"+e.Target)
+		}
+		return out
+	}
+	check := func(what string, got, want []string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %q; want %q", what, got, want)
+		}
+	}
+	check("beta", ids(sluice.AuditQuery{Tenant: "beta"}), []string{"beta/rule.create/b", "beta/tenant.create/beta"})
+	check("acme's current generation", ids(sluice.AuditQuery{Tenant: "acme", CurrentTenantOnly: true, Action: sluice.AuditRuleCreate, Limit: 2}),
+		[]string{"acme/rule.create/r4", "acme/rule.create/r3"})
+	all := ids(sluice.AuditQuery{Tenant: "acme"})
+	if len(all) != 9 {
+		t.Errorf("acme, every generation: %q; want 9 entries", all)
+	}
+	current := ids(sluice.AuditQuery{Tenant: "acme", CurrentTenantOnly: true})
+	if len(current) != 6 || slices.Contains(current, "acme/rule.create/old") {
+		t.Errorf("acme's current generation holds %q; want its 6 entries, none of the deleted namesake", current)
+	}
+	check("by actor", ids(sluice.AuditQuery{Actor: "key_abc", Limit: 1}), []string{"acme/rule.create/r4"})
+
+	// Paging: each page continues below the last ID of the previous one.
+	var paged []string
+	q := sluice.AuditQuery{Limit: 3}
+	for {
+		page := must(c.Audit(ctx, q))(t)
+		for _, e := range page {
+			paged = append(paged, e.Tenant+"/"+e.Action+"/"+e.Target)
+		}
+		if len(page) < q.Limit {
+			break
+		}
+		q.Before = page[len(page)-1].ID
+	}
+	check("paged", paged, ids(sluice.AuditQuery{}))
+	if len(paged) != 11 {
+		t.Errorf("%d entries in all; want 11", len(paged))
+	}
+
+	if got := ids(sluice.AuditQuery{Since: time.Now().Add(time.Hour)}); len(got) != 0 {
+		t.Errorf("since an hour ahead: %q", got)
+	}
+	if got := ids(sluice.AuditQuery{Until: time.Now().Add(-time.Hour)}); len(got) != 0 {
+		t.Errorf("until an hour ago: %q", got)
+	}
+	if got := ids(sluice.AuditQuery{Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour)}); len(got) != 11 {
+		t.Errorf("within the last hour: %d entries; want 11", len(got))
+	}
+
+	for name, bad := range map[string]sluice.AuditQuery{
+		"limit over the maximum":    {Limit: sluice.MaxAuditLimit + 1},
+		"negative limit":            {Limit: -1},
+		"bad tenant name":           {Tenant: "Not A Slug"},
+		"current tenant, no tenant": {CurrentTenantOnly: true},
+		"until before since":        {Since: time.Now(), Until: time.Now().Add(-time.Minute)},
+		"negative cursor":           {Before: -5},
+	} {
+		_, err := c.Audit(ctx, bad)
+		wantErr(t, name, err, sluice.ErrInvalid)
+	}
+	_, err := c.Audit(ctx, sluice.AuditQuery{Tenant: "gone", CurrentTenantOnly: true})
+	wantErr(t, "current generation of a missing tenant", err, sluice.ErrNotFound)
+}

@@ -1,0 +1,208 @@
+package sqlcatalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// record is what one change did, for the audit log.
+type record struct {
+	action, tenant, target string
+	// generation is the tenant's (0 for the admin token, or a tenant
+	// created before generations were recorded).
+	generation    int64
+	before, after any
+}
+
+// writeAudit records rec as made by ctx's actor, in tx.
+func (c *Catalog) writeAudit(ctx context.Context, tx *sql.Tx, rec record) error {
+	before, err := auditJSON(rec.before)
+	if err != nil {
+		return err
+	}
+	after, err := auditJSON(rec.after)
+	if err != nil {
+		return err
+	}
+	var id int64
+	if err := tx.QueryRowContext(ctx, "UPDATE catalog_state SET audit_seq = audit_seq + 1 WHERE id = 1 RETURNING audit_seq").Scan(&id); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO audit_log (id, at_ms, actor, tenant, tenant_generation, action, target, before_json, after_json)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		id, c.millis(), sluice.ActorOf(ctx), rec.tenant, rec.generation, rec.action, rec.target, before, after)
+	if err != nil {
+		return fmt.Errorf("record the change in the audit log: %w", err)
+	}
+	return nil
+}
+
+// auditJSON encodes v in its admin API form; nil stays NULL.
+func auditJSON(v any) (*string, error) {
+	var doc any
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case sluice.Tenant:
+		doc = tenantDoc{Name: v.Name, Status: string(v.Status), CreatedAt: v.CreatedAt.UTC()}
+	case sluice.APIKey:
+		doc = keyDoc{ID: v.ID, Tenant: v.Tenant, Name: v.Name, Role: string(v.Role), CreatedAt: v.CreatedAt.UTC(), RevokedAt: v.RevokedAt}
+	case sluice.Rule:
+		doc = newRuleDoc(v)
+	case sluice.SubjectReset:
+		doc = resetDoc{Rule: v.Rule, Subject: v.Subject}
+	default:
+		return nil, fmt.Errorf("no audit form for %T", v)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// The admin API's forms of what changed, as the audit log records them. They
+// are stored, so they are declared here apart from the API's own types: a
+// later change of the API must not change what old entries say.
+type (
+	tenantDoc struct {
+		Name      string    `json:"name"`
+		Status    string    `json:"status"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	keyDoc struct {
+		ID        string     `json:"id"`
+		Tenant    string     `json:"tenant"`
+		Name      string     `json:"name"`
+		Role      string     `json:"role"`
+		CreatedAt time.Time  `json:"created_at"`
+		RevokedAt *time.Time `json:"revoked_at"`
+	}
+	ruleDoc struct {
+		Tenant      string     `json:"tenant"`
+		Name        string     `json:"name"`
+		Route       string     `json:"route"`
+		Limits      []limitDoc `json:"limits"`
+		FailureMode string     `json:"failure_mode"`
+		Shadow      bool       `json:"shadow"`
+		UpdatedAt   time.Time  `json:"updated_at"`
+	}
+	// limitDoc: a token bucket has capacity and refill_per_second, every
+	// other algorithm a limit and, if it has one, a window.
+	limitDoc struct {
+		Name            string   `json:"name"`
+		Algorithm       string   `json:"algorithm"`
+		Capacity        *int64   `json:"capacity,omitempty"`
+		RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
+		Limit           *int64   `json:"limit,omitempty"`
+		Window          string   `json:"window,omitempty"`
+	}
+	resetDoc struct {
+		Rule    string `json:"rule"`
+		Subject string `json:"subject"`
+	}
+)
+
+func newRuleDoc(r sluice.Rule) ruleDoc {
+	d := ruleDoc{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode), Shadow: r.Shadow,
+		UpdatedAt: r.UpdatedAt.UTC(), Limits: make([]limitDoc, 0, len(r.Limits))}
+	for _, l := range r.Limits {
+		ld := limitDoc{Name: l.Name, Algorithm: string(l.Algorithm)}
+		if l.Algorithm == sluice.AlgorithmTokenBucket {
+			ld.Capacity, ld.RefillPerSecond = &l.Capacity, &l.RefillPerSecond
+		} else {
+			ld.Limit = &l.Capacity
+			if l.Window > 0 {
+				ld.Window = sluice.FormatWindow(l.Window)
+			}
+		}
+		d.Limits = append(d.Limits, ld)
+	}
+	return d
+}
+
+// tenantGeneration returns the tenant's generation, or ErrNotFound.
+func tenantGeneration(ctx context.Context, tx *sql.Tx, name string) (int64, error) {
+	var generation sql.NullInt64
+	err := tx.QueryRowContext(ctx, "SELECT generation FROM tenants WHERE name = $1", name).Scan(&generation)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("tenant %q: %w", name, sluice.ErrNotFound)
+	}
+	return generation.Int64, err
+}
+
+// Audit returns the recorded changes q selects, newest first.
+func (c *Catalog) Audit(ctx context.Context, q sluice.AuditQuery) ([]sluice.AuditEntry, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	var entries []sluice.AuditEntry
+	err := c.view(ctx, func(tx *sql.Tx) error {
+		var where []string
+		var args []any
+		cond := func(sql string, arg any) {
+			args = append(args, arg)
+			where = append(where, fmt.Sprintf(sql, len(args)))
+		}
+		if q.Tenant != "" {
+			cond("tenant = $%d", q.Tenant)
+		}
+		if q.CurrentTenantOnly {
+			generation, err := tenantGeneration(ctx, tx, q.Tenant)
+			if err != nil {
+				return err
+			}
+			cond("tenant_generation = $%d", generation)
+		}
+		if q.Actor != "" {
+			cond("actor = $%d", q.Actor)
+		}
+		if q.Action != "" {
+			cond("action = $%d", q.Action)
+		}
+		if !q.Since.IsZero() {
+			cond("at_ms >= $%d", q.Since.UnixMilli())
+		}
+		if !q.Until.IsZero() {
+			cond("at_ms < $%d", q.Until.UnixMilli())
+		}
+		if q.Before > 0 {
+			cond("id < $%d", q.Before)
+		}
+		limit := q.Limit
+		if limit == 0 {
+			limit = sluice.DefaultAuditLimit
+		}
+		query := "SELECT id, at_ms, actor, tenant, action, target, before_json, after_json FROM audit_log"
+		if len(where) > 0 {
+			query += " WHERE " + strings.Join(where, " AND ")
+		}
+		rows, err := tx.QueryContext(ctx, query+fmt.Sprintf(" ORDER BY id DESC LIMIT %d", limit), args...)
+		entries, err = collect(rows, err, func(r scanner) (sluice.AuditEntry, error) {
+			var e sluice.AuditEntry
+			var at int64
+			var before, after sql.NullString
+			if err := r.Scan(&e.ID, &at, &e.Actor, &e.Tenant, &e.Action, &e.Target, &before, &after); err != nil {
+				return e, err
+			}
+			e.Time = fromMillis(at)
+			if before.Valid {
+				e.Before = json.RawMessage(before.String)
+			}
+			if after.Valid {
+				e.After = json.RawMessage(after.String)
+			}
+			return e, nil
+		})
+		return err
+	})
+	return entries, fail("read the audit log", err)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
@@ -58,7 +59,10 @@ func startServerOn(t *testing.T, store sluice.Store) server {
 	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(testToken)); err != nil {
 		t.Fatal(err)
 	}
-	engine := check.New(store, check.Options{})
+	// A generous store deadline: these tests are about the CLI and the
+	// failure modes, not deadlines, and a loaded machine must not turn a
+	// slow answer into a degraded one.
+	engine := check.New(store, check.Options{Guard: guard.Options{Timeout: 5 * time.Second}})
 	t.Cleanup(func() { engine.Close() })
 	// Open, not the built-in closed: a rule set without --failure-mode
 	// shows open only if the CLI left the choice to the server.

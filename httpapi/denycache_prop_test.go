@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/storetest"
@@ -204,7 +205,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 						t.Fatalf("%d store calls, the last %+v; the test expected one, %+v", after-before, sent, want)
 					}
 				}
-				var d decisionBody
+				var d checkapi.Decision
 				if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
 					t.Fatalf("check answered %d %s", rec.Code, rec.Body)
 				}

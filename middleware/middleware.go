@@ -109,6 +109,7 @@ type Limiter struct {
 	engine    *check.Engine
 	ownEngine bool
 	rule      *check.Rule
+	remote    *remoteService // nil unless Options.Client is set
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -176,7 +177,8 @@ func NewLimiter(opts Options) (*Limiter, error) {
 			if logger == nil {
 				logger = slog.Default()
 			}
-			store = &remoteStore{c: opts.Client, log: logger}
+			l.remote = &remoteService{c: opts.Client, log: logger}
+			store = noLocalCounters{}
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -271,13 +273,18 @@ type outcome struct {
 
 func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
 	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Start: start}
-	if l.opts.Client == nil {
+	if l.remote == nil {
 		res, err := l.engine.Check(r.Context(), q)
 		return outcome{res: res}, err
 	}
 	var remote client.Result
-	ctx := context.WithValue(r.Context(), remoteCallKey{}, &remoteCall{route: l.opts.Route(r), result: &remote})
-	res, err := l.engine.Check(ctx, q)
+	route := l.opts.Route(r)
+	q.Ask = func(ctx context.Context) (sluice.Decision, error) {
+		var err error
+		remote, err = l.remote.check(ctx, route, key, cost)
+		return remote.Decision, err
+	}
+	res, err := l.engine.Check(r.Context(), q)
 	if err != nil {
 		return outcome{}, err
 	}

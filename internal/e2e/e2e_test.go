@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -189,17 +188,10 @@ func setupTenant(in *instance, token, tenant string) string {
 // waitForRule polls in until a check of route matches rule.
 func waitForRule(t *testing.T, in *instance, key, route, rule string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	testenv.Eventually(t, 2*time.Second, fmt.Sprintf("instance %s sees rule %s", in.url, rule), func() bool {
 		r := in.do("POST", "/v1/check", key, map[string]any{"route": route, "subject": "probe", "cost": 0})
-		if r.status == http.StatusOK && r.body["rule"] == rule {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instance %s never saw rule %s: %d %s", in.url, rule, r.status, r.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r.status == http.StatusOK && r.body["rule"] == rule
+	})
 }
 
 func TestTwoInstancesAdmitExactlyTheLimit(t *testing.T) {
@@ -245,7 +237,7 @@ func TestRevokedKeyIsRejectedByTheOtherInstanceWithinASecond(t *testing.T) {
 	a.must(http.StatusCreated, "POST", "/v1/tenants", adminToken, map[string]any{"name": "acme"})
 	r := a.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "web", "role": "check"})
 	key, id := r.body["secret"].(string), r.body["id"].(string)
-	eventually(t, 2*time.Second, "instance B accepts the new key", func() bool {
+	testenv.Eventually(t, 2*time.Second, "instance B accepts the new key", func() bool {
 		return b.do("POST", "/v1/check", key, map[string]any{"route": "/x"}).status == http.StatusOK
 	})
 
@@ -329,7 +321,7 @@ func TestFailClosedWhenRedisIsDown(t *testing.T) {
 		t.Errorf("/readyz with Redis down: %d", r.status)
 	}
 	redis.Start()
-	eventually(t, 5*time.Second, "checks recover once Redis is back", func() bool {
+	testenv.Eventually(t, 5*time.Second, "checks recover once Redis is back", func() bool {
 		return in.do("POST", "/v1/check", key, map[string]any{"route": "/api"}).status == http.StatusOK
 	})
 }
@@ -376,19 +368,6 @@ func TestEmbeddedDefaultStartsWithNoFlags(t *testing.T) {
 	in.must(http.StatusTooManyRequests, "POST", "/v1/check", key, map[string]any{"route": "/"})
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v", what, timeout)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	addr := freeAddr(t)
 	in := startServe(t, t.TempDir(), addr, nil, "--addr", addr, "--admin-token", adminToken, "--shutdown-timeout", "1m")
@@ -413,7 +392,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the server starts reading the POST
 
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
-	eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
 		return strings.Contains(in.stderr.String(), "shutting down")
 	})
 	select {

@@ -368,3 +368,20 @@ func expectFatal(t *testing.T, fn func(tb testing.TB)) string {
 	}
 	return rec.msg
 }
+
+func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
+	tries := 0
+	Eventually(t, time.Minute, "the third try", func() bool { tries++; return tries == 3 })
+	if tries != 3 {
+		t.Fatalf("cond called %d times, want 3", tries)
+	}
+}
+
+func TestEventuallyFailsAtTheDeadline(t *testing.T) {
+	msg := expectFatal(t, func(tb testing.TB) {
+		Eventually(tb, 20*time.Millisecond, "a condition that never holds", func() bool { return false })
+	})
+	if !strings.Contains(msg, "a condition that never holds: not within 20ms") {
+		t.Fatalf("failure message %q", msg)
+	}
+}

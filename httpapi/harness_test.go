@@ -224,4 +224,3 @@ func tokenBucketRule(route string, capacity int64, refill float64) map[string]an
 		"limits": []any{map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": capacity, "refill_per_second": refill}},
 	}
 }
-

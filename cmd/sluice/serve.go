@@ -75,6 +75,10 @@ type serveConfig struct {
 	// (mutual with a client CA); the GRPC ones do the same for --grpc-addr.
 	TLSCert, TLSKey, TLSClientCA             string
 	GRPCTLSCert, GRPCTLSKey, GRPCTLSClientCA string
+
+	// wrapStore, when set, wraps the rate-limit store before the engine
+	// gets it: tests see through it when a check reaches the store.
+	wrapStore func(sluice.Store) sluice.Store
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -373,6 +377,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		ms := memory.New(cfg.memoryOptions(m))
 		closers = append(closers, ms.Close)
 		store = ms
+	}
+	if cfg.wrapStore != nil {
+		store = cfg.wrapStore(store)
 	}
 	// One engine for the store, shared by every face: one breaker, one deny
 	// cache, one count of checks in flight.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,12 +108,27 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
+// gateStore tells when a check reaches the store (arrived) and holds it
+// there until release is closed.
+type gateStore struct {
+	sluice.Store
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gateStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	g.once.Do(func() { close(g.arrived) })
+	<-g.release
+	return g.Store.Check(ctx, req)
+}
+
 func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
-	redis := testenv.Redis(t)
 	const token = "shutdown-test-admin-token-0123456789"
+	gate := &gateStore{arrived: make(chan struct{}), release: make(chan struct{})}
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
-		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: 10 * time.Second,
-		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
+		AdminToken: token, StoreTimeout: time.Minute, DefaultFailureMode: "closed", ShutdownTimeout: time.Minute, LogLevel: "info",
+		wrapStore: func(s sluice.Store) sluice.Store { gate.Store = s; return gate }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var output testenv.Buffer
@@ -140,27 +156,37 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 		t.Fatalf("put rule: %d %s", status, body)
 	}
 
-	// Redis stops answering, so the next check stays in flight.
-	redis.Pause()
 	result := make(chan int, 1)
 	go func() {
 		status, _ := call("POST", "/v1/check", key.Secret, `{"route": "/api"}`)
 		result <- status
 	}()
-	time.Sleep(200 * time.Millisecond)
-	cancel() // what SIGTERM does
-	for !strings.Contains(output.String(), "shutting down") {
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-gate.arrived:
+	case status := <-result:
+		t.Fatalf("the check answered %d without reaching the store", status)
+	case <-time.After(time.Minute):
+		t.Fatal("the check never reached the store")
 	}
-	redis.Resume()
+	cancel() // what SIGTERM does
+	// The shutdown has begun once the listener refuses new connections;
+	// only then may the check held in the store go on.
+	testenv.Eventually(t, time.Minute, "the listener closes on shutdown", func() bool {
+		conn, err := net.DialTimeout("tcp", svc.Addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	close(gate.release)
 	if status := <-result; status != http.StatusOK {
 		t.Errorf("the in-flight check got %d, want 200", status)
 	}
 	if err := <-svc.done; err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if status, _ := call("GET", "/healthz", "", ""); status != 0 {
-		t.Errorf("still serving after shutdown: %d", status)
+	if !strings.Contains(output.String(), "shutting down") {
+		t.Errorf("no shutdown logged:\n%s", output.String())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs sluice processes against real servers.
+		fmt.Println("e2e: skipped under -short")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

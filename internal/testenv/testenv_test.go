@@ -130,6 +130,7 @@ func TestRedisCleanupKills(t *testing.T) {
 }
 
 func TestRedisMissingBinaryFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	t.Setenv("PATH", t.TempDir())
 	msg := expectFatal(t, func(tb testing.TB) { Redis(tb) })
 	want := "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
@@ -139,6 +140,7 @@ func TestRedisMissingBinaryFails(t *testing.T) {
 }
 
 func TestRedisClusterMissingCLIFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	server, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +277,7 @@ func TestPostgres(t *testing.T) {
 }
 
 func TestPostgresUnreachableFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	old := pgConnectTimeout
 	pgConnectTimeout = time.Second
 	defer func() { pgConnectTimeout = old }()

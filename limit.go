@@ -402,3 +402,15 @@ var (
 	// ErrConflict marks a name that is already taken.
 	ErrConflict = errors.New("already exists")
 )
+
+// PolicyWindow is the time window a limit's quota refers to: the window, or for
+// a token bucket the time an empty bucket takes to fill.
+func PolicyWindow(l Limit) time.Duration {
+	if l.Algorithm == AlgorithmTokenBucket {
+		if l.RefillPerSecond <= 0 {
+			return 0
+		}
+		return time.Duration(math.Ceil(float64(l.Capacity) / l.RefillPerSecond * float64(time.Second)))
+	}
+	return l.Window
+}

@@ -134,8 +134,8 @@ func (d Decision) RuleName() string {
 }
 
 // StoreDecision is d as a sluice.Decision: every figure the wire carries,
-// each limit's Allowed told by its wait (see LimitDecision). A limit's
-// Window is not on the wire and stays zero.
+// each limit's Allowed told by its wait (see LimitDecision), and Binding. A
+// limit's Window is not on the wire and stays zero.
 func (d Decision) StoreDecision() sluice.Decision {
 	out := sluice.Decision{
 		Allowed:    d.Allowed,
@@ -159,6 +159,11 @@ func (d Decision) StoreDecision() sluice.Decision {
 			RetryAfter: milliseconds(l.RetryAfterMs),
 		})
 	}
+	// The binding limit is not on the wire: it is chosen as Combine chose
+	// it, from the figures sent.
+	combined := out
+	combined.Combine()
+	out.Binding = combined.Binding
 	return out
 }
 

@@ -55,6 +55,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 			{Name: "burst", Algorithm: sluice.AlgorithmTokenBucket, Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond},
 			{Name: "minute", Algorithm: sluice.AlgorithmFixedWindow, Limit: 5, ResetAfter: time.Minute, RetryAfter: 12 * time.Second},
 		},
+		Binding: 1,
 	}
 	raw, err := json.Marshal(checkapi.NewDecision("orders", d, false))
 	if err != nil {

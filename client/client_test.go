@@ -64,7 +64,7 @@ func TestCheckDecodesDecisions(t *testing.T) {
 				Limits: []sluice.LimitDecision{
 					{Name: "burst", Algorithm: sluice.AlgorithmTokenBucket, Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond},
 					{Name: "minute", Algorithm: sluice.AlgorithmFixedWindow, Limit: 5, ResetAfter: time.Minute, RetryAfter: 12 * time.Second},
-				}}},
+				}, Binding: 1}},
 		},
 		{
 			name:   "a_hold_is_kept",

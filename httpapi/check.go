@@ -12,6 +12,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/checkapi"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // MaxSubjectBytes bounds the subject of a check.
@@ -139,10 +140,10 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	} else if !res.Pass() {
 		status = http.StatusTooManyRequests
 	}
-	sluice.SetHeadersWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
+	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
 	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
-		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))
+		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}
 	writeDecision(w, status, rule.Name, d, rule.Shadow)
 }

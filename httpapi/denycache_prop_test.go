@@ -28,6 +28,7 @@ import (
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // recordingStore passes every call to a real store, counting the checks that
@@ -232,7 +233,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 					t.Fatalf("%s: the deny cache said retry_after_ms %d, the store %d", r.name, d.RetryAfterMs, storeMs)
 				}
 				header, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
-				if err != nil || header > sluice.RetryAfterSeconds(sd.RetryAfter) {
+				if err != nil || header > ratelimitheader.RetryAfterSeconds(sd.RetryAfter) {
 					t.Fatalf("%s: the deny cache said Retry-After %q, the store %v", r.name, rec.Header().Get("Retry-After"), sd.RetryAfter)
 				}
 			}

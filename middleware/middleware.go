@@ -40,6 +40,7 @@ import (
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // Options configure the middleware. Store or Client is required; with Store,
@@ -255,7 +256,7 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 			w.Header()[name] = values
 		}
 	} else {
-		sluice.SetHeaders(w.Header(), l.opts.Name, out.res.Decision)
+		ratelimitheader.Set(w.Header(), l.opts.Name, out.res.Decision)
 	}
 	if out.res.Pass() || out.shadow {
 		return true

@@ -150,7 +150,7 @@ func drawStep(rt *rapid.T) time.Duration {
 
 func compare(want, got sluice.Decision) string {
 	if want.Allowed != got.Allowed || want.Limit != got.Limit || want.Remaining != got.Remaining ||
-		want.ResetAfter != got.ResetAfter || want.RetryAfter != got.RetryAfter {
+		want.ResetAfter != got.ResetAfter || want.RetryAfter != got.RetryAfter || want.Binding != got.Binding {
 		return fmt.Sprintf("top level: want %v, got %v", want, got)
 	}
 	if len(want.Limits) != len(got.Limits) {

@@ -317,9 +317,12 @@ func FormatWindow(d time.Duration) string {
 	return s
 }
 
-// ValidateLimits checks a set of limits for one check: at least one, each valid,
-// names unique.
-func ValidateLimits(limits []Limit) error {
+// Limits are the limits of one check, checked together.
+type Limits []Limit
+
+// Validate checks a set of limits for one check, in a sentence: at least
+// one, each valid, names unique.
+func (limits Limits) Validate() error {
 	if len(limits) == 0 {
 		return invalidf("at least one limit is required")
 	}

@@ -139,14 +139,14 @@ func NewLimiter(opts Options) (*Limiter, error) {
 		if opts.Name == "" {
 			return nil, errors.New("rate-limit middleware: Name is required; it keeps these counters apart from other limiters' and names the policy in headers")
 		}
-		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+		if err := sluice.Limits(opts.Limits).Validate(); err != nil {
 			return nil, fmt.Errorf("rate-limit middleware %q: %w", opts.Name, err)
 		}
 	} else if len(opts.Limits) > 0 || opts.FailureMode == sluice.FailLocal {
 		if opts.FailureMode == sluice.FailLocal && len(opts.Limits) == 0 {
 			return nil, errors.New("rate-limit middleware: failure mode local needs Limits to enforce in process while the service is unreachable")
 		}
-		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+		if err := sluice.Limits(opts.Limits).Validate(); err != nil {
 			return nil, fmt.Errorf("rate-limit middleware: local fallback limits: %w", err)
 		}
 	}

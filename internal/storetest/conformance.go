@@ -28,23 +28,18 @@ type step struct {
 }
 
 // conformanceCase is one behaviour every store must show, run as a subtest
-// of its name. Cases of other files join the suite with register.
+// of its name.
 type conformanceCase struct {
 	name string
 	run  func(t *testing.T, h harness)
 }
 
-// register adds cases to the suite; call it from a package-level var of the
-// file that holds them (var _ = register(...)).
-func register(cs ...conformanceCase) bool {
-	extraCases = append(extraCases, cs...)
-	return true
-}
-
+// extraCases are the cases of other files, which append theirs in an init
+// function: func init() { extraCases = append(extraCases, holdCases...) }.
 var extraCases []conformanceCase
 
 // Run runs the conformance suite against the store newStore returns: every
-// case of rateCases and of register, each as a subtest named for the
+// case of rateCases and extraCases, each as a subtest named for the
 // behaviour. The store is shared by the cases; each uses its own tenant (its
 // subtest's name), so none sees another's counters.
 func Run(t *testing.T, newStore func(t *testing.T) sluice.Store) {

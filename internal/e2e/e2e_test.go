@@ -97,25 +97,20 @@ func startServe(t *testing.T, dir, addr string, env []string, args ...string) *i
 			t.Logf("sluice serve %s output:\n%s", addr, inst.stderr)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, "sluice serve answers /healthz", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("sluice serve exited at start:\n%s", inst.stderr)
 		default:
 		}
 		resp, err := inst.client.Get(inst.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return inst
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice serve did not answer /healthz within 20s:\n%s", inst.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return inst
 }
 
 func freeAddr(t *testing.T) string {

@@ -5,13 +5,19 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1 -timeout 30m
 
-.PHONY: test deps fmt-check vet lint bench run fuzz-short image
+.PHONY: test test-short deps fmt-check vet lint bench run fuzz-short image
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 test: deps fmt-check vet lint
 	$(GO) test $(GOFLAGS_TEST) ./...
 	@scripts/fuzz-short.sh
+
+# The fast tier, for while you work: every test that needs no server
+# (under -short the tests that start Redis or use PostgreSQL skip), in under
+# a minute. `make test` stays the full suite, and what CI runs.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 # Every fuzz target for FUZZTIME (default 10000x: inputs) past its committed seeds.
 fuzz-short:

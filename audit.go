@@ -101,7 +101,7 @@ type AuditQuery struct {
 // Validate reports what is wrong with q, in a sentence.
 func (q AuditQuery) Validate() error {
 	if q.Tenant != "" {
-		if err := ValidateTenantName(q.Tenant); err != nil {
+		if err := TenantName(q.Tenant).Validate(); err != nil {
 			return err
 		}
 	}

@@ -34,8 +34,8 @@ const (
 // Valid reports whether s is a known status.
 func (s TenantStatus) Valid() bool { return s == TenantActive || s == TenantSuspended }
 
-// ValidateTenantStatus reports whether s is a known status, in a sentence.
-func ValidateTenantStatus(s TenantStatus) error {
+// Validate reports whether s is a known status, in a sentence.
+func (s TenantStatus) Validate() error {
 	if s.Valid() {
 		return nil
 	}
@@ -89,17 +89,24 @@ func validateSlug(kind, name string) error {
 	return invalidf("%s %q must be lowercase letters, digits and '-', starting with a letter or digit", kind, name)
 }
 
-// ValidateTenantName reports whether name is a valid tenant name: a slug of
-// 1-63 lowercase letters, digits and '-', starting with a letter or digit.
-func ValidateTenantName(name string) error { return validateSlug("tenant name", name) }
+// TenantName, RuleName and KeyName name tenants, rules and API keys: slugs of
+// 1-63 lowercase letters, digits and '-', starting with a letter or digit, as
+// they appear in URLs and counter keys. The structs hold them as strings;
+// convert to validate: sluice.TenantName(name).Validate().
+type (
+	TenantName string
+	RuleName   string
+	KeyName    string
+)
 
-// ValidateRuleName reports whether name is a valid rule name (same form as a
-// tenant name).
-func ValidateRuleName(name string) error { return validateSlug("rule name", name) }
+// Validate reports whether n is a valid tenant name, in a sentence.
+func (n TenantName) Validate() error { return validateSlug("tenant name", string(n)) }
 
-// ValidateKeyName reports whether name is a valid API key name (same form as a
-// tenant name).
-func ValidateKeyName(name string) error { return validateSlug("key name", name) }
+// Validate reports whether n is a valid rule name, in a sentence.
+func (n RuleName) Validate() error { return validateSlug("rule name", string(n)) }
+
+// Validate reports whether n is a valid API key name, in a sentence.
+func (n KeyName) Validate() error { return validateSlug("key name", string(n)) }
 
 // Role says what an API key may do.
 type Role string
@@ -115,8 +122,8 @@ const (
 // Valid reports whether r is a known role.
 func (r Role) Valid() bool { return r == RoleCheck || r == RoleAdmin }
 
-// ValidateRole reports whether r is a known role, in a sentence.
-func ValidateRole(r Role) error {
+// Validate reports whether r is a known role, in a sentence.
+func (r Role) Validate() error {
 	if r.Valid() {
 		return nil
 	}
@@ -163,27 +170,28 @@ func HashAPIKey(secret string) []byte {
 	return sum[:]
 }
 
-// ValidateKeyHash reports whether hash can be the SHA-256 of a secret (an API
-// key or the admin token), as catalogs store it.
-func ValidateKeyHash(hash []byte) error {
-	if len(hash) != sha256.Size {
-		return invalidf("a key hash must be a %d-byte SHA-256, got %d bytes", sha256.Size, len(hash))
+// KeyHash is the SHA-256 of a secret (an API key or the admin token), as
+// catalogs store it.
+type KeyHash []byte
+
+// Validate reports whether h can be a SHA-256, in a sentence.
+func (h KeyHash) Validate() error {
+	if len(h) != sha256.Size {
+		return invalidf("a key hash must be a %d-byte SHA-256, got %d bytes", sha256.Size, len(h))
 	}
 	return nil
 }
 
-// ValidateNewKey checks the arguments of Catalog.CreateKey.
-func ValidateNewKey(tenant, name string, role Role, hash []byte) error {
-	if err := ValidateTenantName(tenant); err != nil {
+// Validate reports what is wrong with a key about to be created (its tenant,
+// name and role; ID and times are the catalog's), in a sentence.
+func (k APIKey) Validate() error {
+	if err := TenantName(k.Tenant).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateKeyName(name); err != nil {
+	if err := KeyName(k.Name).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateRole(role); err != nil {
-		return err
-	}
-	return ValidateKeyHash(hash)
+	return k.Role.Validate()
 }
 
 var keyIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -201,7 +209,7 @@ func NewAPIKeyID() string {
 type Rule struct {
 	Tenant string
 	Name   string
-	// Route is the pattern requests are matched against; see ValidateRoutePattern.
+	// Route is the pattern requests are matched against; see RoutePattern.
 	Route string
 	// Limits are checked together, all-or-nothing.
 	Limits []Limit
@@ -217,16 +225,16 @@ type Rule struct {
 
 // Validate reports what is wrong with r, in a sentence a user understands.
 func (r Rule) Validate() error {
-	if err := ValidateTenantName(r.Tenant); err != nil {
+	if err := TenantName(r.Tenant).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateRuleName(r.Name); err != nil {
+	if err := RuleName(r.Name).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateRoutePattern(r.Route); err != nil {
+	if err := RoutePattern(r.Route).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateLimits(r.Limits); err != nil {
+	if err := Limits(r.Limits).Validate(); err != nil {
 		return invalidf("rule %q: %s", r.Name, err.Error())
 	}
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
@@ -323,10 +331,10 @@ type SubjectReset struct {
 
 // Validate reports what is wrong with r, in a sentence.
 func (r SubjectReset) Validate() error {
-	if err := ValidateTenantName(r.Tenant); err != nil {
+	if err := TenantName(r.Tenant).Validate(); err != nil {
 		return err
 	}
-	if err := ValidateRuleName(r.Rule); err != nil {
+	if err := RuleName(r.Rule).Validate(); err != nil {
 		return err
 	}
 	if len(r.Subject) > MaxSubjectBytes {
@@ -424,16 +432,20 @@ func (s *Snapshot) Rule(tenant, name string) (Rule, bool) {
 // MaxRouteBytes bounds route patterns and the routes checked against them.
 const MaxRouteBytes = 1024
 
-// ValidateRoutePattern reports whether p is a valid route pattern:
+// RoutePattern is a rule's route (Rule.Route): what the routes of checks
+// are matched against.
 //
 //   - "/api/orders" matches that route exactly;
 //   - "/api/orders*" matches every route starting with "/api/orders"
 //     (including "/api/orders" itself and "/api/orders-old");
 //   - "*" alone matches every route.
-//
-// A pattern starts with '/' unless it is "*", holds at most MaxRouteBytes
+type RoutePattern string
+
+// Validate reports whether p is a valid route pattern, in a sentence:
+// a pattern starts with '/' unless it is "*", holds at most MaxRouteBytes
 // bytes, no '*' except a trailing one, and no spaces or control characters.
-func ValidateRoutePattern(p string) error {
+func (pattern RoutePattern) Validate() error {
+	p := string(pattern)
 	switch {
 	case p == "":
 		return invalidf("route is required: an exact path like /api/orders, a prefix like /api/orders*, or *")

@@ -12,13 +12,13 @@ func isInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
 
 func TestValidateTenantName(t *testing.T) {
 	for _, name := range []string{"acme", "a", "0", "acme-corp-2", strings.Repeat("a", 63)} {
-		if err := ValidateTenantName(name); err != nil {
-			t.Errorf("ValidateTenantName(%q) = %v", name, err)
+		if err := TenantName(name).Validate(); err != nil {
+			t.Errorf("TenantName(%q).Validate() = %v", name, err)
 		}
 	}
 	for _, name := range []string{"", "Acme", "-acme", "acme_corp", "acme corp", "acme/x", strings.Repeat("a", 64), "ünï"} {
-		if err := ValidateTenantName(name); !isInvalid(err) {
-			t.Errorf("ValidateTenantName(%q) = %v; want ErrInvalid", name, err)
+		if err := TenantName(name).Validate(); !isInvalid(err) {
+			t.Errorf("TenantName(%q).Validate() = %v; want ErrInvalid", name, err)
 		}
 	}
 }

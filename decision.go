@@ -31,6 +31,9 @@ type Decision struct {
 	// in-process fallback store).
 	Degraded bool
 	Limits   []LimitDecision
+	// Binding is the index in Limits of the limit the top-level figures are
+	// from, as Combine chose it: the one a client should be told about.
+	Binding int
 }
 
 // LimitDecision is one limit's part of a Decision.
@@ -57,8 +60,8 @@ func (d Decision) String() string {
 		verdict, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter)
 }
 
-// Combine fills d's top-level figures from its per-limit decisions. Stores call
-// it after filling Limits.
+// Combine fills d's top-level figures, and Binding, from its per-limit
+// decisions. Stores call it after filling Limits.
 func (d *Decision) Combine() {
 	d.Allowed = true
 	for _, ld := range d.Limits {
@@ -84,6 +87,7 @@ func (d *Decision) Combine() {
 	if best < 0 {
 		return
 	}
+	d.Binding = best
 	b := d.Limits[best]
 	d.Limit, d.Remaining, d.ResetAfter = b.Limit, b.Remaining, b.ResetAfter
 	d.RetryAfter = 0
@@ -94,4 +98,13 @@ func (d *Decision) Combine() {
 			d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
 		}
 	}
+}
+
+// CeilMilliseconds rounds d up to whole milliseconds, so a client waiting
+// that long is never early.
+func CeilMilliseconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

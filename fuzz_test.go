@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// FuzzRouteTable checks ValidateRoutePattern against what its comment
+// FuzzRouteTable checks RoutePattern.Validate against what its comment
 // promises, and RouteTable.Match against a naive reference: an exact pattern,
 // else the longest matching prefix pattern, else "*"; the first rule by name
 // wins a shared pattern. patterns holds one pattern per line.
@@ -44,7 +44,7 @@ func FuzzRouteTable(f *testing.F) {
 
 func checkPatternPromises(t *testing.T, p string) {
 	t.Helper()
-	if ValidateRoutePattern(p) != nil {
+	if RoutePattern(p).Validate() != nil {
 		return
 	}
 	if p == "*" {
@@ -73,7 +73,7 @@ func naiveMatch(rules []Rule, route string) (Rule, bool) {
 	var wildcard *Rule
 	for i := range rules {
 		r := rules[i]
-		if ValidateRoutePattern(r.Route) != nil {
+		if RoutePattern(r.Route).Validate() != nil {
 			continue
 		}
 		switch {

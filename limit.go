@@ -1,36 +1,3 @@
-// Package sluice is a distributed rate limiter. It decides, for every request an
-// API receives, whether it may go through, and stays correct when many API
-// instances ask about the same key at the same instant: the read, the decision
-// and the write happen as one atomic step inside the Store.
-//
-// A Limit describes one rule of thumb ("10 requests per second with bursts of
-// 20", "600 per sliding minute"). A Limiter checks one or more limits for a key
-// and returns a Decision. The Store holds the counters: package memory keeps them
-// in process, package redis keeps them in Redis (single node, Sentinel or
-// Cluster) so that every instance of an API shares them.
-//
-// Three algorithms are offered:
-//
-//   - TokenBucket: a bucket of Capacity tokens, initially full, refilled
-//     continuously at RefillPerSecond tokens per second. A request of cost k
-//     takes k tokens. Bursts up to Capacity pass at once; the long-run rate is
-//     the refill rate.
-//   - SlidingWindow: at most Limit units per rolling Window. The count of the
-//     previous fixed window is weighted by how much of it still overlaps the
-//     rolling window, so the boundary burst of a fixed window cannot happen.
-//   - FixedWindow: at most Limit units per Window aligned to the Unix epoch.
-//
-// A check is all-or-nothing: it is allowed only if every limit allows it, and a
-// denied check consumes nothing in any limit. Times are integer milliseconds.
-//
-// Changing a limit keeps its counters when its name, algorithm and window stay
-// the same (raising a capacity does not hand everyone a fresh quota); a new
-// algorithm or window starts fresh counters. A window's counts are then judged
-// against the new limit, so a lowered limit can leave a subject over it until
-// enough has slid out. A token bucket keeps its level and refills from then on
-// at the new rate up to the new capacity (when the rate's unit changes, only
-// whole tokens carry over). A retry_after reported under the new figures always
-// holds.
 package sluice
 
 import (
@@ -350,9 +317,12 @@ func FormatWindow(d time.Duration) string {
 	return s
 }
 
-// ValidateLimits checks a set of limits for one check: at least one, each valid,
-// names unique.
-func ValidateLimits(limits []Limit) error {
+// Limits are the limits of one check, checked together.
+type Limits []Limit
+
+// Validate checks a set of limits for one check, in a sentence: at least
+// one, each valid, names unique.
+func (limits Limits) Validate() error {
 	if len(limits) == 0 {
 		return invalidf("at least one limit is required")
 	}
@@ -402,3 +372,15 @@ var (
 	// ErrConflict marks a name that is already taken.
 	ErrConflict = errors.New("already exists")
 )
+
+// PolicyWindow is the time window a limit's quota refers to: the window, or for
+// a token bucket the time an empty bucket takes to fill.
+func PolicyWindow(l Limit) time.Duration {
+	if l.Algorithm == AlgorithmTokenBucket {
+		if l.RefillPerSecond <= 0 {
+			return 0
+		}
+		return time.Duration(math.Ceil(float64(l.Capacity) / l.RefillPerSecond * float64(time.Second)))
+	}
+	return l.Window
+}

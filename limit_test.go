@@ -61,11 +61,11 @@ func TestLimitValidate(t *testing.T) {
 }
 
 func TestValidateLimitsRejectsDuplicateNames(t *testing.T) {
-	err := sluice.ValidateLimits([]sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerMinute(1).Named("a")})
+	err := sluice.Limits([]sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerMinute(1).Named("a")}).Validate()
 	if !errors.Is(err, sluice.ErrInvalid) || !strings.Contains(err.Error(), "used twice") {
 		t.Fatalf("got %v", err)
 	}
-	if err := sluice.ValidateLimits(nil); !errors.Is(err, sluice.ErrInvalid) {
+	if err := sluice.Limits(nil).Validate(); !errors.Is(err, sluice.ErrInvalid) {
 		t.Fatalf("no limits: got %v", err)
 	}
 }
@@ -222,7 +222,7 @@ func TestValidateLimitsReportsTheFirstProblem(t *testing.T) {
 		{[]sluice.Limit{a, a.Named("b"), a.Named("c"), a.Named("b")}, `limit name "b" is used twice; each limit of a rule needs its own name`},
 	}
 	for _, c := range cases {
-		err := sluice.ValidateLimits(c.limits)
+		err := sluice.Limits(c.limits).Validate()
 		if err == nil || err.Error() != c.want || !errors.Is(err, sluice.ErrInvalid) {
 			t.Errorf("%v: got %v, want %s", c.limits, err, c.want)
 		}
@@ -231,11 +231,11 @@ func TestValidateLimitsReportsTheFirstProblem(t *testing.T) {
 	for i := range many {
 		many[i] = a.Named("n" + strconv.Itoa(i))
 	}
-	if err := sluice.ValidateLimits(many); err != nil {
+	if err := sluice.Limits(many).Validate(); err != nil {
 		t.Fatalf("%d distinct limits: %v", len(many), err)
 	}
 	many[len(many)-1] = many[0]
-	if err := sluice.ValidateLimits(many); err == nil || !strings.Contains(err.Error(), `"n0" is used twice`) {
+	if err := sluice.Limits(many).Validate(); err == nil || !strings.Contains(err.Error(), `"n0" is used twice`) {
 		t.Fatalf("duplicate at the end: got %v", err)
 	}
 }

@@ -30,7 +30,7 @@ func NewLimiter(store Store, name string, limits ...Limit) (*Limiter, error) {
 	if name == "" {
 		return nil, invalidf("a limiter needs a name to keep its counters apart from other limiters'")
 	}
-	if err := ValidateLimits(limits); err != nil {
+	if err := Limits(limits).Validate(); err != nil {
 		return nil, fmt.Errorf("limiter %q: %w", name, err)
 	}
 	return &Limiter{store: store, name: name, limits: append([]Limit(nil), limits...)}, nil

@@ -32,7 +32,7 @@ func NewRouteTable(rules []Rule) *RouteTable {
 	}
 	slices.SortFunc(t.rules, func(a, b Rule) int { return strings.Compare(a.Name, b.Name) })
 	for i, r := range t.rules {
-		if ValidateRoutePattern(r.Route) != nil {
+		if RoutePattern(r.Route).Validate() != nil {
 			continue
 		}
 		switch {

@@ -67,8 +67,8 @@ func TestRouteTableMatchDoesNotAllocate(t *testing.T) {
 func TestValidateRoutePattern(t *testing.T) {
 	valid := []string{"*", "/", "/*", "/api/orders", "/api/orders*", "/api/ördérs", strings.Repeat("/a", 512)}
 	for _, p := range valid {
-		if err := ValidateRoutePattern(p); err != nil {
-			t.Errorf("ValidateRoutePattern(%q) = %v; want nil", p, err)
+		if err := RoutePattern(p).Validate(); err != nil {
+			t.Errorf("RoutePattern(%q).Validate() = %v; want nil", p, err)
 		}
 	}
 	// Each message says what is wrong and how a valid pattern looks.
@@ -89,12 +89,12 @@ func TestValidateRoutePattern(t *testing.T) {
 	}
 	for name, tt := range invalid {
 		t.Run(name, func(t *testing.T) {
-			err := ValidateRoutePattern(tt.pattern)
+			err := RoutePattern(tt.pattern).Validate()
 			if err == nil || !isInvalid(err) {
-				t.Fatalf("ValidateRoutePattern(%q) = %v; want an ErrInvalid", tt.pattern, err)
+				t.Fatalf("RoutePattern(%q).Validate() = %v; want an ErrInvalid", tt.pattern, err)
 			}
 			if !strings.Contains(err.Error(), tt.says) {
-				t.Fatalf("ValidateRoutePattern(%q) says %q; want it to say %q", tt.pattern, err, tt.says)
+				t.Fatalf("RoutePattern(%q).Validate() says %q; want it to say %q", tt.pattern, err, tt.says)
 			}
 		})
 	}

@@ -46,7 +46,7 @@ const MaxSubjectBytes = 64 << 10
 // cost larger than some limit can ever hold (which could never be allowed, so it
 // is an input error rather than a deny).
 func (r Request) Validate() error {
-	if err := ValidateLimits(r.Limits); err != nil {
+	if err := Limits(r.Limits).Validate(); err != nil {
 		return err
 	}
 	if r.Cost < 0 {

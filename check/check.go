@@ -190,6 +190,12 @@ type Query struct {
 	// Now, when set, is the time the store decides at; tests only (they
 	// give the Engine the same Clock).
 	Now time.Time
+	// Ask, when set, decides this check instead of the engine's store: a
+	// remote service that holds the rule itself (the middleware's remote
+	// mode). The guard's deadline, breaker and failure policy still apply;
+	// the deny cache should be off (DenyCacheSize < 0), since such a
+	// service's counters can be reset behind this process's back.
+	Ask func(ctx context.Context) (sluice.Decision, error)
 }
 
 // Outcome is how a check ended, as counted in sluice_decisions_total.
@@ -271,7 +277,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	epoch := e.resetEpoch.Load()
 	sentAt := e.clock()
 	storeStart := tr.start()
-	d, err := e.guard.Check(ctx, req, r.Mode)
+	d, err := e.guard.CheckVia(ctx, req, r.Mode, q.Ask)
 	tr.stored(storeStart)
 	e.inFlight.Add(-1)
 	e.metrics.AddInFlight(-1)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // DefaultTimeout bounds a whole check call unless WithHTTPClient or
@@ -76,37 +77,42 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Result is the service's decision.
+// Result is the service's decision, every figure of its answer kept.
 type Result struct {
-	Allowed bool
+	// Decision holds the figures: Allowed, those of the most restrictive
+	// limit (RetryAfter exact, zero when allowed), Degraded when the
+	// service's store could not answer and the rule's failure mode decided,
+	// and each limit's own (a limit's Allowed is whether it has nothing to
+	// wait for; its Window is not sent and stays zero). For a shadow rule
+	// Allowed is true and the limits still say what they would have decided.
+	sluice.Decision
 	// Rule is the name of the rule that matched the route; "" when none did
 	// (the request is then allowed and nothing is counted).
 	Rule string
-	// Limit, Remaining, ResetAfter and RetryAfter are those of the most
-	// restrictive limit; RetryAfter is exact and zero when allowed.
-	Limit      int64
-	Remaining  int64
-	ResetAfter time.Duration
-	RetryAfter time.Duration
-	// Degraded is set when the service's store could not answer and the
-	// rule's failure policy decided.
-	Degraded bool
 	// Shadow is set when the rule only observes: it never denies.
 	Shadow bool
-	Limits []LimitResult
+	// Hold, when the check took something returnable (a reservation or a
+	// concurrency lease), names it and says when it expires.
+	Hold *Hold
 	// Header holds the rate-limit headers the service sent (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After), for a caller to pass on.
 	Header http.Header
 }
 
-// LimitResult is one limit's part of a Result.
-type LimitResult struct {
-	Name       string
-	Algorithm  sluice.Algorithm
-	Limit      int64
-	Remaining  int64
-	ResetAfter time.Duration
-	RetryAfter time.Duration
+// Hold is what a check holds until it is settled, released or expires.
+type Hold struct {
+	ID        string
+	ExpiresIn time.Duration
+}
+
+// Wire is r as the service's answer body: what `sluice check -o json`
+// prints.
+func (r Result) Wire() checkapi.Decision {
+	d := checkapi.NewDecision(r.Rule, r.Decision, r.Shadow)
+	if r.Hold != nil {
+		d.Hold = &checkapi.Hold{ID: r.Hold.ID, ExpiresInMs: sluice.CeilMilliseconds(r.Hold.ExpiresIn)}
+	}
+	return d
 }
 
 // Error is an error answer of the service (any 4xx or 5xx).
@@ -151,7 +157,7 @@ const maxResponseBytes = 1 << 20
 // 0 peeks without consuming. A denial is a Result with Allowed false; an
 // error is either a transport failure or an *Error.
 func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (Result, error) {
-	body, err := json.Marshal(checkRequest{Route: route, Subject: subject, Cost: cost})
+	body, err := json.Marshal(checkapi.Request{Route: route, Subject: subject, Cost: &cost})
 	if err != nil {
 		return Result{}, fmt.Errorf("sluice client: encode check: %w", err)
 	}
@@ -177,39 +183,20 @@ func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
 		return Result{}, errorFrom(resp, raw)
 	}
-	var d decisionBody
+	var d checkapi.Decision
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return Result{}, fmt.Errorf("sluice client: the service answered %d with a body that is not a decision: %w", resp.StatusCode, err)
 	}
-	res := Result{
-		Allowed:    d.Allowed,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		ResetAfter: time.Duration(d.ResetAfterMs) * time.Millisecond,
-		RetryAfter: time.Duration(d.RetryAfterMs) * time.Millisecond,
-		Degraded:   d.Degraded,
-		Shadow:     d.Shadow,
-		Header:     rateLimitHeaders(resp.Header),
-	}
-	if d.Rule != nil {
-		res.Rule = *d.Rule
-	}
-	for _, l := range d.Limits {
-		res.Limits = append(res.Limits, LimitResult{
-			Name:       l.Name,
-			Algorithm:  sluice.Algorithm(l.Algorithm),
-			Limit:      l.Limit,
-			Remaining:  l.Remaining,
-			ResetAfter: time.Duration(l.ResetAfterMs) * time.Millisecond,
-			RetryAfter: time.Duration(l.RetryAfterMs) * time.Millisecond,
-		})
+	res := Result{Decision: d.StoreDecision(), Rule: d.RuleName(), Shadow: d.Shadow, Header: rateLimitHeaders(resp.Header)}
+	if d.Hold != nil {
+		res.Hold = &Hold{ID: d.Hold.ID, ExpiresIn: time.Duration(d.Hold.ExpiresInMs) * time.Millisecond}
 	}
 	return res, nil
 }
 
 func errorFrom(resp *http.Response, raw []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode}
-	var body errorBody
+	var body checkapi.ErrorBody
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
 		e.Code, e.Message = body.Error.Code, body.Error.Message
 	} else {
@@ -231,38 +218,4 @@ func rateLimitHeaders(h http.Header) http.Header {
 		}
 	}
 	return out
-}
-
-type checkRequest struct {
-	Route   string `json:"route"`
-	Subject string `json:"subject,omitempty"`
-	Cost    int64  `json:"cost"`
-}
-
-type decisionBody struct {
-	Allowed      bool        `json:"allowed"`
-	Rule         *string     `json:"rule"`
-	Limit        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	ResetAfterMs int64       `json:"reset_after_ms"`
-	RetryAfterMs int64       `json:"retry_after_ms"`
-	Degraded     bool        `json:"degraded"`
-	Shadow       bool        `json:"shadow"`
-	Limits       []limitBody `json:"limits"`
-}
-
-type limitBody struct {
-	Name         string `json:"name"`
-	Algorithm    string `json:"algorithm"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMs int64  `json:"reset_after_ms"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-}
-
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
 }

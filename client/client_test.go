@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,27 +51,47 @@ func TestCheckDecodesDecisions(t *testing.T) {
 			body: `{"allowed":true,"rule":"orders","limit":10,"remaining":7,"reset_after_ms":1500,"retry_after_ms":0,"degraded":false,"shadow":false,
 				"limits":[{"name":"burst","algorithm":"token_bucket","limit":10,"remaining":7,"reset_after_ms":1500,"retry_after_ms":0}]}`,
 			header: map[string]string{"RateLimit-Policy": `"orders.burst";q=10;w=1`, "RateLimit": `"orders.burst";r=7;t=2`, "X-RateLimit-Remaining": "7"},
-			want: client.Result{Allowed: true, Rule: "orders", Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond,
-				Limits: []client.LimitResult{{Name: "burst", Algorithm: sluice.AlgorithmTokenBucket, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond}}},
+			want: client.Result{Rule: "orders", Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond,
+				Limits: []sluice.LimitDecision{{Name: "burst", Algorithm: sluice.AlgorithmTokenBucket, Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond}}}},
+		},
+		{
+			name:   "denied_by_one_limit_of_two",
+			status: 429,
+			body: `{"allowed":false,"rule":"orders","limit":5,"remaining":0,"reset_after_ms":60000,"retry_after_ms":12000,"degraded":false,"shadow":false,
+				"limits":[{"name":"burst","algorithm":"token_bucket","limit":10,"remaining":7,"reset_after_ms":1500,"retry_after_ms":0},
+				{"name":"minute","algorithm":"fixed_window","limit":5,"remaining":0,"reset_after_ms":60000,"retry_after_ms":12000}]}`,
+			want: client.Result{Rule: "orders", Decision: sluice.Decision{Limit: 5, ResetAfter: time.Minute, RetryAfter: 12 * time.Second,
+				Limits: []sluice.LimitDecision{
+					{Name: "burst", Algorithm: sluice.AlgorithmTokenBucket, Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 1500 * time.Millisecond},
+					{Name: "minute", Algorithm: sluice.AlgorithmFixedWindow, Limit: 5, ResetAfter: time.Minute, RetryAfter: 12 * time.Second},
+				}, Binding: 1}},
+		},
+		{
+			name:   "a_hold_is_kept",
+			status: 200,
+			body: `{"allowed":true,"rule":"jobs","limit":10,"remaining":9,"reset_after_ms":30000,"retry_after_ms":0,"degraded":false,"shadow":false,
+				"limits":[],"hold":{"id":"h_123","expires_in_ms":30000}}`,
+			want: client.Result{Rule: "jobs", Hold: &client.Hold{ID: "h_123", ExpiresIn: 30 * time.Second},
+				Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 30 * time.Second}},
 		},
 		{
 			name:   "denied_is_a_result_not_an_error",
 			status: 429,
 			body:   `{"allowed":false,"rule":"orders","limit":10,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2345,"degraded":false,"shadow":false,"limits":[]}`,
 			header: map[string]string{"Retry-After": "3"},
-			want:   client.Result{Allowed: false, Rule: "orders", Limit: 10, ResetAfter: time.Minute, RetryAfter: 2345 * time.Millisecond, Limits: nil},
+			want:   client.Result{Rule: "orders", Decision: sluice.Decision{Limit: 10, ResetAfter: time.Minute, RetryAfter: 2345 * time.Millisecond}},
 		},
 		{
 			name:   "no_rule_is_an_empty_rule_name",
 			status: 200,
 			body:   `{"allowed":true,"rule":null,"limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":false,"shadow":false,"limits":[]}`,
-			want:   client.Result{Allowed: true},
+			want:   client.Result{Decision: sluice.Decision{Allowed: true}},
 		},
 		{
 			name:   "degraded_and_shadow_flags",
 			status: 200,
 			body:   `{"allowed":true,"rule":"r","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"shadow":true,"limits":[]}`,
-			want:   client.Result{Allowed: true, Rule: "r", Degraded: true, Shadow: true},
+			want:   client.Result{Rule: "r", Shadow: true, Decision: sluice.Decision{Allowed: true, Degraded: true}},
 		},
 	}
 	for _, tt := range tests {
@@ -96,7 +117,7 @@ func TestCheckDecodesDecisions(t *testing.T) {
 				}
 			}
 			res.Header = nil
-			if !equalResult(res, tt.want) {
+			if !reflect.DeepEqual(res, tt.want) {
 				t.Fatalf("got  %+v\nwant %+v", res, tt.want)
 			}
 		})
@@ -189,18 +210,4 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalResult(a, b client.Result) bool {
-	if a.Allowed != b.Allowed || a.Rule != b.Rule || a.Limit != b.Limit || a.Remaining != b.Remaining ||
-		a.ResetAfter != b.ResetAfter || a.RetryAfter != b.RetryAfter || a.Degraded != b.Degraded || a.Shadow != b.Shadow ||
-		len(a.Limits) != len(b.Limits) {
-		return false
-	}
-	for i := range a.Limits {
-		if a.Limits[i] != b.Limits[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -904,14 +904,14 @@ func TestWatchReadsWithTheLoadOptions(t *testing.T) {
 		"team/b.conf": "domain: live\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2, unit: day}\n",
 		".swap":       "not: [yaml",
 	})
-	waitFor(t, "the merged file to load", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the merged file to load", func() bool {
 		m, ok := srv.Config().Domain("live").Match(desc("b", "x").Entries)
 		return ok && m.Rule.Unit == rlspb.RateLimitResponse_RateLimit_DAY
 	})
 	if _, ok := srv.Config().Domain("live").Match(desc("a", "x").Entries); !ok {
 		t.Fatal("the first file's rule is gone after the merge")
 	}
-	waitFor(t, "the repeated key to be logged", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the repeated key to be logged", func() bool {
 		return strings.Contains(logs.String(), `b.conf:4: key \"unit\" is written again at line 4`)
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // Options configure a Server.
@@ -817,7 +818,7 @@ func policyName(r *Rule) string {
 }
 
 // responseHeaders renders the rate-limit headers of the most restrictive
-// limited descriptor through sluice.SetHeaders.
+// limited descriptor through ratelimitheader.Set.
 func responseHeaders(items []item, allowed bool) []*corev3.HeaderValue {
 	var d sluice.Decision
 	for _, it := range items {
@@ -833,7 +834,7 @@ func responseHeaders(items []item, allowed bool) []*corev3.HeaderValue {
 		d.Allowed, d.RetryAfter = true, 0
 	}
 	h := http.Header{}
-	sluice.SetHeaders(h, "", d)
+	ratelimitheader.Set(h, "", d)
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)

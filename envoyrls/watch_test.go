@@ -32,18 +32,6 @@ func limitOf(srv *envoyrls.Server) uint32 {
 	return m.Rule.RequestsPerUnit
 }
 
-// waitFor polls cond until it holds or 5s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func watch(t *testing.T, srv *envoyrls.Server, dir string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,11 +80,11 @@ func TestReloadWhileTrafficRuns(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		want := 1000 + i
 		write(t, dir, "live.yaml", liveConfig(want))
-		waitFor(t, fmt.Sprintf("limit %d to take effect", want), func() bool { return limitOf(srv) == uint32(want) })
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("limit %d to take effect", want), func() bool { return limitOf(srv) == uint32(want) })
 	}
 	// A new domain in a new file appears too.
 	write(t, dir, "extra.yaml", "domain: extra\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	waitFor(t, "the extra domain", func() bool { return srv.Config().Domain("extra") != nil })
+	testenv.Eventually(t, 10*time.Second, "the extra domain", func() bool { return srv.Config().Domain("extra") != nil })
 	close(stop)
 	wg.Wait()
 	if failures.Load() != 0 || calls.Load() == 0 {
@@ -127,7 +115,7 @@ func TestBrokenConfigKeepsLastGood(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			write(t, dir, "live.yaml", liveConfig(2))
 			write(t, dir, b.file, b.content)
-			waitFor(t, "the error to be logged", func() bool { return strings.Contains(logs.String(), b.wantLog) })
+			testenv.Eventually(t, 10*time.Second, "the error to be logged", func() bool { return strings.Contains(logs.String(), b.wantLog) })
 			if got := limitOf(srv); got != 2 {
 				t.Fatalf("limit after a broken reload = %d, want the last good 2", got)
 			}
@@ -145,5 +133,5 @@ func TestBrokenConfigKeepsLastGood(t *testing.T) {
 		t.Errorf("logs do not say the last good configuration stays: %s", logs.String())
 	}
 	write(t, dir, "live.yaml", liveConfig(7))
-	waitFor(t, "the fixed file to load", func() bool { return limitOf(srv) == 7 })
+	testenv.Eventually(t, 10*time.Second, "the fixed file to load", func() bool { return limitOf(srv) == 7 })
 }

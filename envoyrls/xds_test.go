@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/internal/xdstest"
 	"github.com/sluicelabs/sluice/memory"
 )
@@ -82,7 +83,7 @@ func TestXDSConfiguration(t *testing.T) {
 	// A snapshot for another node is not ours.
 	mgmt.Set(t, "other-node", "1", userLimit(5, rlconfv3.RateLimitUnit_HOUR))
 	mgmt.Set(t, "rls-node", "1", userLimit(1, rlconfv3.RateLimitUnit_HOUR))
-	waitFor(t, "the first configuration", func() bool { return srv.Config() != nil })
+	testenv.Eventually(t, 10*time.Second, "the first configuration", func() bool { return srv.Config() != nil })
 	if got := srv.Config().Dump(); got != "api.user: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\napi.user.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" {
 		t.Fatalf("configuration from xDS:\n%s", got)
 	}
@@ -99,7 +100,7 @@ func TestXDSConfiguration(t *testing.T) {
 
 	// Invalid (a limit without a unit): NACKed, the last good one stays.
 	mgmt.Set(t, "rls-node", "2", userLimit(100, rlconfv3.RateLimitUnit_UNKNOWN))
-	waitFor(t, "a NACK", func() bool { return len(mgmt.NACKs()) > 0 })
+	testenv.Eventually(t, 10*time.Second, "a NACK", func() bool { return len(mgmt.NACKs()) > 0 })
 	if nack := mgmt.NACKs()[0]; !strings.Contains(nack, "xds:api-limits") || !strings.Contains(nack, "unit") {
 		t.Fatalf("NACK %q does not name the resource and what is wrong", nack)
 	}
@@ -115,7 +116,7 @@ func TestXDSConfiguration(t *testing.T) {
 	// Valid again, with a higher limit: in force (the counter is kept, so
 	// one more request is admitted).
 	mgmt.Set(t, "rls-node", "3", userLimit(2, rlconfv3.RateLimitUnit_HOUR))
-	waitFor(t, "the third configuration", func() bool { return loadCount() >= 3 })
+	testenv.Eventually(t, 10*time.Second, "the third configuration", func() bool { return loadCount() >= 3 })
 	loadsMu.Lock()
 	if len(loads) != 3 || loads[2] != nil {
 		t.Errorf("loads reported %v, want success, failure (once, however often the server resends it), success", loads)
@@ -141,12 +142,12 @@ func TestXDSReconnects(t *testing.T) {
 	}
 
 	mgmt.Set(t, "n", "1", userLimit(5, rlconfv3.RateLimitUnit_HOUR))
-	waitFor(t, "the first configuration", func() bool { return inForce(5) })
+	testenv.Eventually(t, 10*time.Second, "the first configuration", func() bool { return inForce(5) })
 	mgmt.Stop()
 	if !inForce(5) {
 		t.Fatalf("with the management server away:\n%s\nwant the last good limit of 5", srv.Config().Dump())
 	}
 	again := xdstest.StartOn(t, mgmt.Addr)
 	again.Set(t, "n", "1", userLimit(7, rlconfv3.RateLimitUnit_HOUR))
-	waitFor(t, "the configuration of the restarted server", func() bool { return inForce(7) })
+	testenv.Eventually(t, 10*time.Second, "the configuration of the restarted server", func() bool { return inForce(7) })
 }

@@ -630,7 +630,7 @@ func (r RouteConfig) limits() ([]sluice.Limit, error) {
 		}
 		out[i] = l
 	}
-	if err := sluice.ValidateLimits(out); err != nil {
+	if err := sluice.Limits(out).Validate(); err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
 	return out, nil

@@ -187,9 +187,18 @@ func (g *Guard) shardOf(tenant, rule, subject string) *shard {
 // store fails or the breaker is open, by mode (see the package doc). An
 // unknown or empty mode fails closed.
 func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
+	return g.CheckVia(ctx, req, mode, nil)
+}
+
+// CheckVia is Check with the primary store's call replaced by ask, when ask
+// is not nil: a check decided elsewhere, such as by a remote Sluice service
+// that holds the rule itself, under this guard's deadline, breaker and
+// failure policy. req still picks the breaker and is what a failure policy
+// decides.
+func (g *Guard) CheckVia(ctx context.Context, req sluice.Request, mode sluice.FailureMode, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
 	sh := g.shardOf(req.Tenant, req.Rule, req.Subject)
 	d, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		return g.checkPrimary(ctx, sh, req)
+		return g.checkPrimary(ctx, sh, req, ask)
 	})
 	if err == nil {
 		return d, nil
@@ -207,9 +216,16 @@ func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.Failu
 	return g.fallback(ctx, req, mode, err)
 }
 
-func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request) (sluice.Decision, error) {
+func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
 	start := time.Now()
-	d, err := g.primary.Check(g.callContext(ctx, start), req)
+	callCtx := g.callContext(ctx, start)
+	var d sluice.Decision
+	var err error
+	if ask != nil {
+		d, err = ask(callCtx)
+	} else {
+		d, err = g.primary.Check(callCtx, req)
+	}
 	return d, g.judge(ctx, sh, start, err)
 }
 

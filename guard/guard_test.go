@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -179,7 +180,10 @@ func TestGuardInvalidInputIsNotAStoreFailure(t *testing.T) {
 func TestGuardCallerCancellationIsNotAStoreFailure(t *testing.T) {
 	store := newSwitchable(t)
 	store.state.Store(hanging)
-	g := guard.New(store, guard.Options{FailureThreshold: 1, Timeout: 10 * time.Second})
+	// Each call waits out the guard's deadline (the store hangs, and the
+	// caller's cancellation is not passed on), far longer than the
+	// caller's 10ms.
+	g := guard.New(store, guard.Options{FailureThreshold: 1, Timeout: 2 * time.Second})
 	defer g.Close()
 
 	t.Run("cancelled", func(t *testing.T) {
@@ -380,13 +384,7 @@ func breakerGauge(t *testing.T, reg *prometheus.Registry) float64 {
 
 func waitState(t *testing.T, g *guard.Guard, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for g.State() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("breaker still %s, want %s", g.State(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "breaker "+want, func() bool { return g.State() == want })
 }
 
 // TestGuardHalfOpenLetsOneProbeThrough: while the breaker is half-open, one
@@ -394,6 +392,9 @@ func waitState(t *testing.T, g *guard.Guard, want string) {
 // failure policy without touching it; a probe whose caller gave up frees the
 // slot instead of deciding the breaker's state.
 func TestGuardHalfOpenLetsOneProbeThrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out two 5s store deadlines: skipped under -short")
+	}
 	store := newSwitchable(t)
 	store.state.Store(failing)
 	g := guard.New(store, guard.Options{FailureThreshold: 1, OpenTimeout: 20 * time.Millisecond, Timeout: 5 * time.Second})
@@ -423,13 +424,7 @@ func TestGuardHalfOpenLetsOneProbeThrough(t *testing.T) {
 		defer close(probeDone)
 		g.Check(probeCtx, request("u"), sluice.FailOpen)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for store.calls.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("the probe never reached the store")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the probe reaches the store", func() bool { return store.calls.Load() != before })
 	var wg sync.WaitGroup
 	var degraded atomic.Int64
 	for range 20 {

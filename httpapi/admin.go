@@ -136,12 +136,12 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 // ServeMux has already unescaped them, so %00 and %FF arrive as bytes.
 func validatePath(r *http.Request) *apiError {
 	if tenant := r.PathValue("tenant"); tenant != "" {
-		if err := sluice.ValidateTenantName(tenant); err != nil {
+		if err := sluice.TenantName(tenant).Validate(); err != nil {
 			return errorFor(err)
 		}
 	}
 	if name := r.PathValue("name"); name != "" {
-		if err := sluice.ValidateRuleName(name); err != nil {
+		if err := sluice.RuleName(name).Validate(); err != nil {
 			return errorFor(err)
 		}
 	}
@@ -216,7 +216,7 @@ func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
 		}
-		if err := sluice.ValidateTenantName(in.Name); err != nil {
+		if err := sluice.TenantName(in.Name).Validate(); err != nil {
 			return 0, nil, err
 		}
 		t, err := a.catalog.CreateTenant(ctx, in.Name)
@@ -338,13 +338,13 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, aerr
 		}
 		role := sluice.Role(in.Role)
-		if err := sluice.ValidateRole(role); err != nil {
+		if err := role.Validate(); err != nil {
 			return 0, nil, err
 		}
 		if in.Name == "" {
 			in.Name = DefaultKeyName(role)
 		}
-		if err := sluice.ValidateKeyName(in.Name); err != nil {
+		if err := sluice.KeyName(in.Name).Validate(); err != nil {
 			return 0, nil, err
 		}
 		if err := a.checkKeyCap(ctx, r.PathValue("tenant")); err != nil {

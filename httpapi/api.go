@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // Options configure an API.
@@ -261,7 +262,7 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 					continue
 				}
 			}
-			st.rules[id] = &compiledRule{Rule: r, policyHeader: sluice.PolicyHeader(r.Name, r.Limits), check: a.engine.NewRule(
+			st.rules[id] = &compiledRule{Rule: r, policyHeader: ratelimitheader.Policy(r.Name, r.Limits), check: a.engine.NewRule(
 				metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant, Rule: r.Name},
 				check.Rule{Namespace: ns, Name: r.Name, Limits: r.Limits, Mode: mode, Shadow: r.Shadow})}
 		}

@@ -11,18 +11,12 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/checkapi"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // MaxSubjectBytes bounds the subject of a check.
 const MaxSubjectBytes = 1024
-
-// checkRequest is the body of POST /v1/check.
-type checkRequest struct {
-	Route   string `json:"route"`
-	Subject string `json:"subject"`
-	// Cost is optional (default 1); a pointer tells "absent" from 0 (peek).
-	Cost *int64 `json:"cost"`
-}
 
 // credential returns the secret the caller presented: X-API-Key, else an
 // Authorization Bearer token.
@@ -116,14 +110,11 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, aerr)
 		return
 	}
-	if aerr := req.validate(); aerr != nil {
+	if aerr := validateCheck(req); aerr != nil {
 		a.fail(w, aerr)
 		return
 	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
-	}
+	cost := req.CostOrDefault()
 
 	matched, ok := st.snap.Match(grant.Tenant, req.Route)
 	if !ok {
@@ -152,10 +143,10 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	} else if !res.Pass() {
 		status = http.StatusTooManyRequests
 	}
-	sluice.SetHeadersWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
+	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
 	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
-		w.Header().Set("Retry-After", fmt.Sprint(sluice.RetryAfterSeconds(d.RetryAfter)))
+		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}
 	writeDecision(w, status, rule.Name, d, rule.Shadow)
 }
@@ -184,8 +175,9 @@ var (
 		"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
 )
 
-// validate checks the fields of a check request that no rule is needed for.
-func (req checkRequest) validate() *apiError {
+// validateCheck checks the fields of a check request that no rule is needed
+// for.
+func validateCheck(req checkapi.Request) *apiError {
 	switch {
 	case req.Route == "":
 		return badRequest("Field \"route\" is required: the path of the request being checked, like /api/orders/17.")
@@ -199,6 +191,10 @@ func (req checkRequest) validate() *apiError {
 		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:
 		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
+	case req.Reserve:
+		// The wire type carries the field ahead of holds; taking a plain
+		// check instead would spend an estimate for good.
+		return badRequest("Field \"reserve\" is not supported by this server: it cannot hold a cost to settle later.")
 	}
 	return nil
 }

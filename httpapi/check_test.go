@@ -306,7 +306,7 @@ func TestStoreOutageAppliesEachRulesFailureMode(t *testing.T) {
 	// The first call to a fresh Redis dials and loads the script, which
 	// under -race can outlast the 50 ms deadline and fail closed: wait for
 	// the store to be warm (an outage is what is tested here, not a start).
-	eventually(t, 5*time.Second, "the first check passes", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the first check passes", func() bool {
 		return h.check(key, map[string]any{"route": "/closed"}).status == http.StatusOK
 	})
 	h.must(http.StatusOK, "GET", "/readyz", "", nil)
@@ -326,13 +326,13 @@ func TestStoreOutageAppliesEachRulesFailureMode(t *testing.T) {
 	}
 	// A rule fails closed: not ready, once the answer cached from before
 	// the outage (at most a second old) has expired.
-	eventually(t, 3*time.Second, "readyz turns 503 with Redis down", func() bool {
+	testenv.Eventually(t, 3*time.Second, "readyz turns 503 with Redis down", func() bool {
 		return h.do("GET", "/readyz", "", nil).status == http.StatusServiceUnavailable
 	})
 
 	redis.Start()
 	// The breaker probes and closes again once the store is back.
-	eventually(t, 5*time.Second, "checks recover after Redis restarts", func() bool {
+	testenv.Eventually(t, 5*time.Second, "checks recover after Redis restarts", func() bool {
 		return h.do("POST", "/v1/check", key, map[string]any{"route": "/closed"}).status == http.StatusOK
 	})
 }

@@ -10,7 +10,7 @@ package httpapi
 // endpoint uses: the strict rules (strict.go), then encoding/json. Accepting
 // and rejecting therefore cannot drift from that path, and neither can the
 // error messages. Encoding has no fallback: it writes the same bytes as
-// writeJSON(newDecisionBody(...)), which the tests and the fuzz test compare.
+// writeJSON(checkapi.NewDecision(...)), which the tests and the fuzz test compare.
 
 import (
 	"io"
@@ -23,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // Pooled buffers: small enough that a typical check body and its answer fit
@@ -57,7 +58,7 @@ func putCheckBuffer(bp *[]byte) {
 // its start, so its contents are overwritten) and parsing the common shape
 // by hand. It returns the buffer, perhaps grown, for the caller to give back
 // to the pool; the request's strings do not refer to it, so that can be
-// right away. The caller still validates the request (req.validate()).
+// right away. The caller still validates the request (validateCheck).
 //
 // Typical use:
 //
@@ -65,18 +66,18 @@ func putCheckBuffer(bp *[]byte) {
 //	req, body, aerr := readCheckRequest(w, r, *bp)
 //	*bp = body
 //	putCheckBuffer(bp)
-func readCheckRequest(w http.ResponseWriter, r *http.Request, buf []byte) (checkRequest, []byte, *apiError) {
+func readCheckRequest(w http.ResponseWriter, r *http.Request, buf []byte) (checkapi.Request, []byte, *apiError) {
 	body, err := readBody(w, r, buf[:0])
 	if err != nil {
-		return checkRequest{}, body, bodyReadError(err)
+		return checkapi.Request{}, body, bodyReadError(err)
 	}
 	// The spare capacity after the body is scratch space for unescaping.
 	if req, ok := parseCheckFast(body, body[len(body):]); ok {
 		return req, body, nil
 	}
-	var req checkRequest
+	var req checkapi.Request
 	if aerr := decodeBytes(body, &req); aerr != nil {
-		return checkRequest{}, body, aerr
+		return checkapi.Request{}, body, aerr
 	}
 	return req, body, nil
 }
@@ -106,7 +107,7 @@ func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error
 	}
 }
 
-// Fields of checkRequest, as parseCheckFast tells them apart.
+// Fields of checkapi.Request, as parseCheckFast tells them apart.
 const (
 	fieldUnknown = iota
 	fieldRoute
@@ -122,7 +123,7 @@ const (
 // strict rules and encoding/json) accepts with the same values. Strings with
 // escapes are unescaped into scratch, whose spare capacity is used before
 // anything is allocated.
-func parseCheckFast(b, scratch []byte) (req checkRequest, ok bool) {
+func parseCheckFast(b, scratch []byte) (req checkapi.Request, ok bool) {
 	// The strings' last values, in b or in scratch: both become one string,
 	// one allocation.
 	var route, subject []byte
@@ -414,7 +415,7 @@ func hex4(b []byte, i int) rune {
 }
 
 // writeDecision writes a check's answer like writeJSON(w, status,
-// newDecisionBody(rule, d, shadow)), the same bytes and headers, from a
+// checkapi.NewDecision(rule, d, shadow)), the same bytes and headers, from a
 // pooled buffer.
 func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool) {
 	bp := getCheckBuffer()
@@ -426,8 +427,9 @@ func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Deci
 }
 
 // appendDecisionJSON appends the bytes a json.Encoder with SetEscapeHTML(false)
-// writes for newDecisionBody(rule, d, shadow), trailing newline included.
-// The field order and the zeros always written are decisionBody's.
+// writes for checkapi.NewDecision(rule, d, shadow), trailing newline
+// included. The field order and the zeros always written are
+// checkapi.Decision's.
 func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed || shadow) // a shadow rule never denies

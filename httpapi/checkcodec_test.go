@@ -15,14 +15,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // decodeReference decodes body the way every endpoint but the check codec
 // does: decodeBody, which is encoding/json plus the strict rules (strictJSON,
 // a pass over encoding/json's own tokens). What the strict rules promise is
 // checked independently of strictJSON by checkStrictPromises.
-func decodeReference(body []byte) (checkRequest, *apiError) {
-	var req checkRequest
+func decodeReference(body []byte) (checkapi.Request, *apiError) {
+	var req checkapi.Request
 	r := httptest.NewRequest("POST", "/v1/check", bytes.NewReader(body))
 	aerr := decodeBody(httptest.NewRecorder(), r, &req)
 	return req, aerr
@@ -32,7 +33,7 @@ func decodeReference(body []byte) (checkRequest, *apiError) {
 // judged without strictJSON: raw bytes that are not UTF-8, a decoded string
 // with a NUL or a U+FFFD the body does not spell, a field name not spelt
 // exactly, a field given twice.
-func checkStrictPromises(t *testing.T, body []byte, req checkRequest) {
+func checkStrictPromises(t *testing.T, body []byte, req checkapi.Request) {
 	t.Helper()
 	if !utf8.Valid(body) {
 		t.Fatalf("body %s is not UTF-8, yet accepted as %s", shorten(body), describeDecode(req, nil))
@@ -71,7 +72,7 @@ func checkStrictPromises(t *testing.T, body []byte, req checkRequest) {
 
 // decodeCodec decodes body with readCheckRequest and a pooled buffer, as the
 // handler does.
-func decodeCodec(body []byte) (checkRequest, *apiError) {
+func decodeCodec(body []byte) (checkapi.Request, *apiError) {
 	bp := getCheckBuffer()
 	defer putCheckBuffer(bp)
 	r := httptest.NewRequest("POST", "/v1/check", bytes.NewReader(body))
@@ -81,7 +82,7 @@ func decodeCodec(body []byte) (checkRequest, *apiError) {
 }
 
 // describeDecode prints a decode's outcome so that two can be compared.
-func describeDecode(req checkRequest, aerr *apiError) string {
+func describeDecode(req checkapi.Request, aerr *apiError) string {
 	if aerr != nil {
 		return fmt.Sprintf("%d %s %q", aerr.status, aerr.code, aerr.message)
 	}
@@ -128,90 +129,90 @@ func TestReadCheckRequest(t *testing.T) {
 		body string
 		// fast says the fast path must answer: the shapes clients send.
 		fast bool
-		want checkRequest
+		want checkapi.Request
 		// status and code of an error answer; 0 and "" for none.
 		status int
 		code   string
 	}{
-		{"route_only", `{"route":"/api/orders/17"}`, true, checkRequest{Route: "/api/orders/17"}, 0, ""},
-		{"all_fields", `{"route": "/a", "subject": "user-1", "cost": 3}`, true, checkRequest{Route: "/a", Subject: "user-1", Cost: cost(3)}, 0, ""},
-		{"fields_any_order", `{"cost":0,"subject":"s","route":"/r"}`, true, checkRequest{Route: "/r", Subject: "s", Cost: cost(0)}, 0, ""},
-		{"whitespace_everywhere", " \t\r\n{ \n\"route\" \t: \r\"/a\" ,\n\"cost\"\n:\n7\n}\n\n ", true, checkRequest{Route: "/a", Cost: cost(7)}, 0, ""},
-		{"empty_object", `{}`, true, checkRequest{}, 0, ""},
-		{"empty_object_spaced", `{ }`, true, checkRequest{}, 0, ""},
-		{"escapes", `{"route":"\/api\/x\"y\\z\b\f\n\r\t","subject":"\u00e9\u00E9"}`, true, checkRequest{Route: "/api/x\"y\\z\b\f\n\r\t", Subject: "éé"}, 0, ""},
-		{"surrogate_pair", `{"route":"/a","subject":"\ud83d\ude00"}`, true, checkRequest{Route: "/a", Subject: "😀"}, 0, ""},
-		{"replacement_char_is_text", "{\"route\":\"/a\",\"subject\":\"\\ufffd\xef\xbf\xbd\"}", true, checkRequest{Route: "/a", Subject: "\uFFFD\uFFFD"}, 0, ""},
-		{"raw_utf8", `{"route":"/café","subject":"日本"}`, true, checkRequest{Route: "/café", Subject: "日本"}, 0, ""},
-		{"del_and_html_kept", "{\"route\":\"/<a>&\x7f\"}", true, checkRequest{Route: "/<a>&\x7f"}, 0, ""},
-		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkRequest{Route: "/a"}, 0, ""},
-		{"null_subject_is_absent", `{"route":"/a","subject":null}`, true, checkRequest{Route: "/a"}, 0, ""},
+		{"route_only", `{"route":"/api/orders/17"}`, true, checkapi.Request{Route: "/api/orders/17"}, 0, ""},
+		{"all_fields", `{"route": "/a", "subject": "user-1", "cost": 3}`, true, checkapi.Request{Route: "/a", Subject: "user-1", Cost: cost(3)}, 0, ""},
+		{"fields_any_order", `{"cost":0,"subject":"s","route":"/r"}`, true, checkapi.Request{Route: "/r", Subject: "s", Cost: cost(0)}, 0, ""},
+		{"whitespace_everywhere", " \t\r\n{ \n\"route\" \t: \r\"/a\" ,\n\"cost\"\n:\n7\n}\n\n ", true, checkapi.Request{Route: "/a", Cost: cost(7)}, 0, ""},
+		{"empty_object", `{}`, true, checkapi.Request{}, 0, ""},
+		{"empty_object_spaced", `{ }`, true, checkapi.Request{}, 0, ""},
+		{"escapes", `{"route":"\/api\/x\"y\\z\b\f\n\r\t","subject":"\u00e9\u00E9"}`, true, checkapi.Request{Route: "/api/x\"y\\z\b\f\n\r\t", Subject: "éé"}, 0, ""},
+		{"surrogate_pair", `{"route":"/a","subject":"\ud83d\ude00"}`, true, checkapi.Request{Route: "/a", Subject: "😀"}, 0, ""},
+		{"replacement_char_is_text", "{\"route\":\"/a\",\"subject\":\"\\ufffd\xef\xbf\xbd\"}", true, checkapi.Request{Route: "/a", Subject: "\uFFFD\uFFFD"}, 0, ""},
+		{"raw_utf8", `{"route":"/café","subject":"日本"}`, true, checkapi.Request{Route: "/café", Subject: "日本"}, 0, ""},
+		{"del_and_html_kept", "{\"route\":\"/<a>&\x7f\"}", true, checkapi.Request{Route: "/<a>&\x7f"}, 0, ""},
+		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
+		{"null_subject_is_absent", `{"route":"/a","subject":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
 
 		// The strict rules: names exact, each once, strings valid text
 		// without NUL (encoding/json alone folds case, keeps the last
 		// duplicate and replaces invalid UTF-8 with U+FFFD).
-		{"field_names_are_case_sensitive", `{"ROUTE":"/a"}`, false, checkRequest{}, 400, "unknown_field"},
-		{"case_variant_after_exact_name", `{"route":"/a","Route":"/b"}`, false, checkRequest{}, 400, "unknown_field"},
-		{"long_s_does_not_fold_to_s", `{"route":"/a","ſubject":"u"}`, false, checkRequest{}, 400, "unknown_field"},
-		{"long_s_in_cost", `{"route":"/a","coſt":1}`, false, checkRequest{}, 400, "unknown_field"},
-		{"duplicate_route", `{"route":"/a","route":"/b"}`, false, checkRequest{}, 400, "duplicate_field"},
-		{"duplicate_cost_with_null", `{"route":"/a","cost":5,"cost":null}`, false, checkRequest{}, 400, "duplicate_field"},
-		{"duplicate_null_string", `{"route":"/a","subject":null,"subject":"s"}`, false, checkRequest{}, 400, "duplicate_field"},
-		{"duplicate_escaped_name", `{"route":"/a","\u0072oute":"/b"}`, false, checkRequest{}, 400, "duplicate_field"},
-		{"lone_high_surrogate", `{"route":"/a","subject":"x\ud83dy"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"high_surrogate_then_non_low", `{"route":"/a","subject":"\ud83d\u0041"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"two_high_surrogates_then_low", `{"route":"/a","subject":"\ud83d\ud83d\ude00"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"lone_low_surrogate", `{"route":"/a","subject":"\ude00"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"invalid_utf8", "{\"route\":\"/a\xff\xfeb\"}", false, checkRequest{}, 400, "invalid_request"},
-		{"truncated_utf8", "{\"route\":\"/a\",\"subject\":\"\xe2\x82\"}", false, checkRequest{}, 400, "invalid_request"},
-		{"utf8_encoded_surrogate", "{\"route\":\"/\xed\xa0\x80\"}", false, checkRequest{}, 400, "invalid_request"},
-		{"invalid_utf8_after_escape", "{\"route\":\"/a\",\"subject\":\"\\n\xff\"}", false, checkRequest{}, 400, "invalid_request"},
-		{"nul_escape", `{"route":"/a","subject":"a\u0000b"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"invalid_utf8_in_name", "{\"route\":\"/a\",\"\xff\":1}", false, checkRequest{}, 400, "invalid_request"},
-		{"long_subject", `{"route":"/a","subject":"` + strings.Repeat("s", 3000) + `"}`, true, checkRequest{Route: "/a", Subject: strings.Repeat("s", 3000)}, 0, ""},
+		{"field_names_are_case_sensitive", `{"ROUTE":"/a"}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"case_variant_after_exact_name", `{"route":"/a","Route":"/b"}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"long_s_does_not_fold_to_s", `{"route":"/a","ſubject":"u"}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"long_s_in_cost", `{"route":"/a","coſt":1}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"duplicate_route", `{"route":"/a","route":"/b"}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"duplicate_cost_with_null", `{"route":"/a","cost":5,"cost":null}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"duplicate_null_string", `{"route":"/a","subject":null,"subject":"s"}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"duplicate_escaped_name", `{"route":"/a","\u0072oute":"/b"}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"lone_high_surrogate", `{"route":"/a","subject":"x\ud83dy"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"high_surrogate_then_non_low", `{"route":"/a","subject":"\ud83d\u0041"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"two_high_surrogates_then_low", `{"route":"/a","subject":"\ud83d\ud83d\ude00"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"lone_low_surrogate", `{"route":"/a","subject":"\ude00"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"invalid_utf8", "{\"route\":\"/a\xff\xfeb\"}", false, checkapi.Request{}, 400, "invalid_request"},
+		{"truncated_utf8", "{\"route\":\"/a\",\"subject\":\"\xe2\x82\"}", false, checkapi.Request{}, 400, "invalid_request"},
+		{"utf8_encoded_surrogate", "{\"route\":\"/\xed\xa0\x80\"}", false, checkapi.Request{}, 400, "invalid_request"},
+		{"invalid_utf8_after_escape", "{\"route\":\"/a\",\"subject\":\"\\n\xff\"}", false, checkapi.Request{}, 400, "invalid_request"},
+		{"nul_escape", `{"route":"/a","subject":"a\u0000b"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"invalid_utf8_in_name", "{\"route\":\"/a\",\"\xff\":1}", false, checkapi.Request{}, 400, "invalid_request"},
+		{"long_subject", `{"route":"/a","subject":"` + strings.Repeat("s", 3000) + `"}`, true, checkapi.Request{Route: "/a", Subject: strings.Repeat("s", 3000)}, 0, ""},
 
 		// Shapes the fast path leaves to encoding/json but which are fine.
-		{"escaped_field_name", `{"\u0072oute":"/a"}`, false, checkRequest{Route: "/a"}, 0, ""},
+		{"escaped_field_name", `{"\u0072oute":"/a"}`, false, checkapi.Request{Route: "/a"}, 0, ""},
 
 		// Errors: always decodeBytes's answer.
-		{"empty_body", ``, false, checkRequest{}, 400, "malformed_json"},
-		{"blank_body", " \n\t", false, checkRequest{}, 400, "malformed_json"},
-		{"unicode_blank_body", "\u00a0\v", false, checkRequest{}, 400, "malformed_json"},
-		{"not_json", `route=/api`, false, checkRequest{}, 400, "malformed_json"},
-		{"truncated", `{"route": "/api/payments"`, false, checkRequest{}, 400, "malformed_json"},
-		{"truncated_string", `{"route": "/api`, false, checkRequest{}, 400, "malformed_json"},
-		{"array", `[1]`, false, checkRequest{}, 400, "malformed_json"},
-		{"string_body", `"x"`, false, checkRequest{}, 400, "malformed_json"},
-		{"null_body", `null`, false, checkRequest{}, 0, ""},
-		{"two_objects", `{"route": "/a"} {"route": "/b"}`, false, checkRequest{}, 400, "malformed_json"},
-		{"trailing_brace", `{"route": "/a"}}`, false, checkRequest{}, 400, "malformed_json"},
-		{"trailing_garbage", `{"route": "/a"}x`, false, checkRequest{}, 400, "malformed_json"},
-		{"trailing_comma", `{"route": "/a",}`, false, checkRequest{}, 400, "malformed_json"},
-		{"byte_order_mark", "\xef\xbb\xbf{\"route\":\"/a\"}", false, checkRequest{}, 400, "malformed_json"},
-		{"control_char_in_string", "{\"route\":\"/a\x01\"}", false, checkRequest{}, 400, "malformed_json"},
-		{"single_quote_escape", `{"route":"/a\'"}`, false, checkRequest{}, 400, "malformed_json"},
-		{"bad_unicode_escape", `{"route":"/a\u12G4"}`, false, checkRequest{}, 400, "malformed_json"},
-		{"unknown_field", `{"route": "/api/payments", "tenant": "other"}`, false, checkRequest{}, 400, "unknown_field"},
-		{"unknown_field_after_type_error", `{"route": 1, "tenant": "other"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"type_error_after_unknown_field", `{"tenant": "other", "route": 1}`, false, checkRequest{}, 400, "unknown_field"},
-		{"syntax_error_after_unknown_field", `{"tenant": "other", "route": }`, false, checkRequest{}, 400, "malformed_json"},
-		{"fractional_cost", `{"route": "/a", "cost": 1.5}`, false, checkRequest{}, 400, "invalid_request"},
-		{"integral_fraction_cost", `{"route": "/a", "cost": 1.0}`, false, checkRequest{}, 400, "invalid_request"},
-		{"exponent_cost", `{"route": "/a", "cost": 1e3}`, false, checkRequest{}, 400, "invalid_request"},
-		{"huge_cost", `{"route": "/a", "cost": 1e30}`, false, checkRequest{}, 400, "invalid_request"},
-		{"cost_above_int64", `{"route": "/a", "cost": 9223372036854775808}`, false, checkRequest{}, 400, "invalid_request"},
-		{"cost_below_int64", `{"route": "/a", "cost": -9223372036854775809}`, false, checkRequest{}, 400, "invalid_request"},
-		{"cost_twenty_digits", `{"route": "/a", "cost": 10000000000000000000}`, false, checkRequest{}, 400, "invalid_request"},
-		{"cost_leading_zero", `{"route": "/a", "cost": 01}`, false, checkRequest{}, 400, "malformed_json"},
-		{"cost_plus_sign", `{"route": "/a", "cost": +1}`, false, checkRequest{}, 400, "malformed_json"},
-		{"cost_string", `{"route": "/a", "cost": "1"}`, false, checkRequest{}, 400, "invalid_request"},
-		{"cost_bool", `{"route": "/a", "cost": true}`, false, checkRequest{}, 400, "invalid_request"},
-		{"route_number", `{"route": 17}`, false, checkRequest{}, 400, "invalid_request"},
-		{"route_object", `{"route": {}}`, false, checkRequest{}, 400, "invalid_request"},
-		{"route_array", `{"route": ["/a"]}`, false, checkRequest{}, 400, "invalid_request"},
-		{"nul_literal_typo", `{"route": nul}`, false, checkRequest{}, 400, "malformed_json"},
-		{"null_then_letters", `{"route": nullx}`, false, checkRequest{}, 400, "malformed_json"},
-		{"too_large", `{"route": "/a", "subject": "` + strings.Repeat("s", MaxBodyBytes) + `"}`, false, checkRequest{}, 413, "body_too_large"},
+		{"empty_body", ``, false, checkapi.Request{}, 400, "malformed_json"},
+		{"blank_body", " \n\t", false, checkapi.Request{}, 400, "malformed_json"},
+		{"unicode_blank_body", "\u00a0\v", false, checkapi.Request{}, 400, "malformed_json"},
+		{"not_json", `route=/api`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"truncated", `{"route": "/api/payments"`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"truncated_string", `{"route": "/api`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"array", `[1]`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"string_body", `"x"`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"null_body", `null`, false, checkapi.Request{}, 0, ""},
+		{"two_objects", `{"route": "/a"} {"route": "/b"}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"trailing_brace", `{"route": "/a"}}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"trailing_garbage", `{"route": "/a"}x`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"trailing_comma", `{"route": "/a",}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"byte_order_mark", "\xef\xbb\xbf{\"route\":\"/a\"}", false, checkapi.Request{}, 400, "malformed_json"},
+		{"control_char_in_string", "{\"route\":\"/a\x01\"}", false, checkapi.Request{}, 400, "malformed_json"},
+		{"single_quote_escape", `{"route":"/a\'"}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"bad_unicode_escape", `{"route":"/a\u12G4"}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"unknown_field", `{"route": "/api/payments", "tenant": "other"}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"unknown_field_after_type_error", `{"route": 1, "tenant": "other"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"type_error_after_unknown_field", `{"tenant": "other", "route": 1}`, false, checkapi.Request{}, 400, "unknown_field"},
+		{"syntax_error_after_unknown_field", `{"tenant": "other", "route": }`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"fractional_cost", `{"route": "/a", "cost": 1.5}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"integral_fraction_cost", `{"route": "/a", "cost": 1.0}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"exponent_cost", `{"route": "/a", "cost": 1e3}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"huge_cost", `{"route": "/a", "cost": 1e30}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"cost_above_int64", `{"route": "/a", "cost": 9223372036854775808}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"cost_below_int64", `{"route": "/a", "cost": -9223372036854775809}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"cost_twenty_digits", `{"route": "/a", "cost": 10000000000000000000}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"cost_leading_zero", `{"route": "/a", "cost": 01}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"cost_plus_sign", `{"route": "/a", "cost": +1}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"cost_string", `{"route": "/a", "cost": "1"}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"cost_bool", `{"route": "/a", "cost": true}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"route_number", `{"route": 17}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"route_object", `{"route": {}}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"route_array", `{"route": ["/a"]}`, false, checkapi.Request{}, 400, "invalid_request"},
+		{"nul_literal_typo", `{"route": nul}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"null_then_letters", `{"route": nullx}`, false, checkapi.Request{}, 400, "malformed_json"},
+		{"too_large", `{"route": "/a", "subject": "` + strings.Repeat("s", MaxBodyBytes) + `"}`, false, checkapi.Request{}, 413, "body_too_large"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -299,7 +300,7 @@ func TestReadCheckRequestTooLargeClosesConnection(t *testing.T) {
 // encodeReference is what handleCheck writes today.
 func encodeReference(t testing.TB, rule string, d sluice.Decision, shadow bool) []byte {
 	w := httptest.NewRecorder()
-	writeJSON(w, http.StatusOK, newDecisionBody(rule, d, shadow))
+	writeJSON(w, http.StatusOK, checkapi.NewDecision(rule, d, shadow))
 	if w.Code != http.StatusOK {
 		t.Fatalf("encoding/json failed: %s", w.Body)
 	}
@@ -355,7 +356,7 @@ func TestWriteDecision(t *testing.T) {
 	d := sluice.Decision{Limit: 5, RetryAfter: time.Second, Limits: []sluice.LimitDecision{{Name: "day", Algorithm: sluice.AlgorithmFixedWindow, Limit: 5}}}
 	for _, status := range []int{http.StatusOK, http.StatusTooManyRequests} {
 		want := httptest.NewRecorder()
-		writeJSON(want, status, newDecisionBody("daily", d, false))
+		writeJSON(want, status, checkapi.NewDecision("daily", d, false))
 		got := httptest.NewRecorder()
 		writeDecision(got, status, "daily", d, false)
 		if got.Code != want.Code || got.Body.String() != want.Body.String() {
@@ -508,7 +509,7 @@ func BenchmarkCheckCodecDecode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rd.Reset(body)
-			var req checkRequest
+			var req checkapi.Request
 			if aerr := decodeBody(w, r, &req); aerr != nil || req.Cost == nil {
 				b.Fatal(describeDecode(req, aerr))
 			}
@@ -517,7 +518,7 @@ func BenchmarkCheckCodecDecode(b *testing.B) {
 }
 
 // BenchmarkCheckCodecEncode writes a two-limit decision with writeDecision
-// and with writeJSON(newDecisionBody(...)); the "append" pair leaves out the
+// and with writeJSON(checkapi.NewDecision(...)); the "append" pair leaves out the
 // ResponseWriter (whose two header values cost an allocation each).
 func BenchmarkCheckCodecEncode(b *testing.B) {
 	d := sluice.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Second, Limits: []sluice.LimitDecision{
@@ -534,7 +535,7 @@ func BenchmarkCheckCodecEncode(b *testing.B) {
 	b.Run("encoding_json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			writeJSON(w, http.StatusOK, newDecisionBody("orders", d, false))
+			writeJSON(w, http.StatusOK, checkapi.NewDecision("orders", d, false))
 		}
 	})
 	b.Run("append_codec", func(b *testing.B) {
@@ -551,7 +552,7 @@ func BenchmarkCheckCodecEncode(b *testing.B) {
 		enc.SetEscapeHTML(false)
 		for b.Loop() {
 			buf.Reset()
-			if err := enc.Encode(newDecisionBody("orders", d, false)); err != nil {
+			if err := enc.Encode(checkapi.NewDecision("orders", d, false)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -23,10 +23,12 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // recordingStore passes every call to a real store, counting the checks that
@@ -204,7 +206,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 						t.Fatalf("%d store calls, the last %+v; the test expected one, %+v", after-before, sent, want)
 					}
 				}
-				var d decisionBody
+				var d checkapi.Decision
 				if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
 					t.Fatalf("check answered %d %s", rec.Code, rec.Body)
 				}
@@ -231,7 +233,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 					t.Fatalf("%s: the deny cache said retry_after_ms %d, the store %d", r.name, d.RetryAfterMs, storeMs)
 				}
 				header, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
-				if err != nil || header > sluice.RetryAfterSeconds(sd.RetryAfter) {
+				if err != nil || header > ratelimitheader.RetryAfterSeconds(sd.RetryAfter) {
 					t.Fatalf("%s: the deny cache said Retry-After %q, the store %v", r.name, rec.Header().Get("Retry-After"), sd.RetryAfter)
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -228,17 +227,5 @@ func tokenBucketRule(route string, capacity int64, refill float64) map[string]an
 	return map[string]any{
 		"route":  route,
 		"limits": []any{map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": capacity, "refill_per_second": refill}},
-	}
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

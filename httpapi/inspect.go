@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // Caller is who an admin credential belongs to: the operator, or a tenant
@@ -51,7 +52,7 @@ func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
 			}
 			return 0, nil, err
 		}
-		return http.StatusOK, newDecisionBody(rule.Name, res.Decision, rule.Shadow), nil
+		return http.StatusOK, checkapi.NewDecision(rule.Name, res.Decision, rule.Shadow), nil
 	})
 }
 

@@ -13,21 +13,11 @@ import (
 	"syscall"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // MaxBodyBytes bounds every request body; larger ones get 413.
 const MaxBodyBytes = 64 << 10
-
-// errorBody is the body of every error answer:
-// {"error": {"code": "snake_case_code", "message": "human sentence"}}.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
@@ -57,7 +47,7 @@ func setJSONHeaders(h http.Header) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string) {
-	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: message}})
+	writeJSON(w, status, checkapi.ErrorBody{Error: checkapi.ErrorDetail{Code: code, Message: message}})
 }
 
 // apiError is an error with the status and code it is answered with.
@@ -222,57 +212,4 @@ func sentence(msg string) string {
 		msg += "."
 	}
 	return msg
-}
-
-// decisionBody is a check's answer. No field is omitted: a zero is a figure
-// ("0 remaining"), not an absence.
-type decisionBody struct {
-	Allowed      bool        `json:"allowed"`
-	Rule         *string     `json:"rule"`
-	Limit        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	ResetAfterMs int64       `json:"reset_after_ms"`
-	RetryAfterMs int64       `json:"retry_after_ms"`
-	Degraded     bool        `json:"degraded"`
-	Shadow       bool        `json:"shadow"`
-	Limits       []limitBody `json:"limits"`
-}
-
-type limitBody struct {
-	Name         string `json:"name"`
-	Algorithm    string `json:"algorithm"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMs int64  `json:"reset_after_ms"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-}
-
-func newDecisionBody(rule string, d sluice.Decision, shadow bool) decisionBody {
-	b := decisionBody{
-		Allowed:      d.Allowed,
-		Limit:        d.Limit,
-		Remaining:    d.Remaining,
-		ResetAfterMs: sluice.CeilMilliseconds(d.ResetAfter),
-		RetryAfterMs: sluice.CeilMilliseconds(d.RetryAfter),
-		Degraded:     d.Degraded,
-		Shadow:       shadow,
-		Limits:       make([]limitBody, 0, len(d.Limits)),
-	}
-	if rule != "" {
-		b.Rule = &rule
-	}
-	if shadow {
-		b.Allowed = true
-	}
-	for _, ld := range d.Limits {
-		b.Limits = append(b.Limits, limitBody{
-			Name:         ld.Name,
-			Algorithm:    string(ld.Algorithm),
-			Limit:        ld.Limit,
-			Remaining:    ld.Remaining,
-			ResetAfterMs: sluice.CeilMilliseconds(ld.ResetAfter),
-			RetryAfterMs: sluice.CeilMilliseconds(ld.RetryAfter),
-		})
-	}
-	return b
 }

@@ -33,6 +33,8 @@ import (
 	liberrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 func TestMain(m *testing.M) {
@@ -210,7 +212,7 @@ func checkNoOperation(resp *http.Response, body []byte) []string {
 		return []string{fmt.Sprintf("no documented operation, yet status %d (want 404 or 405)", resp.StatusCode)}
 	}
 	var problems []string
-	var e errorBody
+	var e checkapi.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil || e.Error.Code != want || e.Error.Message == "" {
@@ -318,7 +320,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?:apiError\{|writeError\(w, )http\.(Status\w+), "([a-z_]+)"`)
-	bodyCode := regexp.MustCompile(`errorDetail\{Code: "([a-z_]+)"`)
+	bodyCode := regexp.MustCompile(`ErrorDetail\{Code: "([a-z_]+)"`)
 	found := 0
 	for _, f := range files {
 		src, err := os.ReadFile(f)

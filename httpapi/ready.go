@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // Readiness (GET /readyz) answers one question: can this instance answer
@@ -113,7 +114,7 @@ func (a *API) readiness(ctx context.Context) (int, any) {
 		// log names them.
 		if closed := failClosedRules(st); len(closed) > 0 {
 			a.log.Warn("not ready: the rate-limit store does not answer and some rules fail closed", "error", storeErr, "rules", closed[:min(len(closed), 10)], "count", len(closed))
-			return http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "store_unavailable", Message: fmt.Sprintf(
+			return http.StatusServiceUnavailable, checkapi.ErrorBody{Error: checkapi.ErrorDetail{Code: "store_unavailable", Message: fmt.Sprintf(
 				"The rate-limit store does not answer and %d of this instance's rules fail closed.", len(closed))}}
 		}
 		a.log.Warn("the rate-limit store does not answer; every rule fails open or local", "error", storeErr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // HTTPCheck is the service's check API as a target: POST /v1/check with the
@@ -29,16 +30,13 @@ func NewHTTPCheck(baseURL, apiKey, route string, cost int64, concurrency int) *H
 	return &HTTPCheck{client: newHTTPClient(concurrency), url: baseURL + "/v1/check", apiKey: apiKey, route: route, cost: cost}
 }
 
-type checkBody struct {
-	Route   string `json:"route"`
-	Subject string `json:"subject"`
-	Cost    int64  `json:"cost"`
-}
-
 // Do sends one check: 200 is allowed, 429 denied, 503 with the error code
 // "overloaded" shed, anything else an error carrying the service's message.
 func (h *HTTPCheck) Do(ctx context.Context, subject string) (Outcome, error) {
-	body, _ := json.Marshal(checkBody{Route: h.route, Subject: subject, Cost: h.cost})
+	body, err := json.Marshal(checkapi.Request{Route: h.route, Subject: subject, Cost: &h.cost})
+	if err != nil {
+		return 0, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -100,11 +98,7 @@ func doHTTP(client *http.Client, req *http.Request) (Outcome, error) {
 // Only the code tells shedding apart from other 503s, such as
 // store_unavailable, which are failures.
 func errorCode(body []byte) string {
-	var e struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
+	var e checkapi.ErrorBody
 	if json.Unmarshal(body, &e) != nil {
 		return ""
 	}

@@ -516,7 +516,7 @@ func monotonic() int64 { return int64(time.Since(clockBase)) }
 
 // Reset forgets subject's counters for the given limits.
 func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
-	if err := sluice.ValidateLimits(limits); err != nil {
+	if err := sluice.Limits(limits).Validate(); err != nil {
 		return err
 	}
 	var stackKeys [512]byte

@@ -40,6 +40,7 @@ import (
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // Options configure the middleware. Store or Client is required; with Store,
@@ -109,6 +110,7 @@ type Limiter struct {
 	engine    *check.Engine
 	ownEngine bool
 	rule      *check.Rule
+	remote    *remoteService // nil unless Options.Client is set
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -137,14 +139,14 @@ func NewLimiter(opts Options) (*Limiter, error) {
 		if opts.Name == "" {
 			return nil, errors.New("rate-limit middleware: Name is required; it keeps these counters apart from other limiters' and names the policy in headers")
 		}
-		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+		if err := sluice.Limits(opts.Limits).Validate(); err != nil {
 			return nil, fmt.Errorf("rate-limit middleware %q: %w", opts.Name, err)
 		}
 	} else if len(opts.Limits) > 0 || opts.FailureMode == sluice.FailLocal {
 		if opts.FailureMode == sluice.FailLocal && len(opts.Limits) == 0 {
 			return nil, errors.New("rate-limit middleware: failure mode local needs Limits to enforce in process while the service is unreachable")
 		}
-		if err := sluice.ValidateLimits(opts.Limits); err != nil {
+		if err := sluice.Limits(opts.Limits).Validate(); err != nil {
 			return nil, fmt.Errorf("rate-limit middleware: local fallback limits: %w", err)
 		}
 	}
@@ -176,7 +178,8 @@ func NewLimiter(opts Options) (*Limiter, error) {
 			if logger == nil {
 				logger = slog.Default()
 			}
-			store = &remoteStore{c: opts.Client, log: logger}
+			l.remote = &remoteService{c: opts.Client, log: logger}
+			store = noLocalCounters{}
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -253,7 +256,7 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 			w.Header()[name] = values
 		}
 	} else {
-		sluice.SetHeaders(w.Header(), l.opts.Name, out.res.Decision)
+		ratelimitheader.Set(w.Header(), l.opts.Name, out.res.Decision)
 	}
 	if out.res.Pass() || out.shadow {
 		return true
@@ -271,13 +274,18 @@ type outcome struct {
 
 func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
 	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Start: start}
-	if l.opts.Client == nil {
+	if l.remote == nil {
 		res, err := l.engine.Check(r.Context(), q)
 		return outcome{res: res}, err
 	}
 	var remote client.Result
-	ctx := context.WithValue(r.Context(), remoteCallKey{}, &remoteCall{route: l.opts.Route(r), result: &remote})
-	res, err := l.engine.Check(ctx, q)
+	route := l.opts.Route(r)
+	q.Ask = func(ctx context.Context) (sluice.Decision, error) {
+		var err error
+		remote, err = l.remote.check(ctx, route, key, cost)
+		return remote.Decision, err
+	}
+	res, err := l.engine.Check(r.Context(), q)
 	if err != nil {
 		return outcome{}, err
 	}

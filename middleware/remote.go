@@ -16,19 +16,11 @@ import (
 // network round trip plus the service's own store call.
 const remoteTimeout = 250 * time.Millisecond
 
-type remoteCallKey struct{}
-
-// remoteCall carries what a check of a remote service needs beyond a
-// sluice.Request (the route) and what it returns beyond a Decision (the rule
-// and the service's headers), through the guard.
-type remoteCall struct {
-	route  string
-	result *client.Result
-}
-
-// remoteStore adapts a client to sluice.Store so the guard's deadline,
-// breaker and failure policy protect remote checks too.
-type remoteStore struct {
+// remoteService is the remote mode's seam: a Sluice service asked about a
+// route and a subject, whose rule decides. Each check reaches it as the
+// engine query's Ask, so the guard's deadline, breaker and failure policy
+// protect it as they protect a store.
+type remoteService struct {
 	c   *client.Client
 	log *slog.Logger
 	// lastRefusal is when a refused key was last logged (unix ns).
@@ -39,43 +31,38 @@ type remoteStore struct {
 // enough to be found, not one line per request.
 const refusalLogInterval = 10 * time.Second
 
-func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	call, _ := ctx.Value(remoteCallKey{}).(*remoteCall)
-	if call == nil {
-		return sluice.Decision{}, errors.New("remote check without a route")
+// check asks the service; its 400 is an input error (sluice.ErrInvalid)
+// with the service's own sentence.
+func (s *remoteService) check(ctx context.Context, route, subject string, cost int64) (client.Result, error) {
+	res, err := s.c.Check(ctx, route, subject, cost)
+	if err == nil {
+		return res, nil
 	}
-	res, err := s.c.Check(ctx, call.route, req.Subject, req.Cost)
-	if err != nil {
-		var e *client.Error
-		if errors.As(err, &e) && e.StatusCode == http.StatusBadRequest {
-			return sluice.Decision{}, &remoteInvalid{e}
+	var e *client.Error
+	if errors.As(err, &e) && e.StatusCode == http.StatusBadRequest {
+		return client.Result{}, &remoteInvalid{e}
+	}
+	if errors.As(err, &e) && (e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden) {
+		// Every check will fail the same way until the key is fixed,
+		// and the failure mode hides it from end users: say so.
+		now, last := time.Now().UnixNano(), s.lastRefusal.Load()
+		if now-last >= int64(refusalLogInterval) && s.lastRefusal.CompareAndSwap(last, now) {
+			s.log.Error("the remote Sluice service refuses the rate-limit middleware's API key; every check fails and the failure mode applies",
+				"status", e.StatusCode, "code", e.Code, "message", e.Message)
 		}
-		if errors.As(err, &e) && (e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden) {
-			// Every check will fail the same way until the key is fixed,
-			// and the failure mode hides it from end users: say so.
-			now, last := time.Now().UnixNano(), s.lastRefusal.Load()
-			if now-last >= int64(refusalLogInterval) && s.lastRefusal.CompareAndSwap(last, now) {
-				s.log.Error("the remote Sluice service refuses the rate-limit middleware's API key; every check fails and the failure mode applies",
-					"status", e.StatusCode, "code", e.Code, "message", e.Message)
-			}
-		}
-		return sluice.Decision{}, err
 	}
-	*call.result = res
-	d := sluice.Decision{
-		Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
-		ResetAfter: res.ResetAfter, RetryAfter: res.RetryAfter, Degraded: res.Degraded,
-	}
-	for _, l := range res.Limits {
-		d.Limits = append(d.Limits, sluice.LimitDecision{
-			Name: l.Name, Algorithm: l.Algorithm, Allowed: l.RetryAfter == 0, Limit: l.Limit,
-			Remaining: l.Remaining, ResetAfter: l.ResetAfter, RetryAfter: l.RetryAfter,
-		})
-	}
-	return d, nil
+	return client.Result{}, err
 }
 
-func (*remoteStore) Reset(context.Context, string, string, string, []sluice.Limit) error {
+// noLocalCounters is the store of a remote mode's engine: every check is
+// asked of the service (check.Query.Ask), so nothing ever reaches it.
+type noLocalCounters struct{}
+
+func (noLocalCounters) Check(context.Context, sluice.Request) (sluice.Decision, error) {
+	return sluice.Decision{}, errors.New("a remote Sluice service is asked about a route; this check named none")
+}
+
+func (noLocalCounters) Reset(context.Context, string, string, string, []sluice.Limit) error {
 	return errors.New("counters of a remote Sluice service are reset through its admin API")
 }
 

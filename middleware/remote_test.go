@@ -20,22 +20,69 @@ import (
 	"github.com/sluicelabs/sluice/middleware"
 )
 
-// serviceWithRule runs the real check API with one tenant, one check key and
-// a rule of 2 per minute on /api/orders*.
-func serviceWithRule(t *testing.T) (*httptest.Server, string) {
+// serviceWith runs the real check API with one tenant, one check key and
+// rule.
+func serviceWith(t *testing.T, rule sluice.Rule) (*httptest.Server, string) {
 	t.Helper()
-	ctx := context.Background()
-	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
-		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
+	catalog, secret := catalogtest.SQLiteTenant(t, rule)
 	g := check.New(newMemory(t), check.Options{})
 	t.Cleanup(func() { g.Close() })
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api, err := httpapi.New(context.Background(), httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 	return srv, secret
+}
+
+// serviceWithRule runs the real check API with one tenant, one check key and
+// a rule of 2 per minute on /api/orders*.
+func serviceWithRule(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	return serviceWith(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
+		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
+}
+
+// TestRemoteDecisionKeepsEveryFigure: the decision a remote service took
+// reaches the DenyHandler whole: each limit's verdict and figures, and the
+// limit that binds.
+func TestRemoteDecisionKeepsEveryFigure(t *testing.T) {
+	srv, secret := serviceWith(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*", FailureMode: sluice.FailClosed,
+		Limits: []sluice.Limit{sluice.TokenBucket(10, 1).Named("burst"), sluice.FixedWindow(1, time.Hour).Named("hourly")}})
+	c, err := client.New(srv.URL, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied *sluice.Decision
+	h := mustMiddleware(t, middleware.Options{Client: c, Key: middleware.Header("X-User"),
+		DenyHandler: func(w http.ResponseWriter, r *http.Request, d sluice.Decision) {
+			denied = &d
+			w.WriteHeader(http.StatusTooManyRequests)
+		}})(&served{})
+	for i, want := range []int{200, 429} {
+		w := get(h, func(r *http.Request) { r.URL.Path = "/api/orders/1"; r.Header.Set("X-User", "alice") })
+		if w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
+		}
+	}
+	if denied == nil {
+		t.Fatal("the DenyHandler was not called")
+	}
+	d := *denied
+	if d.Allowed || len(d.Limits) != 2 || d.Binding != 1 {
+		t.Fatalf("decision %+v: want denied by the second of two limits", d)
+	}
+	burst, hourly := d.Limits[0], d.Limits[1]
+	if !burst.Allowed || burst.Name != "burst" || burst.Algorithm != sluice.AlgorithmTokenBucket || burst.Limit != 10 || burst.Remaining != 9 {
+		t.Errorf("burst %+v: want allowed, 9 of 10 left (the deny consumed nothing)", burst)
+	}
+	if hourly.Allowed || hourly.Name != "hourly" || hourly.Limit != 1 || hourly.Remaining != 0 || hourly.RetryAfter <= 0 || hourly.RetryAfter > time.Hour {
+		t.Errorf("hourly %+v: want denied, 0 of 1 left, a wait within the hour", hourly)
+	}
+	if d.RetryAfter != hourly.RetryAfter || d.Limit != 1 {
+		t.Errorf("top-level figures %+v are not the binding limit's", d)
+	}
 }
 
 func TestMiddlewareWithRemoteService(t *testing.T) {

@@ -69,22 +69,15 @@ func TestWatchSurvivesLostListenConnection(t *testing.T) {
 		}
 		defer admin.Close(ctx)
 		// Wait until the listener is up, so there is something to kill.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, "a LISTEN connection to kill", func() bool {
 			var killed int
 			err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 				WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%'`).Scan(&killed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if killed > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no LISTEN connection found")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return killed > 0
+		})
 	}
 	for i, name := range []string{"acme", "beta", "gamma"} {
 		killListeners()

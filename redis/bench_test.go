@@ -38,22 +38,24 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	defer client.Close()
 	ctx := context.Background()
-	incr := func(b *testing.B) {
+	// incr fails b with Error, not Fatal: it runs on RunParallel's
+	// goroutines too, where FailNow must not be called. The caller stops.
+	incr := func(b *testing.B) bool {
 		if err := client.Do(ctx, client.B().Incr().Key("ref").Build()).Error(); err != nil {
-			b.Fatal(err)
+			b.Error(err)
+			return false
 		}
+		return true
 	}
 	b.Run("reference-incr/serial", func(b *testing.B) {
 		b.ReportAllocs()
-		for b.Loop() {
-			incr(b)
+		for b.Loop() && incr(b) {
 		}
 	})
 	b.Run("reference-incr/parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				incr(b)
+			for pb.Next() && incr(b) {
 			}
 		})
 	})
@@ -61,8 +63,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				incr(b)
+			for pb.Next() && incr(b) {
 			}
 		})
 	})
@@ -95,24 +96,25 @@ func BenchmarkFlushDelay(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			check := func(b *testing.B) {
+			// check fails b with Error, not Fatal (see incr).
+			check := func(b *testing.B) bool {
 				if _, err := store.Check(ctx, hot); err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return false
 				}
+				return true
 			}
 			name := fmt.Sprintf("%s/delay=%s", conns.name, delay)
 			b.Run(name+"/serial", func(b *testing.B) {
 				defer measureCPU(b, srv)()
-				for b.Loop() {
-					check(b)
+				for b.Loop() && check(b) {
 				}
 			})
 			b.Run(name+"/parallel64", func(b *testing.B) {
 				defer measureCPU(b, srv)()
 				b.SetParallelism(32)
 				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						check(b)
+					for pb.Next() && check(b) {
 					}
 				})
 			})

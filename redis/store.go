@@ -262,7 +262,7 @@ func replyInt(m *rueidis.RedisMessage) (int64, error) {
 
 // Reset deletes subject's counters for the given limits.
 func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
-	if err := sluice.ValidateLimits(limits); err != nil {
+	if err := sluice.Limits(limits).Validate(); err != nil {
 		return err
 	}
 	keys := sluice.Keys(s.prefix, sluice.Request{Tenant: tenant, Rule: rule, Subject: subject, Limits: limits})

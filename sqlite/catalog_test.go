@@ -161,7 +161,7 @@ func TestWatchErrorsAreLoggedOnceAndCounted(t *testing.T) {
 		}
 	}
 	run("ALTER TABLE catalog_state RENAME TO catalog_state_hidden")
-	eventually(t, "three failed looks", func() bool { return failures.Load() >= 3 })
+	testenv.Eventually(t, 10*time.Second, "three failed looks", func() bool { return failures.Load() >= 3 })
 	if n := strings.Count(logs.String(), "catalog watch failed"); n != 1 {
 		t.Fatalf("%d failures logged %d times; want once:\n%s", failures.Load(), n, logs.String())
 	}
@@ -170,7 +170,7 @@ func TestWatchErrorsAreLoggedOnceAndCounted(t *testing.T) {
 	}
 
 	run("ALTER TABLE catalog_state_hidden RENAME TO catalog_state")
-	eventually(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "catalog watch recovered") })
+	testenv.Eventually(t, 10*time.Second, "the recovery logged", func() bool { return strings.Contains(logs.String(), "catalog watch recovered") })
 	counted := failures.Load()
 	tenant, err := c.CreateTenant(ctx, "acme")
 	if err != nil {
@@ -185,18 +185,6 @@ func TestWatchErrorsAreLoggedOnceAndCounted(t *testing.T) {
 	}
 	if failures.Load() != counted {
 		t.Errorf("failures counted after the recovery: %d, then %d", counted, failures.Load())
-	}
-}
-
-// eventually polls cond until it holds, failing t after a generous deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

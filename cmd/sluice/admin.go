@@ -150,13 +150,13 @@ func newKeyCmd() *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r := sluice.Role(role)
-			if err := sluice.ValidateRole(r); err != nil {
+			if err := r.Validate(); err != nil {
 				return fmt.Errorf("--role: %w", err)
 			}
 			if name == "" {
 				name = httpapi.DefaultKeyName(r)
 			}
-			if err := sluice.ValidateKeyName(name); err != nil {
+			if err := sluice.KeyName(name).Validate(); err != nil {
 				return fmt.Errorf("--name: %w", err)
 			}
 			return withBackend(cmd, database, readWrite, func(c adminBackend) error {

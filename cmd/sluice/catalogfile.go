@@ -73,7 +73,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 	seen := map[string]bool{}
 	for i, te := range f.Tenants {
 		where := fmt.Sprintf("%s: tenants[%d]", name, i)
-		if err := sluice.ValidateTenantName(te.Name); err != nil {
+		if err := sluice.TenantName(te.Name).Validate(); err != nil {
 			return nil, fmt.Errorf("%s.name: %w", where, err)
 		}
 		where = fmt.Sprintf("%s (%s)", where, te.Name)
@@ -92,7 +92,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 		keyNames := map[string]bool{}
 		for j, k := range te.Keys {
 			kw := fmt.Sprintf("%s.keys[%d]", where, j)
-			if err := sluice.ValidateKeyName(k.Name); err != nil {
+			if err := sluice.KeyName(k.Name).Validate(); err != nil {
 				return nil, fmt.Errorf("%s.name: %w", kw, err)
 			}
 			kw = fmt.Sprintf("%s (%s)", kw, k.Name)
@@ -100,7 +100,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 				return nil, fmt.Errorf("%s.name: key %s is listed twice", kw, k.Name)
 			}
 			keyNames[k.Name] = true
-			if err := sluice.ValidateRole(sluice.Role(k.Role)); err != nil {
+			if err := sluice.Role(k.Role).Validate(); err != nil {
 				return nil, fmt.Errorf("%s.role: %w", kw, err)
 			}
 			t.Keys = append(t.Keys, k)
@@ -108,7 +108,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 		ruleNames, routes := map[string]bool{}, map[string]string{}
 		for j, re := range te.Rules {
 			rw := fmt.Sprintf("%s.rules[%d]", where, j)
-			if err := sluice.ValidateRuleName(re.Name); err != nil {
+			if err := sluice.RuleName(re.Name).Validate(); err != nil {
 				return nil, fmt.Errorf("%s.name: %w", rw, err)
 			}
 			rw = fmt.Sprintf("%s (%s)", rw, re.Name)
@@ -134,7 +134,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 // rule reads the entry as the admin API reads a PUT of it.
 func (re ruleEntry) rule(tenant, where string) (sluice.Rule, error) {
 	r := sluice.Rule{Tenant: tenant, Name: re.Name, Route: re.Route, FailureMode: sluice.FailureMode(re.FailureMode), Shadow: re.Shadow}
-	if err := sluice.ValidateRoutePattern(re.Route); err != nil {
+	if err := sluice.RoutePattern(re.Route).Validate(); err != nil {
 		return r, fmt.Errorf("%s.route: %w", where, err)
 	}
 	if r.FailureMode != "" && !r.FailureMode.Valid() {

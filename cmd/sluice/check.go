@@ -76,7 +76,7 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 			if err != nil {
 				return unreachable(err)
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, decisionOf(res)); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, res.Wire()); err != nil {
 				return err
 			}
 			if !res.Allowed && failOnDeny {
@@ -129,42 +129,6 @@ func printDecision(w io.Writer, route string, res client.Result) {
 
 // formatMs writes a duration of whole milliseconds, as the API sends them.
 func formatMs(d time.Duration) string { return d.Round(time.Millisecond).String() }
-
-// decisionJSON is the check API's answer body, for -o json and yaml.
-type decisionJSON struct {
-	Allowed      bool                `json:"allowed" yaml:"allowed"`
-	Rule         *string             `json:"rule" yaml:"rule"`
-	Limit        int64               `json:"limit" yaml:"limit"`
-	Remaining    int64               `json:"remaining" yaml:"remaining"`
-	ResetAfterMs int64               `json:"reset_after_ms" yaml:"reset_after_ms"`
-	RetryAfterMs int64               `json:"retry_after_ms" yaml:"retry_after_ms"`
-	Degraded     bool                `json:"degraded" yaml:"degraded"`
-	Shadow       bool                `json:"shadow" yaml:"shadow"`
-	Limits       []decisionLimitJSON `json:"limits" yaml:"limits"`
-}
-
-type decisionLimitJSON struct {
-	Name         string `json:"name" yaml:"name"`
-	Algorithm    string `json:"algorithm" yaml:"algorithm"`
-	Limit        int64  `json:"limit" yaml:"limit"`
-	Remaining    int64  `json:"remaining" yaml:"remaining"`
-	ResetAfterMs int64  `json:"reset_after_ms" yaml:"reset_after_ms"`
-	RetryAfterMs int64  `json:"retry_after_ms" yaml:"retry_after_ms"`
-}
-
-func decisionOf(res client.Result) decisionJSON {
-	d := decisionJSON{Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
-		ResetAfterMs: res.ResetAfter.Milliseconds(), RetryAfterMs: res.RetryAfter.Milliseconds(),
-		Degraded: res.Degraded, Shadow: res.Shadow, Limits: make([]decisionLimitJSON, 0, len(res.Limits))}
-	if res.Rule != "" {
-		d.Rule = &res.Rule
-	}
-	for _, l := range res.Limits {
-		d.Limits = append(d.Limits, decisionLimitJSON{Name: l.Name, Algorithm: string(l.Algorithm), Limit: l.Limit,
-			Remaining: l.Remaining, ResetAfterMs: l.ResetAfter.Milliseconds(), RetryAfterMs: l.RetryAfter.Milliseconds()})
-	}
-	return d
-}
 
 func newSubjectCmd() *cobra.Command {
 	var database, redisURL, redisPrefix string

@@ -95,16 +95,10 @@ func TestGatewayCommandServesAndReloads(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, _ := get(adminAddr, "/healthz"); code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gateway never became healthy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the gateway is healthy", func() bool {
+		code, _ := get(adminAddr, "/healthz")
+		return code == 200
+	})
 	if code, body := get(addr, "/api"); code != 200 || body != "one" {
 		t.Fatalf("before reload: %d %q", code, body)
 	}
@@ -189,17 +183,11 @@ func TestGatewayCommandAppliesServerLimits(t *testing.T) {
 		}
 	}()
 	var conn net.Conn
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the gateway listens", func() bool {
 		var err error
-		if conn, err = net.Dial("tcp", addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway never listened: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		conn, err = net.Dial("tcp", addr)
+		return err == nil
+	})
 	defer conn.Close()
 	io.WriteString(conn, "GET /api HTTP/1.1\r\nHost: gateway.test\r\n")
 	start := time.Now()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/testenv"
@@ -480,13 +481,13 @@ func TestOmittedFailureModeIsTheServersDefault(t *testing.T) {
 		}
 		keys[mode] = strings.TrimSpace(s.mustRunIn(t, "server", "key", "create", tenant, "--role", "check", "--name", "web"))
 	}
-	check := func(mode string) decisionJSON {
+	check := func(mode string) checkapi.Decision {
 		t.Helper()
 		out, errOut, err := runCLI(t, "check", "--server", s.url, "--api-key", keys[mode], "--route", "/x", "-o", "json")
 		if err != nil {
 			t.Fatalf("%s mode: check: %v\n%s", mode, err, errOut)
 		}
-		var d decisionJSON
+		var d checkapi.Decision
 		if err := json.Unmarshal([]byte(out), &d); err != nil {
 			t.Fatalf("%s mode: check printed %q: %v", mode, out, err)
 		}
@@ -529,17 +530,13 @@ func TestSubjectResetThroughRedis(t *testing.T) {
 	}
 	// The server hears of the reset through the catalog's change feed
 	// within a second; until then its deny cache may still refuse.
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the server hears of the reset", func() bool {
 		err := check()
-		if err == nil {
-			break
-		}
-		if err != exitDenied || time.Now().After(deadline) {
+		if err != nil && err != exitDenied {
 			t.Fatalf("check after the reset: %v, want allowed", err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if _, _, err := s.runIn(t, "server", "subject", "reset", "acme", "orders", "u1", "--redis", redis.URL()); err == nil || !strings.Contains(err.Error(), "both given") {
 		t.Errorf("--server with --redis: %v", err)
 	}

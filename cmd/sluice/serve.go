@@ -119,6 +119,9 @@ type serveConfig struct {
 	// fraction of allowed checks kept.
 	AccessLog       bool
 	AccessLogSample float64
+	// wrapStore, when set, wraps the rate-limit store before the engine
+	// gets it: tests see through it when a check reaches the store.
+	wrapStore func(sluice.Store) sluice.Store
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -516,6 +519,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, err
 	}
 
+	if cfg.wrapStore != nil {
+		store = cfg.wrapStore(store)
+	}
 	// One engine for the store, shared by every face: one breaker, one deny
 	// cache, one count of checks in flight.
 	engine := check.New(store, check.Options{

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,12 +111,27 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
+// gateStore tells when a check reaches the store (arrived) and holds it
+// there until release is closed.
+type gateStore struct {
+	sluice.Store
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gateStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	g.once.Do(func() { close(g.arrived) })
+	<-g.release
+	return g.Store.Check(ctx, req)
+}
+
 func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
-	redis := testenv.Redis(t)
 	const token = "shutdown-test-admin-token-0123456789"
+	gate := &gateStore{arrived: make(chan struct{}), release: make(chan struct{})}
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
-		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: 10 * time.Second,
-		DefaultFailureMode: "closed", ShutdownTimeout: 10 * time.Second, LogLevel: "info"}
+		AdminToken: token, StoreTimeout: time.Minute, DefaultFailureMode: "closed", ShutdownTimeout: time.Minute, LogLevel: "info",
+		wrapStore: func(s sluice.Store) sluice.Store { gate.Store = s; return gate }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var output testenv.Buffer
@@ -143,27 +159,37 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 		t.Fatalf("put rule: %d %s", status, body)
 	}
 
-	// Redis stops answering, so the next check stays in flight.
-	redis.Pause()
 	result := make(chan int, 1)
 	go func() {
 		status, _ := call("POST", "/v1/check", key.Secret, `{"route": "/api"}`)
 		result <- status
 	}()
-	time.Sleep(200 * time.Millisecond)
-	cancel() // what SIGTERM does
-	for !strings.Contains(output.String(), "shutting down") {
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-gate.arrived:
+	case status := <-result:
+		t.Fatalf("the check answered %d without reaching the store", status)
+	case <-time.After(time.Minute):
+		t.Fatal("the check never reached the store")
 	}
-	redis.Resume()
+	cancel() // what SIGTERM does
+	// The shutdown has begun once the listener refuses new connections;
+	// only then may the check held in the store go on.
+	testenv.Eventually(t, time.Minute, "the listener closes on shutdown", func() bool {
+		conn, err := net.DialTimeout("tcp", svc.Addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	close(gate.release)
 	if status := <-result; status != http.StatusOK {
 		t.Errorf("the in-flight check got %d, want 200", status)
 	}
 	if err := <-svc.done; err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if status, _ := call("GET", "/healthz", "", ""); status != 0 {
-		t.Errorf("still serving after shutdown: %d", status)
+	if !strings.Contains(output.String(), "shutting down") {
+		t.Errorf("no shutdown logged:\n%s", output.String())
 	}
 }
 
@@ -277,9 +303,10 @@ func TestServeOperationalSafety(t *testing.T) {
 		t.Fatal(err)
 	}
 	dbPath := filepath.Join(dir, "sluice.db")
+	const drainPeriod = 2 * time.Second
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + dbPath, AdminTokenFile: tokenFile,
 		MetricsAddr: "127.0.0.1:0", StoreTimeout: 50 * time.Millisecond, DefaultFailureMode: "closed",
-		ShutdownTimeout: 5 * time.Second, DrainPeriod: 400 * time.Millisecond, LogLevel: "info"}
+		ShutdownTimeout: 5 * time.Second, DrainPeriod: drainPeriod, LogLevel: "info"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var output testenv.Buffer
@@ -320,21 +347,13 @@ func TestServeOperationalSafety(t *testing.T) {
 	}
 
 	cancel()
-	deadline := time.Now().Add(300 * time.Millisecond)
-	sawDraining := false
-	for time.Now().Before(deadline) {
-		if get("/readyz", "") == http.StatusServiceUnavailable {
-			sawDraining = true
-			// Requests are still served while draining.
-			if code := get("/v1/tenants", token); code != http.StatusOK {
-				t.Fatalf("while draining, an admin call answered %d", code)
-			}
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !sawDraining {
-		t.Fatal("/readyz never answered 503 during the drain period")
+	// Within the drain period (generous, so a busy machine cannot end it
+	// before the first probe), /readyz turns 503 while requests are served.
+	testenv.Eventually(t, drainPeriod, "/readyz answers 503 during the drain period", func() bool {
+		return get("/readyz", "") == http.StatusServiceUnavailable
+	})
+	if code := get("/v1/tenants", token); code != http.StatusOK {
+		t.Fatalf("while draining, an admin call answered %d", code)
 	}
 	if err := <-svc.done; err != nil {
 		t.Fatal(err)

@@ -197,13 +197,9 @@ func TestGatewayCommandServesTLS(t *testing.T) {
 			t.Errorf("runGateway: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(logs.String(), "gateway listening") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway did not start:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the gateway logs that it listens", func() bool {
+		return strings.Contains(logs.String(), "gateway listening")
+	})
 	// No route has /nowhere: the gateway's own 404 says TLS got through.
 	if code, err := httpsGet("https://"+addr+"/nowhere", f.clientConfig(false)); err != nil || code != http.StatusNotFound {
 		t.Fatalf("GET /nowhere with a client certificate: %d, %v; want the gateway's 404", code, err)

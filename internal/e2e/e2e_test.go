@@ -5,8 +5,8 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +30,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs sluice processes against real servers.
+		fmt.Println("e2e: skipped under -short")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -91,25 +97,20 @@ func startServe(t *testing.T, dir, addr string, env []string, args ...string) *i
 			t.Logf("sluice serve %s output:\n%s", addr, inst.stderr)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, "sluice serve answers /healthz", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("sluice serve exited at start:\n%s", inst.stderr)
 		default:
 		}
 		resp, err := inst.client.Get(inst.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return inst
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice serve did not answer /healthz within 20s:\n%s", inst.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return inst
 }
 
 func freeAddr(t *testing.T) string {
@@ -189,17 +190,10 @@ func setupTenant(in *instance, token, tenant string) string {
 // waitForRule polls in until a check of route matches rule.
 func waitForRule(t *testing.T, in *instance, key, route, rule string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	testenv.Eventually(t, 2*time.Second, fmt.Sprintf("instance %s sees rule %s", in.url, rule), func() bool {
 		r := in.do("POST", "/v1/check", key, map[string]any{"route": route, "subject": "probe", "cost": 0})
-		if r.status == http.StatusOK && r.body["rule"] == rule {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instance %s never saw rule %s: %d %s", in.url, rule, r.status, r.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r.status == http.StatusOK && r.body["rule"] == rule
+	})
 }
 
 func TestTwoInstancesAdmitExactlyTheLimit(t *testing.T) {
@@ -245,7 +239,7 @@ func TestRevokedKeyIsRejectedByTheOtherInstanceWithinASecond(t *testing.T) {
 	a.must(http.StatusCreated, "POST", "/v1/tenants", adminToken, map[string]any{"name": "acme"})
 	r := a.must(http.StatusCreated, "POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "web", "role": "check"})
 	key, id := r.body["secret"].(string), r.body["id"].(string)
-	eventually(t, 2*time.Second, "instance B accepts the new key", func() bool {
+	testenv.Eventually(t, 2*time.Second, "instance B accepts the new key", func() bool {
 		return b.do("POST", "/v1/check", key, map[string]any{"route": "/x"}).status == http.StatusOK
 	})
 
@@ -329,7 +323,7 @@ func TestFailClosedWhenRedisIsDown(t *testing.T) {
 		t.Errorf("/readyz with Redis down: %d", r.status)
 	}
 	redis.Start()
-	eventually(t, 5*time.Second, "checks recover once Redis is back", func() bool {
+	testenv.Eventually(t, 5*time.Second, "checks recover once Redis is back", func() bool {
 		return in.do("POST", "/v1/check", key, map[string]any{"route": "/api"}).status == http.StatusOK
 	})
 }
@@ -378,19 +372,6 @@ func TestEmbeddedDefaultStartsWithNoFlags(t *testing.T) {
 	in.must(http.StatusTooManyRequests, "POST", "/v1/check", key, map[string]any{"route": "/"})
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v", what, timeout)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	addr := freeAddr(t)
 	in := startServe(t, t.TempDir(), addr, nil, "--addr", addr, "--admin-token", adminToken, "--shutdown-timeout", "1m")
@@ -415,7 +396,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the server starts reading the POST
 
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
-	eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the first signal starts the shutdown", func() bool {
 		return strings.Contains(in.stderr.String(), "shutting down")
 	})
 	select {

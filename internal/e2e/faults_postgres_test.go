@@ -283,7 +283,7 @@ func startAdminCalls(t *testing.T, in *instance, what string) func() (failures [
 func assertCatalogRecovers(t *testing.T, rig *faultRig, b *instance, healed time.Time, put int) {
 	t.Helper()
 	var ok time.Time
-	eventually(t, 10*time.Second, "admin calls work again after the database is back", func() bool {
+	testenv.Eventually(t, 10*time.Second, "admin calls work again after the database is back", func() bool {
 		r := callAdmin(rig.in, "GET", "/v1/tenants/acme/rules", nil, 2*time.Second)
 		if r.err == nil && r.status == http.StatusOK {
 			ok = time.Now()

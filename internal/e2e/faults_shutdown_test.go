@@ -77,14 +77,25 @@ func TestFaultShutdownUnderLoad(t *testing.T) {
 	fmt.Fprintf(conn, "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		rig.key, len(body), body[:len(body)/2])
 
-	time.Sleep(500 * time.Millisecond)
+	// Readiness answered before the signal, so a wrong 503 there would show.
+	testenv.Eventually(t, 10*time.Second, "readiness probes before the signal", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(probes) >= 10
+	})
 	term := time.Now() // just before: what was answered before this saw no signal
 	if err := rig.in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 
 	// Past the drain period the listener closes; then the body arrives.
-	time.Sleep(drain + 300*time.Millisecond)
+	testenv.Eventually(t, drain+10*time.Second, "the listener closes after the drain period", func() bool {
+		c, err := net.Dial("tcp", rig.in.url[len("http://"):])
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	if _, err := fmt.Fprint(conn, body[len(body)/2:]); err != nil {
 		t.Fatalf("the slow check's connection was closed before its body arrived: %v", err)
 	}

@@ -46,7 +46,7 @@ func scanTenant(row scanner) (sluice.Tenant, error) {
 // CreateTenant creates an active tenant. Its generation is the catalog
 // version that creates it, which no later tenant can have.
 func (c *Catalog) CreateTenant(ctx context.Context, name string) (sluice.Tenant, error) {
-	if err := sluice.ValidateTenantName(name); err != nil {
+	if err := sluice.TenantName(name).Validate(); err != nil {
 		return sluice.Tenant{}, err
 	}
 	t := sluice.Tenant{Name: name, Status: sluice.TenantActive, CreatedAt: fromMillis(c.millis())}
@@ -102,7 +102,7 @@ func (c *Catalog) queryTenants(ctx context.Context, tx *sql.Tx) ([]sluice.Tenant
 
 // SetTenantStatus suspends or resumes a tenant.
 func (c *Catalog) SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error) {
-	if err := sluice.ValidateTenantStatus(status); err != nil {
+	if err := status.Validate(); err != nil {
 		return sluice.Tenant{}, err
 	}
 	var t sluice.Tenant
@@ -132,10 +132,13 @@ func (c *Catalog) DeleteTenant(ctx context.Context, name string) error {
 
 // CreateKey stores a new key of the tenant whose secret hashes to hash.
 func (c *Catalog) CreateKey(ctx context.Context, tenant, name string, role sluice.Role, hash []byte) (sluice.APIKey, error) {
-	if err := sluice.ValidateNewKey(tenant, name, role, hash); err != nil {
+	k := sluice.APIKey{ID: sluice.NewAPIKeyID(), Tenant: tenant, Name: name, Role: role, CreatedAt: fromMillis(c.millis())}
+	if err := k.Validate(); err != nil {
 		return sluice.APIKey{}, err
 	}
-	k := sluice.APIKey{ID: sluice.NewAPIKeyID(), Tenant: tenant, Name: name, Role: role, CreatedAt: fromMillis(c.millis())}
+	if err := sluice.KeyHash(hash).Validate(); err != nil {
+		return sluice.APIKey{}, err
+	}
 	err := c.change(ctx, func(tx *sql.Tx, version int64) (record, error) {
 		generation, err := tenantGeneration(ctx, tx, tenant)
 		if err != nil {
@@ -373,7 +376,7 @@ var adminTokenRecord = record{action: sluice.AuditAdminTokenSet, target: "admin_
 
 // SetAdminTokenHash stores the SHA-256 of the operator token.
 func (c *Catalog) SetAdminTokenHash(ctx context.Context, hash []byte) error {
-	if err := sluice.ValidateKeyHash(hash); err != nil {
+	if err := sluice.KeyHash(hash).Validate(); err != nil {
 		return err
 	}
 	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
@@ -390,7 +393,7 @@ var errNotStored = errors.New("admin token hash already set")
 
 // SetAdminTokenHashIfAbsent stores hash unless a hash is already stored.
 func (c *Catalog) SetAdminTokenHashIfAbsent(ctx context.Context, hash []byte) (bool, error) {
-	if err := sluice.ValidateKeyHash(hash); err != nil {
+	if err := sluice.KeyHash(hash).Validate(); err != nil {
 		return false, err
 	}
 	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {

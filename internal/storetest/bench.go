@@ -26,23 +26,28 @@ func BenchmarkCheck(b *testing.B, store sluice.Store) {
 	for i := range subjects {
 		subjects[i] = "user-" + strconv.Itoa(i)
 	}
-	check := func(b *testing.B, req sluice.Request) {
+	// check fails b with Error, not Fatal: it runs on RunParallel's
+	// goroutines too, where FailNow must not be called. The caller stops.
+	check := func(b *testing.B, req sluice.Request) bool {
 		if _, err := store.Check(ctx, req); err != nil {
-			b.Fatal(err)
+			b.Error(err)
+			return false
 		}
+		return true
 	}
 	hot := sluice.Request{Rule: "bench", Subject: "hot", Limits: BenchLimits, Cost: 1}
 	b.Run("serial/hot", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			check(b, hot)
+			if !check(b, hot) {
+				return
+			}
 		}
 	})
 	b.Run("parallel/hot", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				check(b, hot)
+			for pb.Next() && check(b, hot) {
 			}
 		})
 	})
@@ -52,8 +57,7 @@ func BenchmarkCheck(b *testing.B, store sluice.Store) {
 		b.ReportAllocs()
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				check(b, hot)
+			for pb.Next() && check(b, hot) {
 			}
 		})
 	})
@@ -64,7 +68,9 @@ func BenchmarkCheck(b *testing.B, store sluice.Store) {
 			req := hot
 			for pb.Next() {
 				req.Subject = subjects[next.Add(1)%int64(len(subjects))]
-				check(b, req)
+				if !check(b, req) {
+					return
+				}
 			}
 		})
 	})

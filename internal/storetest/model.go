@@ -32,6 +32,12 @@ import (
 //     check that leaves the bucket unconsumed but would be full later than
 //     fullAt updates it (the stores' "extension"), so a retry_after reported
 //     under the new limits is never cut short by the old expiry.
+//
+// The clock may step backwards. A limit is then decided at the time its
+// counter was last written (a bucket's last update, the start of the latest
+// window counted in) when that is later than the check's time, so a spent
+// window never reopens, and the waits it reports (when not zero) are counted
+// from the check's own, earlier, time.
 type Model struct {
 	buckets map[string]*modelBucket
 	windows map[string]map[int64]int64 // key -> window index -> count
@@ -148,38 +154,56 @@ func horizon(l sluice.Limit) int64 {
 // Check decides r at its Now (which must be set) and applies it.
 func (m *Model) Check(r sluice.Request) sluice.Decision {
 	now := r.Now.UnixMilli()
+	// A bucket past its fullAt is as good as gone at now. It is set aside
+	// rather than deleted: the stores drop such counters lazily, so a clock
+	// stepping back before fullAt finds it again, unless this check wrote
+	// a new one.
+	gone := map[string]*modelBucket{}
 	for _, l := range r.Limits {
-		if b := m.buckets[modelKey(r, l)]; l.Algorithm == sluice.AlgorithmTokenBucket && b != nil && now >= b.fullAt {
-			delete(m.buckets, modelKey(r, l))
+		key := modelKey(r, l)
+		if b := m.buckets[key]; l.Algorithm == sluice.AlgorithmTokenBucket && b != nil && now >= b.fullAt {
+			gone[key] = b
+			delete(m.buckets, key)
 		}
 	}
+	defer func() {
+		for key, b := range gone {
+			if m.buckets[key] == nil {
+				m.buckets[key] = b
+			}
+		}
+	}()
+	// Each limit's own time: now, or later if its counter was written later.
+	at := make([]int64, len(r.Limits))
 	fits := make([]bool, len(r.Limits))
 	allowed := true
 	for i, l := range r.Limits {
-		fits[i] = m.fits(r, l, now, r.Cost)
+		at[i] = max(now, m.written(r, l))
+		fits[i] = m.fits(r, l, at[i], r.Cost)
 		allowed = allowed && fits[i]
 	}
 	if allowed && r.Cost > 0 {
-		for _, l := range r.Limits {
-			m.apply(r, l, now)
+		for i, l := range r.Limits {
+			m.apply(r, l, at[i])
 		}
 	}
 	d := sluice.Decision{}
 	for i, l := range r.Limits {
+		t, skew := at[i], at[i]-now
 		ld := sluice.LimitDecision{
 			Name: l.Name, Algorithm: l.Algorithm, Limit: l.Capacity,
 			Allowed:   fits[i],
-			Remaining: m.remaining(r, l, now),
+			Remaining: m.remaining(r, l, t),
 			Window:    sluice.PolicyWindow(l),
 		}
 		if !fits[i] {
-			ld.RetryAfter = time.Duration(firstFrom(1, horizon(l), func(d int64) bool {
-				return m.fits(r, l, now+d, r.Cost)
+			ld.RetryAfter = time.Duration(skew+firstFrom(1, horizon(l), func(d int64) bool {
+				return m.fits(r, l, t+d, r.Cost)
 			})) * time.Millisecond
 		}
-		ld.ResetAfter = time.Duration(firstFrom(0, horizon(l), func(d int64) bool {
-			return m.empty(r, l, now+d)
-		})) * time.Millisecond
+		if reset := firstFrom(0, horizon(l), func(d int64) bool { return m.empty(r, l, t+d) }); reset > 0 {
+			ld.ResetAfter = time.Duration(skew+reset) * time.Millisecond
+		}
 		d.Limits = append(d.Limits, ld)
 		if l.Algorithm == sluice.AlgorithmTokenBucket {
 			m.setFullAt(r, l, now, ld.ResetAfter.Milliseconds(), allowed && r.Cost > 0)
@@ -203,6 +227,22 @@ func (m *Model) apply(r sluice.Request, l sluice.Limit, now int64) {
 		m.windows[key] = map[int64]int64{}
 	}
 	m.windows[key][now/l.Window.Milliseconds()] += r.Cost
+}
+
+// written is when l's counter for r was last written: a bucket's last update,
+// or the start of the latest window that counts something; MinInt64 if never.
+func (m *Model) written(r sluice.Request, l sluice.Limit) int64 {
+	key := modelKey(r, l)
+	if l.Algorithm == sluice.AlgorithmTokenBucket {
+		return m.last(key)
+	}
+	latest := int64(math.MinInt64)
+	for idx, count := range m.windows[key] {
+		if count > 0 {
+			latest = max(latest, idx*l.Window.Milliseconds())
+		}
+	}
+	return latest
 }
 
 func (m *Model) last(key string) int64 {

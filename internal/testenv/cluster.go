@@ -66,6 +66,7 @@ type ClusterOptions struct {
 // RedisClusterWith is RedisCluster with options.
 func RedisClusterWith(t testing.TB, opts ClusterOptions) *RedisClusterServer {
 	t.Helper()
+	skipShort(t, "a Redis Cluster")
 	requireBinary(t, "redis-server", "redis-server")
 	requireBinary(t, "redis-cli", "redis-tools")
 	if opts.Replicas < 0 {

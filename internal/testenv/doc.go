@@ -12,7 +12,8 @@
 //
 // A missing binary or an unreachable server fails the test rather than
 // skipping it: a suite that silently skips its integration tests reports green
-// while testing nothing.
+// while testing nothing. The one exception is go test -short, the fast tier
+// (make test-short): there every helper that needs a server skips its test.
 //
 // The helpers call t.Fatalf, so call them from the test's own goroutine. The
 // package is written for Linux (it relies on SIGSTOP/SIGCONT and, on Linux,

@@ -37,6 +37,7 @@ var pgConnectTimeout = 10 * time.Second
 // reached.
 func Postgres(t testing.TB) string {
 	t.Helper()
+	skipShort(t, "a PostgreSQL server")
 	admin := os.Getenv(PostgresEnv)
 	if admin == "" {
 		admin = DefaultPostgresDSN

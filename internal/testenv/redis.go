@@ -40,6 +40,7 @@ type RedisServer struct {
 // the test ends. The test fails if redis-server is not on PATH.
 func Redis(t testing.TB) *RedisServer {
 	t.Helper()
+	skipShort(t, "a redis-server")
 	requireBinary(t, "redis-server", "redis-server")
 	return startRedis(t, nil)
 }
@@ -265,6 +266,15 @@ func waitRedisReady(addr string, p *proc) error {
 // requireBinary fails the test, with an install hint, if name is not on
 // PATH. Failing rather than skipping keeps a misconfigured machine from
 // passing a suite that tested nothing.
+// skipShort skips t under go test -short, the fast tier that runs only what
+// needs no server; the full suite never skips.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: skipped under -short", what)
+	}
+}
+
 func requireBinary(t testing.TB, name, debPackage string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {

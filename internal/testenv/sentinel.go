@@ -15,6 +15,7 @@ import (
 // address. The returned server's Addr is the Sentinel's.
 func RedisSentinel(t testing.TB, master *RedisServer, masterName string) *RedisServer {
 	t.Helper()
+	skipShort(t, "a Redis Sentinel")
 	requireBinary(t, "redis-server", "redis-server")
 	dir := t.TempDir()
 	s := &RedisServer{t: t, Dir: dir, logPath: filepath.Join(dir, "sentinel.log")}

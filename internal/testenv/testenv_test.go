@@ -130,6 +130,7 @@ func TestRedisCleanupKills(t *testing.T) {
 }
 
 func TestRedisMissingBinaryFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	t.Setenv("PATH", t.TempDir())
 	msg := expectFatal(t, func(tb testing.TB) { Redis(tb) })
 	want := "redis-server not found on PATH: install it (Debian: apt-get install redis-server)"
@@ -139,6 +140,7 @@ func TestRedisMissingBinaryFails(t *testing.T) {
 }
 
 func TestRedisClusterMissingCLIFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	server, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +277,7 @@ func TestPostgres(t *testing.T) {
 }
 
 func TestPostgresUnreachableFails(t *testing.T) {
+	skipShort(t, "its helper to run: under -short it skips before it could fail")
 	old := pgConnectTimeout
 	pgConnectTimeout = time.Second
 	defer func() { pgConnectTimeout = old }()
@@ -367,4 +370,21 @@ func expectFatal(t *testing.T, fn func(tb testing.TB)) string {
 		t.Fatal("helper did not fail")
 	}
 	return rec.msg
+}
+
+func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
+	tries := 0
+	Eventually(t, time.Minute, "the third try", func() bool { tries++; return tries == 3 })
+	if tries != 3 {
+		t.Fatalf("cond called %d times, want 3", tries)
+	}
+}
+
+func TestEventuallyFailsAtTheDeadline(t *testing.T) {
+	msg := expectFatal(t, func(tb testing.TB) {
+		Eventually(tb, 20*time.Millisecond, "a condition that never holds", func() bool { return false })
+	})
+	if !strings.Contains(msg, "a condition that never holds: not within 20ms") {
+		t.Fatalf("failure message %q", msg)
+	}
 }

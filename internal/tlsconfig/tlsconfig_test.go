@@ -126,10 +126,10 @@ func TestMutualTLS(t *testing.T) {
 	// The CA file is reloaded too: once it names the other CA, the other
 	// CA's clients get in and the first CA's do not.
 	tlstest.WriteFile(t, caFile, other.PEM)
-	time.Sleep(2 * checkEvery)
-	if _, err := get(url, client(&stranger)); err != nil {
-		t.Errorf("after the CA file changed, its CA's client was refused: %v", err)
-	}
+	testenv.Eventually(t, 10*time.Second, "the new CA's client is accepted once the CA file changed", func() bool {
+		_, err := get(url, client(&stranger))
+		return err == nil
+	})
 	if _, err := get(url, client(&good)); err == nil {
 		t.Error("after the CA file changed, the removed CA's client was still accepted")
 	}
@@ -155,10 +155,7 @@ func TestCertificateRotation(t *testing.T) {
 	}
 
 	second.Write(t, dir, "server")
-	time.Sleep(2 * checkEvery)
-	if got := served(); got != second.Serial.String() {
-		t.Fatalf("after rotation serves serial %s, want the new certificate's %s", got, second.Serial)
-	}
+	testenv.Eventually(t, 10*time.Second, "the rotated certificate is served", func() bool { return served() == second.Serial.String() })
 	if !strings.Contains(log.String(), "TLS certificate reloaded") {
 		t.Errorf("the reload was not logged:\n%s", log.String())
 	}
@@ -166,6 +163,15 @@ func TestCertificateRotation(t *testing.T) {
 	// A broken certificate keeps the last good one, and is logged once
 	// however many handshakes follow.
 	tlstest.WriteFile(t, certFile, []byte("-----BEGIN CERTIFICATE-----\ngarbage\n"))
+	// Files are looked at on handshakes: each probe is one.
+	testenv.Eventually(t, 10*time.Second, "the broken file is logged", func() bool {
+		if got := served(); got != second.Serial.String() {
+			t.Fatalf("with a broken file serves serial %s, want the last good %s", got, second.Serial)
+		}
+		return strings.Contains(log.String(), "cannot be used")
+	})
+	// Then several more checks of the file pass: still the last good
+	// certificate, and no second log line.
 	for range 3 {
 		time.Sleep(2 * checkEvery)
 		if got := served(); got != second.Serial.String() {
@@ -185,10 +191,7 @@ func TestCertificateRotation(t *testing.T) {
 		t.Fatalf("with a mismatched key serves serial %s, want %s", got, second.Serial)
 	}
 	tlstest.WriteFile(t, keyFile, third.Key)
-	time.Sleep(2 * checkEvery)
-	if got := served(); got != third.Serial.String() {
-		t.Fatalf("once the key followed serves serial %s, want %s", got, third.Serial)
-	}
+	testenv.Eventually(t, 10*time.Second, "the certificate is served once its key followed", func() bool { return served() == third.Serial.String() })
 }
 
 func TestNewRefusesBrokenFiles(t *testing.T) {

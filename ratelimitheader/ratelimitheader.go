@@ -1,32 +1,37 @@
-package sluice
-
-import (
-	"math"
-	"net/http"
-	"strconv"
-	"time"
-)
-
-// SetHeaders writes the rate-limit headers of d on h, under policy name
-// policy (usually the rule's name): the IETF RateLimit-Policy and RateLimit
-// fields in the structured-field syntax of draft-ietf-httpapi-ratelimit-headers
-// (10), the widespread X-RateLimit-Limit, -Remaining and -Reset (seconds), and
-// Retry-After on a deny. Every writer of these headers (service, middleware,
-// gateway) goes through here, so they always agree.
+// Package ratelimitheader writes a decision as HTTP rate-limit header
+// fields: the IETF RateLimit-Policy and RateLimit fields in the
+// structured-field syntax of draft-ietf-httpapi-ratelimit-headers (10), the
+// widespread X-RateLimit-Limit, -Remaining and -Reset (seconds), and
+// Retry-After on a deny. Every writer of these headers (the service, the
+// middleware, the gateway, the Envoy service's response headers) goes through
+// here, so they always agree.
 //
 // Seconds are rounded up, so a client that waits them is never early, and
 // Retry-After is at least 1 on a deny.
-func SetHeaders(h http.Header, policy string, d Decision) {
-	SetHeadersWithPolicy(h, policy, "", d)
+package ratelimitheader
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// Set writes the rate-limit headers of d on h, under policy name policy
+// (usually the rule's name). The RateLimit field names the limit that binds,
+// the one d.Combine chose.
+func Set(h http.Header, policy string, d sluice.Decision) {
+	SetWithPolicy(h, policy, "", d)
 }
 
-// PolicyHeader returns the RateLimit-Policy value of a check of limits under
-// policy name policy: the same for every answer of a rule, so callers that
-// answer many checks of one rule compute it once (SetHeadersWithPolicy).
-func PolicyHeader(policy string, limits []Limit) string {
+// Policy returns the RateLimit-Policy value of a check of limits under policy
+// name policy: the same for every answer of a rule, so callers that answer
+// many checks of one rule compute it once (SetWithPolicy).
+func Policy(policy string, limits []sluice.Limit) string {
 	buf := make([]byte, 0, 64*len(limits))
 	for i, l := range limits {
-		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, PolicyWindow(l))
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, sluice.PolicyWindow(l))
 	}
 	return string(buf)
 }
@@ -39,13 +44,12 @@ func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, windo
 	buf = append(buf, ";q="...)
 	buf = strconv.AppendInt(buf, limit, 10)
 	buf = append(buf, ";w="...)
-	return strconv.AppendInt(buf, max(1, CeilSeconds(window)), 10)
+	return strconv.AppendInt(buf, max(1, ceilSeconds(window)), 10)
 }
 
-// SetHeadersWithPolicy is SetHeaders with the RateLimit-Policy value given
-// (from PolicyHeader over the limits d was decided under); "" computes it from
-// d.
-func SetHeadersWithPolicy(h http.Header, policy, policyValue string, d Decision) {
+// SetWithPolicy is Set with the RateLimit-Policy value given (from Policy
+// over the limits d was decided under); "" computes it from d.
+func SetWithPolicy(h http.Header, policy, policyValue string, d sluice.Decision) {
 	if len(d.Limits) == 0 {
 		return
 	}
@@ -60,13 +64,10 @@ func SetHeadersWithPolicy(h http.Header, policy, policyValue string, d Decision)
 	policyEnd := len(buf)
 
 	name := ""
-	for _, ld := range d.Limits {
-		if ld.Limit == d.Limit && ld.Remaining == d.Remaining && ld.ResetAfter == d.ResetAfter {
-			name = ld.Name
-			break
-		}
+	if d.Binding >= 0 && d.Binding < len(d.Limits) {
+		name = d.Limits[d.Binding].Name
 	}
-	reset := CeilSeconds(d.ResetAfter)
+	reset := ceilSeconds(d.ResetAfter)
 	buf = appendSFString(buf, policy, name)
 	buf = append(buf, ";r="...)
 	buf = strconv.AppendInt(buf, d.Remaining, 10)
@@ -100,7 +101,7 @@ func SetHeadersWithPolicy(h http.Header, policy, policyValue string, d Decision)
 	}
 }
 
-// The headers SetHeaders writes, in canonical form.
+// The headers Set writes, in canonical form.
 var (
 	headerPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
 	headerRateLimit  = http.CanonicalHeaderKey("RateLimit")
@@ -113,36 +114,7 @@ var (
 // RetryAfterSeconds is the Retry-After value for a wait of d: rounded up, and
 // at least 1, because "retry after 0 seconds" on a deny invites a busy loop.
 func RetryAfterSeconds(d time.Duration) int64 {
-	return max(1, CeilSeconds(d))
-}
-
-// CeilMilliseconds rounds d up to whole milliseconds, so a client waiting
-// that long is never early.
-func CeilMilliseconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// CeilSeconds rounds d up to whole seconds.
-func CeilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// PolicyWindow is the time window a limit's quota refers to: the window, or for
-// a token bucket the time an empty bucket takes to fill.
-func PolicyWindow(l Limit) time.Duration {
-	if l.Algorithm == AlgorithmTokenBucket {
-		if l.RefillPerSecond <= 0 {
-			return 0
-		}
-		return time.Duration(math.Ceil(float64(l.Capacity) / l.RefillPerSecond * float64(time.Second)))
-	}
-	return l.Window
+	return max(1, ceilSeconds(d))
 }
 
 // appendSFString appends the policy item name "policy.limit" (or whichever
@@ -171,4 +143,12 @@ func appendSFChars(buf []byte, s string) []byte {
 		}
 	}
 	return buf
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }

@@ -1,4 +1,4 @@
-package sluice_test
+package ratelimitheader_test
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 func TestSetHeaders(t *testing.T) {
@@ -17,7 +18,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 	}
 	h := http.Header{}
-	sluice.SetHeaders(h, "payments", d)
+	ratelimitheader.Set(h, "payments", d)
 	want := map[string]string{
 		"RateLimit-Policy":      `"payments.burst";q=10;w=5, "payments.hourly";q=1000;w=3600`,
 		"RateLimit":             `"payments.burst";r=0;t=5`,
@@ -35,7 +36,7 @@ func TestSetHeaders(t *testing.T) {
 
 func TestRetryAfterSecondsNeverZeroOnADeny(t *testing.T) {
 	for d, want := range map[time.Duration]int64{0: 1, time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, time.Minute: 60} {
-		if got := sluice.RetryAfterSeconds(d); got != want {
+		if got := ratelimitheader.RetryAfterSeconds(d); got != want {
 			t.Errorf("%v: got %d, want %d", d, got, want)
 		}
 	}
@@ -43,7 +44,7 @@ func TestRetryAfterSecondsNeverZeroOnADeny(t *testing.T) {
 
 func TestSetHeadersQuotesPolicyNames(t *testing.T) {
 	h := http.Header{}
-	sluice.SetHeaders(h, `we"ird\`, sluice.Decision{Allowed: true, Limit: 1, Limits: []sluice.LimitDecision{{Name: "x", Limit: 1, Window: time.Second}}})
+	ratelimitheader.Set(h, `we"ird\`, sluice.Decision{Allowed: true, Limit: 1, Limits: []sluice.LimitDecision{{Name: "x", Limit: 1, Window: time.Second}}})
 	if got, want := h.Get("RateLimit-Policy"), `"we\"ird\\.x";q=1;w=1`; got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
@@ -52,10 +53,17 @@ func TestSetHeadersQuotesPolicyNames(t *testing.T) {
 	}
 }
 
-func TestCeilMilliseconds(t *testing.T) {
-	for d, want := range map[time.Duration]int64{-time.Second: 0, 0: 0, time.Nanosecond: 1, time.Millisecond: 1, 1001 * time.Microsecond: 2} {
-		if got := sluice.CeilMilliseconds(d); got != want {
-			t.Errorf("%v: got %d, want %d", d, got, want)
-		}
+// The RateLimit field names the limit Combine chose, even when another
+// limit shows the same figures.
+func TestSetNamesTheBindingLimit(t *testing.T) {
+	twin := sluice.LimitDecision{Limit: 5, Remaining: 2, ResetAfter: time.Second, Allowed: true, Window: time.Second}
+	first, second := twin, twin
+	first.Name, second.Name = "first", "second"
+	d := sluice.Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: time.Second,
+		Limits: []sluice.LimitDecision{first, second}, Binding: 1}
+	h := http.Header{}
+	ratelimitheader.Set(h, "r", d)
+	if got, want := h.Get("RateLimit"), `"r.second";r=2;t=1`; got != want {
+		t.Fatalf("RateLimit %s, want %s", got, want)
 	}
 }

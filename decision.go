@@ -31,6 +31,12 @@ type Decision struct {
 	// in-process fallback store).
 	Degraded bool
 	Limits   []LimitDecision
+	// Hold is what the check took that can be given back (leases, a
+	// reserved estimate), or nil; see holds.go.
+	Hold *Hold
+	// ExpiredLeases counts the leases, of holders that never released
+	// them, that this check found expired and dropped (for metrics).
+	ExpiredLeases int64
 }
 
 // LimitDecision is one limit's part of a Decision.

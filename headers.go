@@ -26,18 +26,23 @@ func SetHeaders(h http.Header, policy string, d Decision) {
 func PolicyHeader(policy string, limits []Limit) string {
 	buf := make([]byte, 0, 64*len(limits))
 	for i, l := range limits {
-		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, PolicyWindow(l))
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, PolicyWindow(l), l.Algorithm == AlgorithmConcurrency)
 	}
 	return string(buf)
 }
 
-func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, window time.Duration) []byte {
+func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, window time.Duration, concurrent bool) []byte {
 	if i > 0 {
 		buf = append(buf, ", "...)
 	}
 	buf = appendSFString(buf, policy, name)
 	buf = append(buf, ";q="...)
 	buf = strconv.AppendInt(buf, limit, 10)
+	if concurrent {
+		// A quota of requests in flight has no window (draft-ietf-httpapi-
+		// ratelimit-headers, quota unit "concurrent-requests").
+		return append(buf, `;qu="concurrent-requests"`...)
+	}
 	buf = append(buf, ";w="...)
 	return strconv.AppendInt(buf, max(1, CeilSeconds(window)), 10)
 }
@@ -54,7 +59,7 @@ func SetHeadersWithPolicy(h http.Header, policy, policyValue string, d Decision)
 	buf := make([]byte, 0, 64*len(d.Limits)+96)
 	if policyValue == "" {
 		for i, ld := range d.Limits {
-			buf = appendPolicyItem(buf, i, policy, ld.Name, ld.Limit, ld.Window)
+			buf = appendPolicyItem(buf, i, policy, ld.Name, ld.Limit, ld.Window, ld.Algorithm == AlgorithmConcurrency)
 		}
 	}
 	policyEnd := len(buf)
@@ -141,6 +146,9 @@ func PolicyWindow(l Limit) time.Duration {
 			return 0
 		}
 		return time.Duration(math.Ceil(float64(l.Capacity) / l.RefillPerSecond * float64(time.Second)))
+	}
+	if l.Algorithm == AlgorithmConcurrency {
+		return l.TTL
 	}
 	return l.Window
 }

@@ -19,6 +19,9 @@ var _ sluice.Holder = (*Store)(nil)
 type lease struct {
 	weight   int64
 	expireAt int64 // ms
+	// keepUntil: the sweeper keeps an expired lease a TTL longer, so the
+	// next check can count it as expired unreleased (a crashed holder).
+	keepUntil int64
 }
 
 // leaseSet is the leases held on one concurrency limit of one subject, by
@@ -105,7 +108,7 @@ func (sh *shard) takeHold(keys *keyList, req sluice.Request, nonce string, now i
 				set = leaseSet{}
 				sh.leases[key] = set
 			}
-			set[nonce] = lease{weight: req.Cost, expireAt: rec.expireAt}
+			set[nonce] = lease{weight: req.Cost, expireAt: rec.expireAt, keepUntil: rec.expireAt + ttl}
 		case !req.Reserve:
 			continue // charged for good
 		}
@@ -149,7 +152,7 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 		for _, p := range rec.parts {
 			if set := sh.leases[p.key]; set != nil {
 				if ls, ok := set[nonce]; ok {
-					ls.expireAt = rec.expireAt
+					ls.expireAt, ls.keepUntil = rec.expireAt, rec.expireAt+rec.ttl
 					set[nonce] = ls
 				}
 			}
@@ -255,7 +258,7 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 func (sh *shard) sweepHoldsLocked(now int64) {
 	for key, set := range sh.leases {
 		for nonce, ls := range set {
-			if ls.expireAt <= now {
+			if ls.keepUntil <= now {
 				delete(set, nonce)
 			}
 		}

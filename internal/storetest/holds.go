@@ -294,7 +294,7 @@ func StrictConcurrency(t *testing.T, stores []sluice.Holder, workers int, n int6
 				now := holding.Add(1)
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
-				time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond) // the work a lease covers
+				time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond) // the work a lease covers
 				// Leave the count before releasing: a new holder may
 				// enter as soon as the release lands.
 				holding.Add(-1)

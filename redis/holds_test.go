@@ -1,0 +1,35 @@
+package redis_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/storetest"
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+func TestHoldsConformanceSingleNode(t *testing.T) {
+	srv := testenv.Redis(t)
+	storetest.RunHolds(t, func(t *testing.T) sluice.Holder { return open(t, srv.URL()) })
+}
+
+func TestHoldsConformanceCluster(t *testing.T) {
+	cluster := testenv.RedisCluster(t)
+	storetest.RunHolds(t, func(t *testing.T) sluice.Holder { return open(t, cluster.URL()) })
+}
+
+// Four clients over one Redis, as four instances of a service would be.
+func TestStrictConcurrency(t *testing.T) {
+	srv := testenv.Redis(t)
+	var stores []sluice.Holder
+	for range 4 {
+		stores = append(stores, open(t, srv.URL()))
+	}
+	storetest.StrictConcurrency(t, stores, 300, 8)
+}
+
+func TestCrashedHoldersFreeAtTTL(t *testing.T) {
+	srv := testenv.Redis(t)
+	storetest.CrashedHolders(t, open(t, srv.URL()), 300*time.Millisecond)
+}

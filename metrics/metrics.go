@@ -80,6 +80,7 @@ type Metrics struct {
 	shed          prometheus.Counter
 	inFlight      prometheus.Gauge
 	budgetRefused prometheus.Counter
+	holds         holdMetrics
 	// reg is where collectors made later (SnapshotAge) are registered.
 	reg prometheus.Registerer
 }
@@ -145,6 +146,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Checks the embedded memory store refused because their tenant (or the store) had no room for a new counter; they got their rule's failure policy.",
 		}),
 	}
+	m.holds = newHoldMetrics(reg)
 	if reg == nil {
 		return m
 	}
@@ -248,6 +250,7 @@ func (m *Metrics) DropRule(source, tenant, domain, rule string) {
 			delete(m.series, l)
 			m.regular--
 			m.decisions.DeletePartialMatch(prometheus.Labels{"source": l.Source, "tenant": l.Tenant, "domain": l.Domain, "rule": l.Rule})
+			m.holds.drop(l)
 		}
 	}
 }

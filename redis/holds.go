@@ -89,3 +89,13 @@ func limitName(key string) string {
 	}
 	return key
 }
+
+// ShardOfTag is the master node holding the counters of a subject tag (a
+// hold id's first part): see Shard.
+func (s *Store) ShardOfTag(tag string) int {
+	m := s.slots.Load()
+	if m == nil {
+		return 0
+	}
+	return int(m.owner[keySlot([]byte(tag))])
+}

@@ -290,3 +290,24 @@ func SettleCost(limits []Limit, cost int64) error {
 	}
 	return nil
 }
+
+// WindowColumn is the duration a catalog stores in a limit's window column:
+// the window, or a concurrency limit's lease TTL (which has no window), so
+// catalogs need no column of their own for it.
+func WindowColumn(l Limit) time.Duration {
+	if l.Algorithm == AlgorithmConcurrency {
+		return l.TTL
+	}
+	return l.Window
+}
+
+// WithWindowColumn returns l with the duration read from a catalog's window
+// column put where WindowColumn took it from.
+func (l Limit) WithWindowColumn(d time.Duration) Limit {
+	if l.Algorithm == AlgorithmConcurrency {
+		l.TTL = d
+	} else {
+		l.Window = d
+	}
+	return l
+}

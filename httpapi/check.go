@@ -22,6 +22,8 @@ type checkRequest struct {
 	Subject string `json:"subject"`
 	// Cost is optional (default 1); a pointer tells "absent" from 0 (peek).
 	Cost *int64 `json:"cost"`
+	// Reserve makes cost an estimate to settle later (see holds.go).
+	Reserve bool `json:"reserve"`
 }
 
 // credential returns the secret the caller presented: X-API-Key, else an
@@ -135,7 +137,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
-	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Start: start})
+	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Reserve: req.Reserve, Start: start})
 	if err != nil {
 		a.failCheck(w, r, grant.Tenant, rule.Name, err)
 		return

@@ -236,6 +236,13 @@ type decisionBody struct {
 	Degraded     bool        `json:"degraded"`
 	Shadow       bool        `json:"shadow"`
 	Limits       []limitBody `json:"limits"`
+	Hold         *holdBody   `json:"hold,omitempty"`
+}
+
+// holdBody is what an allowed check took that can be given back.
+type holdBody struct {
+	ID          string `json:"id"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
 }
 
 type limitBody struct {
@@ -273,6 +280,9 @@ func newDecisionBody(rule string, d sluice.Decision, shadow bool) decisionBody {
 			ResetAfterMs: sluice.CeilMilliseconds(ld.ResetAfter),
 			RetryAfterMs: sluice.CeilMilliseconds(ld.RetryAfter),
 		})
+	}
+	if d.Hold != nil {
+		b.Hold = &holdBody{ID: d.Hold.ID, ExpiresInMs: d.Hold.ExpiresIn.Milliseconds()}
 	}
 	return b
 }

@@ -667,7 +667,11 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join(root, "metrics", "metrics.go"))
+	more, err := filepath.Glob(filepath.Join(root, "metrics", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, more...)
 	re := regexp.MustCompile(`Name:\s*"(sluice_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	for _, f := range files {

@@ -21,7 +21,8 @@ import (
 //
 //   - settle (HoldSettle) with the actual cost: the difference is refunded or
 //     charged to each rate limit (a token bucket gets tokens back, at most up
-//     to its capacity, or goes into debt that later checks wait out; a window
+//     to its capacity, or goes into debt, at most a full bucket deep, that
+//     later checks wait out; a window
 //     gets its count corrected in the window the estimate was charged to,
 //     while that window still counts), and the leases are freed;
 //   - release (HoldRelease): the estimate stands, the leases are freed;
@@ -188,7 +189,9 @@ type HoldResult struct {
 	ExpiresIn time.Duration
 	// LeasesFreed is the units of lease the operation freed.
 	LeasesFreed int64
-	// Refunded reports that a settle gave some limit quota back.
+	// Refunded reports a settle below the estimate reserved on some rate
+	// limit: quota may have come back without time passing, so cached
+	// denies of the subject may be stale.
 	Refunded bool
 }
 

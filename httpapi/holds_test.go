@@ -267,7 +267,7 @@ func TestStrictConcurrencyOverHTTP(t *testing.T) {
 	var wg sync.WaitGroup
 	// Each worker makes three attempts, and goes on until the limit was
 	// reached (else the test proves nothing) or a generous deadline.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for w := range 300 {
 		wg.Add(1)
 		go func() {
@@ -286,7 +286,9 @@ func TestStrictConcurrencyOverHTTP(t *testing.T) {
 				now := holding.Add(1)
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
-				time.Sleep(time.Duration(10+rand.IntN(15)) * time.Millisecond) // the work a lease covers
+				// The work a lease covers: long next to a round trip, since a
+				// holder stops counting itself before its release lands.
+				time.Sleep(time.Duration(20+rand.IntN(30)) * time.Millisecond)
 				holding.Add(-1)
 				if r := h.do("DELETE", "/v1/holds/"+holdID(t, r), key, nil); r.body["status"] != "released" {
 					t.Errorf("release: %d %s", r.status, r.raw)

@@ -186,12 +186,12 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 			if p.limit.Algorithm == sluice.AlgorithmConcurrency {
 				continue
 			}
+			res.Refunded = res.Refunded || p.charged > op.Cost
 			e := sh.entries[p.key]
 			next, write := settle(p, live(e, now), now, op.Cost)
 			if !write {
 				continue
 			}
-			res.Refunded = res.Refunded || p.charged > op.Cost
 			if e != nil {
 				s.write(sh, []byte(p.key), e, nil, next)
 			} else {
@@ -229,11 +229,13 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 	}
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		// Refill to now, then give back (up to a full bucket) or take (into
-		// debt, which later checks wait out).
+		// debt, which later checks wait out, down to minus a full bucket:
+		// settles of many holds must not push the figures past what the
+		// stores count exactly, nor a subject out for ever).
 		n, q := l.RefillRate()
 		full := l.Capacity * q
 		next := decide(l, st, now, 0).next
-		next.a = min(full, next.a+diff*q)
+		next.a = max(-full, min(full, next.a+diff*q))
 		next.expireAt = next.b + ceilDiv(full-next.a, n)
 		// A bucket back to full needs no counter.
 		return next, st != nil || next.a < full

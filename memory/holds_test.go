@@ -28,3 +28,9 @@ func TestCrashedHoldersFreeAtTTL(t *testing.T) {
 	defer s.Close()
 	storetest.CrashedHolders(t, s, 300*time.Millisecond)
 }
+
+func TestHoldsMatchModel(t *testing.T) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	storetest.HoldsMatchModel(t, map[string]sluice.Holder{"memory": s}, 10)
+}

@@ -222,7 +222,7 @@ end
 
 -- settle_limit corrects one reserved rate limit by diff (charged - actual;
 -- > 0 refunds) at now: a token bucket refills to now and gets tokens back
--- up to capacity, or goes into debt; a window's count is corrected in the
+-- up to capacity, or goes into debt down to minus its capacity; a window's count is corrected in the
 -- window the estimate was charged to, while it still counts. Returns
 -- whether it wrote. Mirrors settle in memory/holds.go.
 local function settle_limit(key, algo, capacity, p1, p2, window, diff)
@@ -233,7 +233,7 @@ local function settle_limit(key, algo, capacity, p1, p2, window, diff)
   if algo == 't' then
     local full = capacity * p2
     local _, _, _, _, _, nxt = decide_limit(algo, capacity, p1, p2, st, 0)
-    local tokens = math.min(full, nxt[1] + diff * p2)
+    local tokens = math.max(-full, math.min(full, nxt[1] + diff * p2))
     if not st and tokens >= full then
       return false
     end
@@ -308,8 +308,11 @@ local function hold_op()
       end
     end
     for _, p in ipairs(parts) do
-      if p.algo ~= 'c' and settle_limit(p.key, p.algo, p.capacity, p.p1, p.p2, p.window, p.charged - actual) and p.charged > actual then
-        refunded = 1
+      if p.algo ~= 'c' then
+        settle_limit(p.key, p.algo, p.capacity, p.p1, p.p2, p.window, p.charged - actual)
+        if p.charged > actual then
+          refunded = 1
+        end
       end
     end
     status = 'settled'

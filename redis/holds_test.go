@@ -7,6 +7,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/memory"
 )
 
 func TestHoldsConformanceSingleNode(t *testing.T) {
@@ -32,4 +33,16 @@ func TestStrictConcurrency(t *testing.T) {
 func TestCrashedHoldersFreeAtTTL(t *testing.T) {
 	srv := testenv.Redis(t)
 	storetest.CrashedHolders(t, open(t, srv.URL()), 300*time.Millisecond)
+}
+
+// TestHoldsMatchModel: the model, the memory store, Redis and Redis Cluster
+// answer every check and hold operation alike.
+func TestHoldsMatchModel(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	t.Cleanup(func() { mem.Close() })
+	storetest.HoldsMatchModel(t, map[string]sluice.Holder{
+		"memory":        mem,
+		"redis":         open(t, testenv.Redis(t).URL()),
+		"redis-cluster": open(t, testenv.RedisCluster(t).URL()),
+	}, 3)
 }

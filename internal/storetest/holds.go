@@ -183,6 +183,14 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 			want(t, check(t, tb, 0, 1, false), false, 0, 6000)
 			want(t, check(t, tb, 6000, 1, false), true, 0, 0)
 		})
+		t.Run("debt_is_at_most_a_full_bucket", func(t *testing.T) {
+			a, b, c := check(t, tb, 0, 4, true), check(t, tb, 0, 4, true), check(t, tb, 0, 2, true)
+			for _, d := range []sluice.Decision{a, b, c} {
+				op(t, d.Hold.ID, sluice.HoldSettle, 10, 0, sluice.HoldSettled)
+			}
+			// 6 + 6 + 8 over the estimates, but at most 10 tokens of debt.
+			want(t, check(t, tb, 0, 1, false), false, 0, 11000)
+		})
 		t.Run("release_keeps_the_estimate", func(t *testing.T) {
 			d := check(t, tb, 0, 6, true)
 			op(t, d.Hold.ID, sluice.HoldRelease, 0, 0, sluice.HoldReleased)

@@ -94,6 +94,10 @@ type Result struct {
 	// Shadow is set when the rule only observes: it never denies.
 	Shadow bool
 	Limits []LimitResult
+	// Hold is what an allowed check took that can be given back (a
+	// concurrency lease, a reserved estimate): settle, release or extend it
+	// with Settle, Release or Extend. Nil when it took nothing.
+	Hold *sluice.Hold
 	// Header holds the rate-limit headers the service sent (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After), for a caller to pass on.
 	Header http.Header
@@ -151,7 +155,11 @@ const maxResponseBytes = 1 << 20
 // 0 peeks without consuming. A denial is a Result with Allowed false; an
 // error is either a transport failure or an *Error.
 func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (Result, error) {
-	body, err := json.Marshal(checkRequest{Route: route, Subject: subject, Cost: cost})
+	return c.check(ctx, checkRequest{Route: route, Subject: subject, Cost: cost})
+}
+
+func (c *Client) check(ctx context.Context, creq checkRequest) (Result, error) {
+	body, err := json.Marshal(creq)
 	if err != nil {
 		return Result{}, fmt.Errorf("sluice client: encode check: %w", err)
 	}
@@ -193,6 +201,9 @@ func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (
 	}
 	if d.Rule != nil {
 		res.Rule = *d.Rule
+	}
+	if d.Hold != nil {
+		res.Hold = &sluice.Hold{ID: d.Hold.ID, ExpiresIn: time.Duration(d.Hold.ExpiresInMs) * time.Millisecond}
 	}
 	for _, l := range d.Limits {
 		res.Limits = append(res.Limits, LimitResult{
@@ -237,6 +248,7 @@ type checkRequest struct {
 	Route   string `json:"route"`
 	Subject string `json:"subject,omitempty"`
 	Cost    int64  `json:"cost"`
+	Reserve bool   `json:"reserve,omitempty"`
 }
 
 type decisionBody struct {
@@ -249,6 +261,7 @@ type decisionBody struct {
 	Degraded     bool        `json:"degraded"`
 	Shadow       bool        `json:"shadow"`
 	Limits       []limitBody `json:"limits"`
+	Hold         *holdBody   `json:"hold"`
 }
 
 type limitBody struct {

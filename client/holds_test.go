@@ -22,7 +22,7 @@ import (
 func TestHoldsAgainstTheService(t *testing.T) {
 	ctx := context.Background()
 	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "gen", Route: "/gen",
-		Limits: []sluice.Limit{sluice.TokenBucket(1000, 1e-3).Named("tokens"), sluice.Concurrency(100, time.Minute).Named("inflight")},
+		Limits:      []sluice.Limit{sluice.TokenBucket(1000, 1e-3).Named("tokens"), sluice.Concurrency(100, time.Minute).Named("inflight")},
 		FailureMode: sluice.FailClosed})
 	store := memory.New(memory.Options{})
 	defer store.Close()

@@ -44,7 +44,11 @@ func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Dec
 	if call == nil {
 		return sluice.Decision{}, errors.New("remote check without a route")
 	}
-	res, err := s.c.Check(ctx, call.route, req.Subject, req.Cost)
+	check := s.c.Check
+	if req.Reserve {
+		check = s.c.Reserve
+	}
+	res, err := check(ctx, call.route, req.Subject, req.Cost)
 	if err != nil {
 		var e *client.Error
 		if errors.As(err, &e) && e.StatusCode == http.StatusBadRequest {
@@ -64,7 +68,7 @@ func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Dec
 	*call.result = res
 	d := sluice.Decision{
 		Allowed: res.Allowed, Limit: res.Limit, Remaining: res.Remaining,
-		ResetAfter: res.ResetAfter, RetryAfter: res.RetryAfter, Degraded: res.Degraded,
+		ResetAfter: res.ResetAfter, RetryAfter: res.RetryAfter, Degraded: res.Degraded, Hold: res.Hold,
 	}
 	for _, l := range res.Limits {
 		d.Limits = append(d.Limits, sluice.LimitDecision{

@@ -231,6 +231,9 @@ type route struct {
 	methods  []string
 	verifier *verifier
 	limiter  *middleware.Limiter
+	// limited is the proxy behind the route's limiters' handlers: they
+	// hold leases and reservations for the whole proxied exchange.
+	limited  http.Handler
 	proxy    *httputil.ReverseProxy
 	timeout  time.Duration
 }
@@ -269,7 +272,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			if rc.Cost != nil {
 				cost = *rc.Cost
 			}
-			rte.limiter, err = middleware.NewLimiter(middleware.Options{
+			opts := middleware.Options{
 				Store:       g.store,
 				Name:        rc.Name,
 				Tenant:      "gateway",
@@ -280,11 +283,37 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,
-			})
+			}
+			if rc.CostBy == CostByResponseBytes {
+				opts.Reserve = true
+				opts.Settle = func(_ *http.Request, f middleware.Finished) int64 { return min(f.Bytes, maxCost(limits)) }
+			}
+			rte.limiter, err = middleware.NewLimiter(opts)
 			if err != nil {
 				return nil, fmt.Errorf("routes (%s): %w", rc.Name, err)
 			}
 			rt.limiters = append(rt.limiters, rte.limiter)
+		}
+		rte.limited = http.HandlerFunc(rte.proxyWithTimeout)
+		if rte.limiter != nil {
+			rte.limited = rte.limiter.Handler(rte.limited)
+		}
+		if cl, ok, err := rc.concurrencyLimit(); err != nil {
+			return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
+		} else if ok {
+			// A lease weighs its check's cost, so the concurrency limit is a
+			// limiter of its own, of cost 1, in front of the rate limits: a
+			// request they deny gives its lease back at once.
+			conc, err := middleware.NewLimiter(middleware.Options{
+				Store: g.store, Name: rc.Name + ".concurrency", Tenant: "gateway",
+				Limits: []sluice.Limit{cl.Named("inflight")}, Key: key, FailureMode: rc.FailureMode,
+				Engine: g.engine, Metrics: g.opts.Metrics, Source: metrics.SourceGateway,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("routes (%s): %w", rc.Name, err)
+			}
+			rt.limiters = append(rt.limiters, conc)
+			rte.limited = conc.Handler(rte.limited)
 		}
 		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, transport, g.opts.Logger)
 		rt.routes = append(rt.routes, rte)
@@ -396,15 +425,28 @@ func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if rte.limiter != nil && !rte.limiter.Serve(w, r) {
-		return
-	}
+	rte.limited.ServeHTTP(w, r)
+}
+
+// proxyWithTimeout forwards r upstream within the route's timeout.
+func (rte *route) proxyWithTimeout(w http.ResponseWriter, r *http.Request) {
 	if rte.timeout > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), rte.timeout)
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
 	rte.proxy.ServeHTTP(w, r)
+}
+
+// maxCost is the largest cost every rate limit of limits can hold: a
+// response bigger than that is charged that much (a settle, like a check,
+// must fit every limit).
+func maxCost(limits []sluice.Limit) int64 {
+	c := limits[0].Capacity
+	for _, l := range limits[1:] {
+		c = min(c, l.Capacity)
+	}
+	return c
 }
 
 // authenticate verifies the bearer token and stores its claims for the

@@ -233,9 +233,9 @@ type route struct {
 	limiter  *middleware.Limiter
 	// limited is the proxy behind the route's limiters' handlers: they
 	// hold leases and reservations for the whole proxied exchange.
-	limited  http.Handler
-	proxy    *httputil.ReverseProxy
-	timeout  time.Duration
+	limited http.Handler
+	proxy   *httputil.ReverseProxy
+	timeout time.Duration
 }
 
 func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {

@@ -10,36 +10,6 @@ import (
 	"time"
 )
 
-// Holds: concurrency limits and reserve-then-settle.
-//
-// A concurrency limit (Concurrency) admits a check while fewer than its
-// capacity of units are held; a check that passes it takes a lease of its
-// cost's weight. A check may also reserve its cost (Request.Reserve): the cost
-// is an estimate, charged to the rate limits now and corrected later. Either
-// way the Decision carries one Hold for everything the check took that can be
-// given back:
-//
-//   - settle (HoldSettle) with the actual cost: the difference is refunded or
-//     charged to each rate limit (a token bucket gets tokens back, at most up
-//     to its capacity, or goes into debt, at most a full bucket deep, that
-//     later checks wait out; a window
-//     gets its count corrected in the window the estimate was charged to,
-//     while that window still counts), and the leases are freed;
-//   - release (HoldRelease): the estimate stands, the leases are freed;
-//   - extend (HoldExtend): the leases and the hold live another TTL;
-//   - nothing: at its TTL the hold expires, its leases are freed and its
-//     estimate stands. A holder that crashes can never hold a limit for ever.
-//
-// All of it happens inside the store's one atomic step: a check that a rate
-// limit denies takes no lease, one that a concurrency limit denies consumes
-// no tokens. A concurrency deny's RetryAfter is when enough leases expire for
-// the check to fit: an upper bound, since holders usually release sooner.
-//
-// Settle, release and extend of a hold that has expired or was already
-// settled or released change nothing and say so (HoldExpired, HoldFinished);
-// a hold id the store does not know (never issued, another tenant's, or gone
-// long after it expired) is HoldUnknown.
-
 // Concurrency returns a concurrency limit: at most limit units held at once,
 // each lease freed after ttl unless released or extended before.
 func Concurrency(limit int64, ttl time.Duration) Limit {
@@ -195,7 +165,38 @@ type HoldResult struct {
 	Refunded bool
 }
 
-// Holder is a Store that also keeps holds. Its Check takes a hold exactly
+// Holder is a Store that also keeps holds: concurrency limits and
+// reserve-then-settle.
+//
+// A concurrency limit (Concurrency) admits a check while fewer than its
+// capacity of units are held; a check that passes it takes a lease of its
+// cost's weight. A check may also reserve its cost (Request.Reserve): the cost
+// is an estimate, charged to the rate limits now and corrected later. Either
+// way the Decision carries one Hold for everything the check took that can be
+// given back:
+//
+//   - settle (HoldSettle) with the actual cost: the difference is refunded or
+//     charged to each rate limit (a token bucket gets tokens back, at most up
+//     to its capacity, or goes into debt, at most a full bucket deep, that
+//     later checks wait out; a window
+//     gets its count corrected in the window the estimate was charged to,
+//     while that window still counts), and the leases are freed;
+//   - release (HoldRelease): the estimate stands, the leases are freed;
+//   - extend (HoldExtend): the leases and the hold live another TTL;
+//   - nothing: at its TTL the hold expires, its leases are freed and its
+//     estimate stands. A holder that crashes can never hold a limit for ever.
+//
+// All of it happens inside the store's one atomic step: a check that a rate
+// limit denies takes no lease, one that a concurrency limit denies consumes
+// no tokens. A concurrency deny's RetryAfter is when enough leases expire for
+// the check to fit: an upper bound, since holders usually release sooner.
+//
+// Settle, release and extend of a hold that has expired or was already
+// settled or released change nothing and say so (HoldExpired, HoldFinished);
+// a hold id the store does not know (never issued, another tenant's, or gone
+// long after it expired) is HoldUnknown.
+//
+// A Holder's Check takes a hold exactly
 // when the request Holds() and is allowed, and returns it in Decision.Hold.
 //
 // Hold applies op atomically. It returns an error wrapping ErrInvalid for a

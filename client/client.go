@@ -163,23 +163,9 @@ func (c *Client) check(ctx context.Context, creq checkRequest) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("sluice client: encode check: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.checkURL, bytes.NewReader(body))
+	resp, raw, err := c.send(ctx, http.MethodPost, c.checkURL, body, "check")
 	if err != nil {
-		return Result{}, fmt.Errorf("sluice client: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-API-Key", c.apiKey)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// The URL holds no secret (the key travels in a header), so the
-		// transport error is safe to return as it is.
-		return Result{}, fmt.Errorf("sluice client: check: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return Result{}, fmt.Errorf("sluice client: read answer: %w", err)
+		return Result{}, err
 	}
 
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
@@ -216,6 +202,36 @@ func (c *Client) check(ctx context.Context, creq checkRequest) (Result, error) {
 		})
 	}
 	return res, nil
+}
+
+// send makes one call of the service with the API key and returns the
+// answer, its body read (at most maxResponseBytes) and closed.
+func (c *Client) send(ctx context.Context, method, url string, body []byte, what string) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-API-Key", c.apiKey)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// The URL holds no secret (the key travels in a header), so the
+		// transport error is safe to return as it is.
+		return nil, nil, fmt.Errorf("sluice client: %s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice client: read answer: %w", err)
+	}
+	return resp, raw, nil
 }
 
 func errorFrom(resp *http.Response, raw []byte) *Error {

@@ -1,11 +1,9 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -67,27 +65,9 @@ func (c *Client) Extend(ctx context.Context, holdID string) (time.Duration, slui
 
 func (c *Client) holdCall(ctx context.Context, method, holdID, suffix string, body []byte) (holdAnswer, error) {
 	u := strings.TrimSuffix(c.checkURL, "/v1/check") + "/v1/holds/" + url.PathEscape(holdID) + suffix
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	resp, raw, err := c.send(ctx, method, u, body, "hold")
 	if err != nil {
-		return holdAnswer{}, fmt.Errorf("sluice client: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-API-Key", c.apiKey)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return holdAnswer{}, fmt.Errorf("sluice client: hold: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return holdAnswer{}, fmt.Errorf("sluice client: read answer: %w", err)
+		return holdAnswer{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return holdAnswer{}, errorFrom(resp, raw)

@@ -3,38 +3,21 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/client"
-	"github.com/sluicelabs/sluice/httpapi"
-	"github.com/sluicelabs/sluice/internal/catalogtest"
-	"github.com/sluicelabs/sluice/memory"
 )
 
 // TestHoldsAgainstTheService takes, settles, releases and extends holds
 // through the real check API.
 func TestHoldsAgainstTheService(t *testing.T) {
 	ctx := context.Background()
-	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "gen", Route: "/gen",
+	url, secret := startService(t, sluice.Rule{Tenant: "acme", Name: "gen", Route: "/gen",
 		Limits:      []sluice.Limit{sluice.TokenBucket(1000, 1e-3).Named("tokens"), sluice.Concurrency(100, time.Minute).Named("inflight")},
 		FailureMode: sluice.FailClosed})
-	store := memory.New(memory.Options{})
-	defer store.Close()
-	g := check.New(store, check.Options{})
-	defer g.Close()
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
-	defer srv.Close()
-	c, err := client.New(srv.URL, secret)
+	c, err := client.New(url, secret)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,9 @@
 package httpapi
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -20,6 +17,9 @@ import (
 // status in the message. Release and extend are idempotent: 200 with the
 // status ("released", "extended", or "expired", "finished", "unknown" when
 // nothing changed).
+
+var errHoldsUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
+	"The rate-limit store is unavailable, and holds live only there; retry shortly."}
 
 // holdAnswer is the body of a hold operation's answer.
 type holdAnswer struct {
@@ -56,34 +56,16 @@ func (a *API) handleExtendHold(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) holdOp(w http.ResponseWriter, r *http.Request, action sluice.HoldAction, cost int64) {
 	st := a.state.Load()
-	grant, aerr := tenantKey(st.snap, credential(r))
+	grant, aerr := checkKey(st.snap, r)
 	if aerr != nil {
 		a.fail(w, aerr)
-		return
-	}
-	if grant.Role != sluice.RoleCheck {
-		a.fail(w, &apiError{http.StatusForbidden, "wrong_role",
-			fmt.Sprintf("This API key has the %s role; holds are settled, released and extended with a key with the check role.", grant.Role)})
 		return
 	}
 	id := r.PathValue("id")
 	op := sluice.HoldOp{Tenant: st.snap.Tenants[grant.Tenant].CounterNamespace(), ID: id, Action: action, Cost: cost}
 	res, err := a.engine.Hold(r.Context(), metrics.Labels{Source: metrics.SourceHTTP, Tenant: grant.Tenant}, op)
 	if err != nil {
-		switch {
-		case errors.Is(err, sluice.ErrInvalid):
-			a.fail(w, errorFor(err))
-		case errors.Is(err, check.ErrOverloaded):
-			w.Header().Set("Retry-After", "1")
-			a.fail(w, errOverloaded)
-		default:
-			if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
-				a.log.Error("hold failed", "tenant", grant.Tenant, "action", string(action), "error", err)
-			}
-			w.Header().Set("Retry-After", "1")
-			a.fail(w, &apiError{http.StatusServiceUnavailable, "store_unavailable",
-				"The rate-limit store is unavailable, and holds live only there; retry shortly."})
-		}
+		a.failEngine(w, r, err, errHoldsUnavailable, "hold failed", "tenant", grant.Tenant, "action", string(action))
 		return
 	}
 	if action == sluice.HoldSettle {

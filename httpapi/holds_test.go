@@ -1,15 +1,14 @@
 package httpapi
 
 import (
-	"math/rand/v2"
+	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
@@ -19,30 +18,6 @@ func concurrencyRule(route string, limit int64, ttl string) map[string]any {
 		"route":  route,
 		"limits": []any{map[string]any{"name": "inflight", "algorithm": "concurrency", "limit": limit, "ttl": ttl}},
 	}
-}
-
-// gauge reads a gauge of the registry by name and labels.
-func (h *harness) gauge(name string, labels map[string]string) float64 {
-	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 func holdID(t *testing.T, r response) string {
@@ -263,50 +238,25 @@ func TestStrictConcurrencyOverHTTP(t *testing.T) {
 		})
 	}
 
-	var holding, peak, admitted atomic.Int64
-	var wg sync.WaitGroup
-	// Each worker makes three attempts, and goes on until the limit was
-	// reached (else the test proves nothing) or a generous deadline.
-	deadline := time.Now().Add(120 * time.Second)
-	for w := range 300 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h := hs[w%len(hs)].with(t)
-			for i := 0; i < 3 || peak.Load() < limit && time.Now().Before(deadline); i++ {
-				r := h.do("POST", "/v1/check", key, map[string]any{"route": "/upload", "subject": "hot"})
-				if r.status == http.StatusTooManyRequests {
-					continue
-				}
-				if r.status != http.StatusOK {
-					t.Errorf("check: %d %s", r.status, r.raw)
-					return
-				}
-				admitted.Add(1)
-				now := holding.Add(1)
-				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
-				}
-				// The work a lease covers: long next to a round trip, since a
-				// holder stops counting itself before its release lands.
-				time.Sleep(time.Duration(20+rand.IntN(30)) * time.Millisecond)
-				holding.Add(-1)
-				if r := h.do("DELETE", "/v1/holds/"+holdID(t, r), key, nil); r.body["status"] != "released" {
-					t.Errorf("release: %d %s", r.status, r.raw)
-					return
-				}
+	// The work a lease covers is long next to a round trip, since a holder
+	// stops counting itself before its release lands.
+	storetest.Holders(t, 300, limit, 20*time.Millisecond, func(w int) (func() error, bool, error) {
+		h := hs[w%len(hs)].with(t)
+		r := h.do("POST", "/v1/check", key, map[string]any{"route": "/upload", "subject": "hot"})
+		switch r.status {
+		case http.StatusTooManyRequests:
+			return nil, false, nil
+		case http.StatusOK:
+		default:
+			return nil, false, fmt.Errorf("check: %d %s", r.status, r.raw)
+		}
+		return func() error {
+			if r := h.do("DELETE", "/v1/holds/"+holdID(t, r), key, nil); r.body["status"] != "released" {
+				return fmt.Errorf("release: %d %s", r.status, r.raw)
 			}
-		}()
-	}
-	wg.Wait()
-	if p := peak.Load(); p > limit {
-		t.Fatalf("%d holders at once on a concurrency limit of %d", p, limit)
-	}
-	if p := peak.Load(); p != limit {
-		t.Fatalf("peak %d never reached the limit of %d: the test proved nothing", p, limit)
-	}
-	if admitted.Load() == 0 {
-		t.Fatal("nothing admitted")
-	}
+			return nil
+		}, true, nil
+	})
 }
 
 // TestCrashedHoldersFreeAtTTLOverHTTP: holders that never release lose their

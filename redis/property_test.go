@@ -60,7 +60,7 @@ func TestMatchesModel(t *testing.T) {
 				if err != nil {
 					rt.Fatalf("%s: %v", s.name, err)
 				}
-				if diff := compare(want, got); diff != "" {
+				if diff := storetest.CompareDecisions(want, got); diff != "" {
 					rt.Fatalf("step %d, %s at +%dms cost %d for %s: %s\nmodel: %+v\nstore: %+v",
 						i, s.name, now.Sub(storetest.Base).Milliseconds(), req.Cost, req.Subject, diff, want, got)
 				}
@@ -119,20 +119,4 @@ func drawStep(rt *rapid.T) time.Duration {
 		ms = rapid.Int64Range(1500, 120_000).Draw(rt, "long step")
 	}
 	return time.Duration(ms) * time.Millisecond
-}
-
-func compare(want, got sluice.Decision) string {
-	if want.Allowed != got.Allowed || want.Limit != got.Limit || want.Remaining != got.Remaining ||
-		want.ResetAfter != got.ResetAfter || want.RetryAfter != got.RetryAfter {
-		return fmt.Sprintf("top level: want %v, got %v", want, got)
-	}
-	if len(want.Limits) != len(got.Limits) {
-		return fmt.Sprintf("want %d limits, got %d", len(want.Limits), len(got.Limits))
-	}
-	for i := range want.Limits {
-		if want.Limits[i] != got.Limits[i] {
-			return fmt.Sprintf("limit %d: want %+v, got %+v", i, want.Limits[i], got.Limits[i])
-		}
-	}
-	return ""
 }

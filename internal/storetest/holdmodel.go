@@ -258,12 +258,24 @@ func holdsMatchModel(t *testing.T, stores map[string]sluice.Holder) {
 }
 
 func compareHoldDecisions(want, got sluice.Decision) string {
-	if want.Allowed != got.Allowed || want.Limit != got.Limit || want.Remaining != got.Remaining ||
-		want.ResetAfter != got.ResetAfter || want.RetryAfter != got.RetryAfter || want.ExpiredLeases != got.ExpiredLeases {
-		return fmt.Sprintf("top level: want %v (expired %d), got %v (expired %d)", want, want.ExpiredLeases, got, got.ExpiredLeases)
+	if diff := CompareDecisions(want, got); diff != "" {
+		return diff
+	}
+	if want.ExpiredLeases != got.ExpiredLeases {
+		return fmt.Sprintf("expired leases: want %d, got %d", want.ExpiredLeases, got.ExpiredLeases)
 	}
 	if (want.Hold == nil) != (got.Hold == nil) || want.Hold != nil && want.Hold.ExpiresIn != got.Hold.ExpiresIn {
 		return fmt.Sprintf("hold: want %+v, got %+v", want.Hold, got.Hold)
+	}
+	return ""
+}
+
+// CompareDecisions says how got differs from want in the figures every
+// store must agree on (top level and per limit), or "" when it does not.
+func CompareDecisions(want, got sluice.Decision) string {
+	if want.Allowed != got.Allowed || want.Limit != got.Limit || want.Remaining != got.Remaining ||
+		want.ResetAfter != got.ResetAfter || want.RetryAfter != got.RetryAfter {
+		return fmt.Sprintf("top level: want %v, got %v", want, got)
 	}
 	if len(want.Limits) != len(got.Limits) {
 		return fmt.Sprintf("want %d limits, got %d", len(want.Limits), len(got.Limits))

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -275,43 +276,62 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 
 // StrictConcurrency runs workers goroutines over stores (the same counters
 // seen through independent clients): each takes a lease on a concurrency
-// limit of n, holds it a random few milliseconds, and releases it. The
-// holders themselves count how many hold at once, which must never exceed n,
-// and n must be reached (else the test proves nothing).
+// limit of n, holds it a random few milliseconds, and releases it; see
+// Holders.
 func StrictConcurrency(t *testing.T, stores []sluice.Holder, workers int, n int64) {
 	t.Helper()
 	limits := []sluice.Limit{sluice.Concurrency(n, time.Minute).Named("inflight")}
+	ctx := context.Background()
+	Holders(t, workers, n, 5*time.Millisecond, func(w int) (func() error, bool, error) {
+		store := stores[w%len(stores)]
+		d, err := store.Check(ctx, sluice.Request{Tenant: t.Name(), Rule: "strict", Subject: "hot", Limits: limits, Cost: 1})
+		if err != nil || !d.Allowed {
+			return nil, false, err
+		}
+		return func() error {
+			res, err := store.Hold(ctx, sluice.HoldOp{Tenant: t.Name(), ID: d.Hold.ID, Action: sluice.HoldRelease})
+			if err == nil && res.Status != sluice.HoldReleased {
+				err = fmt.Errorf("release answered %q", res.Status)
+			}
+			return err
+		}, true, nil
+	})
+}
+
+// Holders runs workers goroutines that acquire a lease on a concurrency
+// limit of n (acquire reports whether it was granted, and how to release
+// it), hold it between work and twice work, and release it. The holders
+// themselves count how many hold at once, which must never exceed n; and n
+// must be reached, else the test proved nothing. Each worker makes five
+// attempts, and goes on until the limit was reached or a generous deadline.
+func Holders(t *testing.T, workers int, n int64, work time.Duration, acquire func(worker int) (release func() error, ok bool, err error)) {
+	t.Helper()
 	var holding, peak, admitted atomic.Int64
 	var wg sync.WaitGroup
-	ctx := context.Background()
-	// Each worker makes five attempts, and goes on until the limit was
-	// reached (else the test proves nothing) or a generous deadline.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			store := stores[w%len(stores)]
 			for i := 0; i < 5 || peak.Load() < n && time.Now().Before(deadline); i++ {
-				d, err := store.Check(ctx, sluice.Request{Tenant: t.Name(), Rule: "strict", Subject: "hot", Limits: limits, Cost: 1})
+				release, ok, err := acquire(w)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if !d.Allowed {
+				if !ok {
 					continue
 				}
 				admitted.Add(1)
 				now := holding.Add(1)
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
-				time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond) // the work a lease covers
+				time.Sleep(work + rand.N(work)) // the work a lease covers
 				// Leave the count before releasing: a new holder may
 				// enter as soon as the release lands.
 				holding.Add(-1)
-				res, err := store.Hold(ctx, sluice.HoldOp{Tenant: t.Name(), ID: d.Hold.ID, Action: sluice.HoldRelease})
-				if err != nil || res.Status != sluice.HoldReleased {
-					t.Errorf("release: %+v, %v", res, err)
+				if err := release(); err != nil {
+					t.Errorf("release: %v", err)
 					return
 				}
 			}

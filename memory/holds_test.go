@@ -34,3 +34,10 @@ func TestHoldsMatchModel(t *testing.T) {
 	defer s.Close()
 	storetest.HoldsMatchModel(t, map[string]sluice.Holder{"memory": s}, 10)
 }
+
+// BenchmarkHolds: an acquire/release pair next to a plain check.
+func BenchmarkHolds(b *testing.B) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	storetest.BenchmarkHolds(b, s)
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/memory"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 func TestHoldsConformanceSingleNode(t *testing.T) {
@@ -45,4 +46,16 @@ func TestHoldsMatchModel(t *testing.T) {
 		"redis":         open(t, testenv.Redis(t).URL()),
 		"redis-cluster": open(t, testenv.RedisCluster(t).URL()),
 	}, 3)
+}
+
+// BenchmarkHolds: an acquire/release pair next to a plain check, on a
+// private local redis-server.
+func BenchmarkHolds(b *testing.B) {
+	srv := testenv.Redis(b)
+	store, err := sluiceredis.Open(srv.URL(), sluiceredis.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	storetest.BenchmarkHolds(b, store)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,5 +387,55 @@ func CrashedHolders(t *testing.T, store sluice.Holder, ttl time.Duration) {
 			t.Fatalf("still held %v after the ttl of %v", time.Since(start), ttl)
 		}
 		time.Sleep(d.RetryAfter / 4)
+	}
+}
+
+// BenchmarkHolds measures, in one run, a plain check of BenchLimits and an
+// acquire/release pair (a check of BenchLimits and a concurrency limit,
+// then the release of its hold), serial and parallel across 10,000
+// subjects.
+func BenchmarkHolds(b *testing.B, store sluice.Holder) {
+	ctx := context.Background()
+	subjects := make([]string, 10_000)
+	for i := range subjects {
+		subjects[i] = "user-" + strconv.Itoa(i)
+	}
+	withLease := append(append([]sluice.Limit(nil), BenchLimits...), sluice.Concurrency(1000, time.Minute).Named("inflight"))
+	plain := func(b *testing.B, subject string) {
+		if _, err := store.Check(ctx, sluice.Request{Rule: "bench", Subject: subject, Limits: BenchLimits, Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pair := func(b *testing.B, subject string) {
+		d, err := store.Check(ctx, sluice.Request{Rule: "bench-holds", Subject: subject, Limits: withLease, Cost: 1})
+		if err != nil || d.Hold == nil {
+			b.Fatalf("acquire: %v %v", d, err)
+		}
+		if res, err := store.Hold(ctx, sluice.HoldOp{ID: d.Hold.ID, Action: sluice.HoldRelease}); err != nil || res.Status != sluice.HoldReleased {
+			b.Fatalf("release: %+v %v", res, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		op   func(*testing.B, string)
+	}{{"check", plain}, {"acquire-release", pair}} {
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.op(b, subjects[i%len(subjects)])
+				i++
+			}
+		})
+		b.Run(c.name+"/parallel64", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.op(b, subjects[next.Add(1)%int64(len(subjects))])
+				}
+			})
+		})
 	}
 }

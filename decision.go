@@ -34,6 +34,12 @@ type Decision struct {
 	// Binding is the index in Limits of the limit the top-level figures are
 	// from, as Combine chose it: the one a client should be told about.
 	Binding int
+	// Hold is what the check took that can be given back (leases, a
+	// reserved estimate), or nil; see holds.go.
+	Hold *Hold
+	// ExpiredLeases counts the leases, of holders that never released
+	// them, that this check found expired and dropped (for metrics).
+	ExpiredLeases int64
 }
 
 // LimitDecision is one limit's part of a Decision.

@@ -9,7 +9,7 @@
 // in process, package redis keeps them in Redis (single node, Sentinel or
 // Cluster) so that every instance of an API shares them.
 //
-// Three algorithms are offered:
+// Three rate algorithms are offered, and a concurrency limit:
 //
 //   - TokenBucket: a bucket of Capacity tokens, initially full, refilled
 //     continuously at RefillPerSecond tokens per second. A request of cost k
@@ -19,6 +19,10 @@
 //     previous fixed window is weighted by how much of it still overlaps the
 //     rolling window, so the boundary burst of a fixed window cannot happen.
 //   - FixedWindow: at most Limit units per Window aligned to the Unix epoch.
+//   - Concurrency: at most Limit units held at once. A check that passes it
+//     takes a lease until released, or until its TTL for a holder that
+//     crashed. A check may also reserve its cost as an estimate and settle
+//     the actual cost later. See Holder.
 //
 // A check is all-or-nothing: it is allowed only if every limit allows it, and a
 // denied check consumes nothing in any limit. Times are integer milliseconds.

@@ -106,6 +106,9 @@ func AppendLimitKey(dst []byte, prefix string, tag []byte, l Limit) []byte {
 	case AlgorithmFixedWindow:
 		dst = append(dst, "fw"...)
 		dst = strconv.AppendInt(dst, l.Window.Milliseconds(), 10)
+	case AlgorithmConcurrency:
+		// The TTL is left out: changing it keeps the leases held.
+		dst = append(dst, "cc"...)
 	}
 	return dst
 }

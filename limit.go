@@ -18,12 +18,15 @@ const (
 	AlgorithmTokenBucket   Algorithm = "token_bucket"
 	AlgorithmSlidingWindow Algorithm = "sliding_window"
 	AlgorithmFixedWindow   Algorithm = "fixed_window"
+	// AlgorithmConcurrency limits units held at once rather than per time:
+	// see Concurrency and holds.go.
+	AlgorithmConcurrency Algorithm = "concurrency"
 )
 
 // Valid reports whether a is one of the known algorithms.
 func (a Algorithm) Valid() bool {
 	switch a {
-	case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow:
+	case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow, AlgorithmConcurrency:
 		return true
 	}
 	return false
@@ -46,6 +49,9 @@ type Limit struct {
 	Capacity        int64
 	RefillPerSecond float64
 	Window          time.Duration
+	// TTL is a concurrency limit's lease time: a lease not released or
+	// extended by then is freed (see Concurrency).
+	TTL time.Duration
 }
 
 // TokenBucket returns a token-bucket limit: a bucket of capacity tokens,
@@ -147,10 +153,15 @@ func (l Limit) Validate() error {
 		if l.Capacity > maxExact/4 {
 			return invalidf("limit %q: limit %d is too large (at most %d)", l.Name, l.Capacity, int64(maxExact/4))
 		}
+	case AlgorithmConcurrency:
+		return l.validateConcurrency()
 	case "":
-		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window or fixed_window)", l.Name)
+		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window, fixed_window or concurrency)", l.Name)
 	default:
-		return invalidf("limit %q: unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", l.Name, l.Algorithm)
+		return invalidf("limit %q: unknown algorithm %q (want token_bucket, sliding_window, fixed_window or concurrency)", l.Name, l.Algorithm)
+	}
+	if l.TTL != 0 {
+		return invalidf("limit %q: only a concurrency limit has a ttl", l.Name)
 	}
 	return nil
 }
@@ -300,6 +311,8 @@ func (l Limit) String() string {
 		return fmt.Sprintf("%s: %d per sliding %s", l.Name, l.Capacity, FormatWindow(l.Window))
 	case AlgorithmFixedWindow:
 		return fmt.Sprintf("%s: %d per fixed %s", l.Name, l.Capacity, FormatWindow(l.Window))
+	case AlgorithmConcurrency:
+		return fmt.Sprintf("%s: %d at once, lease %s", l.Name, l.Capacity, FormatWindow(l.TTL))
 	}
 	return fmt.Sprintf("%s: invalid limit (algorithm %q)", l.Name, l.Algorithm)
 }
@@ -381,6 +394,9 @@ func PolicyWindow(l Limit) time.Duration {
 			return 0
 		}
 		return time.Duration(math.Ceil(float64(l.Capacity) / l.RefillPerSecond * float64(time.Second)))
+	}
+	if l.Algorithm == AlgorithmConcurrency {
+		return l.TTL
 	}
 	return l.Window
 }

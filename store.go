@@ -32,6 +32,13 @@ type Request struct {
 	Limits  []Limit
 	// Cost is how many units the request takes; 0 peeks without consuming.
 	Cost int64
+	// Reserve marks Cost as an estimate to settle later: an allowed check
+	// returns a Hold (see holds.go). Checks with a concurrency limit take
+	// one anyway.
+	Reserve bool
+	// HoldTTL, when set, is the TTL of the hold the check takes (default:
+	// Request.HoldTTLOf).
+	HoldTTL time.Duration
 	// Now, when non-zero, is the time the check happens at. Only tests set it;
 	// stores otherwise use their own clock (Redis: the server's TIME), so
 	// instances with skewed clocks still agree.
@@ -55,6 +62,11 @@ func (r Request) Validate() error {
 	for _, l := range r.Limits {
 		if r.Cost > l.Capacity {
 			return invalidf("cost %d can never fit limit %q, which holds at most %d", r.Cost, l.Name, l.Capacity)
+		}
+	}
+	if r.HoldTTL != 0 {
+		if err := validateHoldTTL(r.HoldTTL); err != nil {
+			return invalidf("hold %s", err)
 		}
 	}
 	if len(r.Subject) > MaxSubjectBytes {

@@ -184,6 +184,10 @@ type Query struct {
 	// CacheSubject, which must determine Limits given Rule.
 	Limits       []sluice.Limit
 	CacheSubject string
+	// Reserve makes Cost an estimate to settle later, and HoldTTL, when
+	// set, is the TTL of the hold the check takes (see holds.go).
+	Reserve bool
+	HoldTTL time.Duration
 	// Start is when the face received the check (default: when Check is
 	// called); check durations are counted from it.
 	Start time.Time
@@ -253,8 +257,9 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	if limits == nil {
 		limits = r.Limits
 	}
-	req := sluice.Request{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject, Limits: limits, Cost: q.Cost, Now: q.Now}
-	if q.Cost < 0 || q.Cost > 0 && exceedsCapacity(limits, q.Cost) {
+	req := sluice.Request{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject, Limits: limits, Cost: q.Cost, Now: q.Now,
+		Reserve: q.Reserve, HoldTTL: q.HoldTTL}
+	if q.Cost < 0 || q.Cost > 0 && exceedsCapacity(limits, q.Cost) || q.HoldTTL != 0 {
 		if err := req.Validate(); err != nil {
 			return e.fail(r, q.Start, metrics.ResultError, err)
 		}
@@ -287,9 +292,10 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		}
 		return e.fail(r, q.Start, metrics.ResultError, err)
 	}
-	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch {
+	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch && !concurrencyDenied(d) {
 		e.deny.remember(r, cacheSubject, q.Cost, sentAt, d)
 	}
+	e.countLeases(r, req, d)
 	return e.finish(r, q.Start, Result{Decision: d}), nil
 }
 

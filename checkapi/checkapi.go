@@ -112,6 +112,9 @@ func NewDecision(rule string, d sluice.Decision, shadow bool) Decision {
 	if rule != "" {
 		b.Rule = &rule
 	}
+	if d.Hold != nil {
+		b.Hold = &Hold{ID: d.Hold.ID, ExpiresInMs: d.Hold.ExpiresIn.Milliseconds()}
+	}
 	for _, ld := range d.Limits {
 		b.Limits = append(b.Limits, LimitDecision{
 			Name:         ld.Name,
@@ -164,6 +167,9 @@ func (d Decision) StoreDecision() sluice.Decision {
 	combined := out
 	combined.Combine()
 	out.Binding = combined.Binding
+	if d.Hold != nil {
+		out.Hold = &sluice.Hold{ID: d.Hold.ID, ExpiresIn: milliseconds(d.Hold.ExpiresInMs)}
+	}
 	return out
 }
 

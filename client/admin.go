@@ -81,6 +81,8 @@ type Limit struct {
 	RefillPerSecond *float64 `json:"refill_per_second,omitempty" yaml:"refill_per_second,omitempty"`
 	Limit           *int64   `json:"limit,omitempty" yaml:"limit,omitempty"`
 	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
+	// TTL is a concurrency limit's lease time, like "30s" (with Limit).
+	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
 }
 
 // Rule is a rule as the admin API spells it. An empty FailureMode (in PutRule

@@ -79,7 +79,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 
 // Result is the service's decision, every figure of its answer kept.
 type Result struct {
-	// Decision holds the figures: Allowed, those of the most restrictive
+	// Decision holds the figures (and Hold, what an allowed check took that
+	// can be given back: settle, release or extend it with Settle, Release
+	// or Extend): Allowed, those of the most restrictive
 	// limit (RetryAfter exact, zero when allowed), Degraded when the
 	// service's store could not answer and the rule's failure mode decided,
 	// and each limit's own (a limit's Allowed is whether it has nothing to
@@ -91,28 +93,15 @@ type Result struct {
 	Rule string
 	// Shadow is set when the rule only observes: it never denies.
 	Shadow bool
-	// Hold, when the check took something returnable (a reservation or a
-	// concurrency lease), names it and says when it expires.
-	Hold *Hold
 	// Header holds the rate-limit headers the service sent (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After), for a caller to pass on.
 	Header http.Header
 }
 
-// Hold is what a check holds until it is settled, released or expires.
-type Hold struct {
-	ID        string
-	ExpiresIn time.Duration
-}
-
 // Wire is r as the service's answer body: what `sluice check -o json`
 // prints.
 func (r Result) Wire() checkapi.Decision {
-	d := checkapi.NewDecision(r.Rule, r.Decision, r.Shadow)
-	if r.Hold != nil {
-		d.Hold = &checkapi.Hold{ID: r.Hold.ID, ExpiresInMs: sluice.CeilMilliseconds(r.Hold.ExpiresIn)}
-	}
-	return d
+	return checkapi.NewDecision(r.Rule, r.Decision, r.Shadow)
 }
 
 // Error is an error answer of the service (any 4xx or 5xx).
@@ -157,27 +146,17 @@ const maxResponseBytes = 1 << 20
 // 0 peeks without consuming. A denial is a Result with Allowed false; an
 // error is either a transport failure or an *Error.
 func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (Result, error) {
-	body, err := json.Marshal(checkapi.Request{Route: route, Subject: subject, Cost: &cost})
+	return c.check(ctx, checkapi.Request{Route: route, Subject: subject, Cost: &cost})
+}
+
+func (c *Client) check(ctx context.Context, creq checkapi.Request) (Result, error) {
+	body, err := json.Marshal(creq)
 	if err != nil {
 		return Result{}, fmt.Errorf("sluice client: encode check: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.checkURL, bytes.NewReader(body))
+	resp, raw, err := c.send(ctx, http.MethodPost, c.checkURL, body, "check")
 	if err != nil {
-		return Result{}, fmt.Errorf("sluice client: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-API-Key", c.apiKey)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// The URL holds no secret (the key travels in a header), so the
-		// transport error is safe to return as it is.
-		return Result{}, fmt.Errorf("sluice client: check: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return Result{}, fmt.Errorf("sluice client: read answer: %w", err)
+		return Result{}, err
 	}
 
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
@@ -187,11 +166,37 @@ func (c *Client) Check(ctx context.Context, route, subject string, cost int64) (
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return Result{}, fmt.Errorf("sluice client: the service answered %d with a body that is not a decision: %w", resp.StatusCode, err)
 	}
-	res := Result{Decision: d.StoreDecision(), Rule: d.RuleName(), Shadow: d.Shadow, Header: rateLimitHeaders(resp.Header)}
-	if d.Hold != nil {
-		res.Hold = &Hold{ID: d.Hold.ID, ExpiresIn: time.Duration(d.Hold.ExpiresInMs) * time.Millisecond}
+	return Result{Decision: d.StoreDecision(), Rule: d.RuleName(), Shadow: d.Shadow, Header: rateLimitHeaders(resp.Header)}, nil
+}
+
+// send makes one call of the service with the API key and returns the
+// answer, its body read (at most maxResponseBytes) and closed.
+func (c *Client) send(ctx context.Context, method, url string, body []byte, what string) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	return res, nil
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-API-Key", c.apiKey)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// The URL holds no secret (the key travels in a header), so the
+		// transport error is safe to return as it is.
+		return nil, nil, fmt.Errorf("sluice client: %s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice client: read answer: %w", err)
+	}
+	return resp, raw, nil
 }
 
 func errorFrom(resp *http.Response, raw []byte) *Error {

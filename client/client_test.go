@@ -71,8 +71,8 @@ func TestCheckDecodesDecisions(t *testing.T) {
 			status: 200,
 			body: `{"allowed":true,"rule":"jobs","limit":10,"remaining":9,"reset_after_ms":30000,"retry_after_ms":0,"degraded":false,"shadow":false,
 				"limits":[],"hold":{"id":"h_123","expires_in_ms":30000}}`,
-			want: client.Result{Rule: "jobs", Hold: &client.Hold{ID: "h_123", ExpiresIn: 30 * time.Second},
-				Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 30 * time.Second}},
+			want: client.Result{Rule: "jobs",
+				Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 30 * time.Second, Hold: &sluice.Hold{ID: "h_123", ExpiresIn: 30 * time.Second}}},
 		},
 		{
 			name:   "denied_is_a_result_not_an_error",

@@ -17,24 +17,31 @@ import (
 	"github.com/sluicelabs/sluice/memory"
 )
 
-// TestCheckAgainstTheService runs the client against the real check API
-// (httpapi over a SQLite catalog and a memory store).
-func TestCheckAgainstTheService(t *testing.T) {
-	ctx := context.Background()
-	catalog, secret := catalogtest.SQLiteTenant(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
-		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
+// startService serves the real check API (httpapi over a SQLite catalog
+// holding rules and a memory store) and returns its URL and a check key.
+func startService(t *testing.T, rules ...sluice.Rule) (url, secret string) {
+	t.Helper()
+	catalog, secret := catalogtest.SQLiteTenant(t, rules...)
 	store := memory.New(memory.Options{})
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
 	g := check.New(store, check.Options{})
-	defer g.Close()
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { g.Close() })
+	api, err := httpapi.New(context.Background(), httpapi.Options{Catalog: catalog, Engine: g, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.Handler())
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv.URL, secret
+}
 
-	c, err := client.New(srv.URL, secret)
+// TestCheckAgainstTheService runs the client against the real check API
+// (httpapi over a SQLite catalog and a memory store).
+func TestCheckAgainstTheService(t *testing.T) {
+	ctx := context.Background()
+	url, secret := startService(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
+		Limits: []sluice.Limit{sluice.FixedWindow(2, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
+	c, err := client.New(url, secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +68,7 @@ func TestCheckAgainstTheService(t *testing.T) {
 		t.Fatalf("cost that can never fit: %v, want ErrInvalid", err)
 	}
 
-	bad, _ := client.New(srv.URL, "sk_not_a_key")
+	bad, _ := client.New(url, "sk_not_a_key")
 	_, err = bad.Check(ctx, "/api/orders/1", "user-42", 1)
 	var e *client.Error
 	if !errors.As(err, &e) || e.StatusCode != 401 || e.Code == "" || e.Message == "" {

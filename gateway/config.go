@@ -191,7 +191,8 @@ type RouteConfig struct {
 	// else per client IP. None: not limited.
 	Limits      []LimitConfig      `yaml:"limits"`
 	FailureMode sluice.FailureMode `yaml:"failure_mode"`
-	// Cost is what one request takes from the limits (default 1).
+	// Cost is what one request takes from the limits (default 1). With
+	// cost_by: response_bytes it is the estimate reserved before proxying.
 	Cost *int64 `yaml:"cost"`
 	// Key says what the limits count by (default: the token's sub claim);
 	// the client IP when the request lacks it.
@@ -199,6 +200,35 @@ type RouteConfig struct {
 	// ClaimHeaders passes verified claims upstream: claim name → header.
 	// Copies of those headers sent by the client are always removed.
 	ClaimHeaders map[string]string `yaml:"claim_headers"`
+	// CostBy "response_bytes" charges each request the size of its response
+	// body: cost is reserved before proxying, and the hold is settled with
+	// the bytes actually sent (see docs/holds.md).
+	CostBy string `yaml:"cost_by"`
+	// Concurrency caps the requests of one subject in flight on the route
+	// at once; each holds a lease until its response is done, or ttl.
+	Concurrency *ConcurrencyConfig `yaml:"concurrency"`
+}
+
+// ConcurrencyConfig is a route's concurrency limit: at most limit requests
+// of a subject in flight, each lease freed at the latest after ttl.
+type ConcurrencyConfig struct {
+	Limit int64    `yaml:"limit"`
+	TTL   Duration `yaml:"ttl"`
+}
+
+// CostByResponseBytes is the cost_by that charges the response body's size.
+const CostByResponseBytes = "response_bytes"
+
+// concurrencyLimit is the route's concurrency limit, or false without one.
+func (r RouteConfig) concurrencyLimit() (sluice.Limit, bool, error) {
+	if r.Concurrency == nil {
+		return sluice.Limit{}, false, nil
+	}
+	l := sluice.Concurrency(r.Concurrency.Limit, time.Duration(r.Concurrency.TTL))
+	if err := l.Validate(); err != nil {
+		return l, false, fmt.Errorf("concurrency: %w", err)
+	}
+	return l, true, nil
 }
 
 // LimitConfig is a limit in the service's JSON shape:
@@ -596,6 +626,18 @@ func (r RouteConfig) validate(c *Config) error {
 	limits, err := r.limits()
 	if err != nil {
 		return err
+	}
+	if _, _, err := r.concurrencyLimit(); err != nil {
+		return err
+	}
+	switch r.CostBy {
+	case "":
+	case CostByResponseBytes:
+		if r.Cost == nil {
+			return errors.New("cost_by: response_bytes needs cost, the most a response is expected to weigh, to reserve before proxying")
+		}
+	default:
+		return fmt.Errorf("cost_by: %q is not a cost; the one offered is response_bytes", r.CostBy)
 	}
 	if r.Cost != nil {
 		if len(limits) == 0 {

@@ -273,6 +273,9 @@ type route struct {
 	methods  []string
 	verifier *verifier
 	limiter  *middleware.Limiter
+	// limited is the proxy behind the route's limiters' handlers: they
+	// hold leases and reservations for the whole proxied exchange.
+	limited  http.Handler
 	proxy    *httputil.ReverseProxy
 	timeout  time.Duration
 	requests *metrics.GatewayRoute
@@ -312,7 +315,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			if rc.Cost != nil {
 				cost = *rc.Cost
 			}
-			rte.limiter, err = middleware.NewLimiter(middleware.Options{
+			opts := middleware.Options{
 				Store:       g.store,
 				Name:        rc.Name,
 				Tenant:      "gateway",
@@ -323,11 +326,37 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,
-			})
+			}
+			if rc.CostBy == CostByResponseBytes {
+				opts.Reserve = true
+				opts.Settle = func(_ *http.Request, f middleware.Finished) int64 { return min(f.Bytes, maxCost(limits)) }
+			}
+			rte.limiter, err = middleware.NewLimiter(opts)
 			if err != nil {
 				return nil, fmt.Errorf("routes (%s): %w", rc.Name, err)
 			}
 			rt.limiters = append(rt.limiters, rte.limiter)
+		}
+		rte.limited = http.HandlerFunc(rte.proxyWithTimeout)
+		if rte.limiter != nil {
+			rte.limited = rte.limiter.Handler(rte.limited)
+		}
+		if cl, ok, err := rc.concurrencyLimit(); err != nil {
+			return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
+		} else if ok {
+			// A lease weighs its check's cost, so the concurrency limit is a
+			// limiter of its own, of cost 1, in front of the rate limits: a
+			// request they deny gives its lease back at once.
+			conc, err := middleware.NewLimiter(middleware.Options{
+				Store: g.store, Name: rc.Name + ".concurrency", Tenant: "gateway",
+				Limits: []sluice.Limit{cl.Named("inflight")}, Key: rc.keyFunc(trusted), FailureMode: rc.FailureMode,
+				Engine: g.engine, Metrics: g.opts.Metrics, Source: metrics.SourceGateway,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("routes (%s): %w", rc.Name, err)
+			}
+			rt.limiters = append(rt.limiters, conc)
+			rte.limited = conc.Handler(rte.limited)
 		}
 		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, g.opts.Tracing.Transport(transport), g.opts.Logger)
 		rt.routes = append(rt.routes, rte)
@@ -446,14 +475,26 @@ func (rte *route) serve(w http.ResponseWriter, r *http.Request, sw *statusWriter
 			return
 		}
 	}
-	if rte.limiter != nil && !rte.limiter.Serve(w, r) {
-		return
+	if sw != nil {
+		// The limiters' handlers wrap w on the way to the proxy, so the
+		// recorder of the answer's status travels with the request.
+		r = r.WithContext(context.WithValue(r.Context(), statusWriterKey{}, sw))
 	}
+	rte.limited.ServeHTTP(w, r)
+}
+
+// statusWriterKey is the request context key of the route's statusWriter.
+type statusWriterKey struct{}
+
+// proxyWithTimeout forwards r upstream within the route's timeout, timing
+// the upstream's answer when the route counts its requests.
+func (rte *route) proxyWithTimeout(w http.ResponseWriter, r *http.Request) {
 	if rte.timeout > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), rte.timeout)
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
+	sw, _ := r.Context().Value(statusWriterKey{}).(*statusWriter)
 	if sw == nil {
 		rte.proxy.ServeHTTP(w, r)
 		return
@@ -461,6 +502,17 @@ func (rte *route) serve(w http.ResponseWriter, r *http.Request, sw *statusWriter
 	start := time.Now()
 	rte.proxy.ServeHTTP(w, r)
 	rte.requests.Upstream(sw.code(), time.Since(start))
+}
+
+// maxCost is the largest cost every rate limit of limits can hold: a
+// response bigger than that is charged that much (a settle, like a check,
+// must fit every limit).
+func maxCost(limits []sluice.Limit) int64 {
+	c := limits[0].Capacity
+	for _, l := range limits[1:] {
+		c = min(c, l.Capacity)
+	}
+	return c
 }
 
 // authenticate verifies the bearer token and stores its claims for the

@@ -396,6 +396,8 @@ type LimitJSON struct {
 	RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
 	Limit           *int64   `json:"limit,omitempty"`
 	Window          string   `json:"window,omitempty"`
+	// TTL is a concurrency limit's lease time (with limit).
+	TTL string `json:"ttl,omitempty"`
 }
 
 // NewLimitJSON spells l for the API.
@@ -405,6 +407,8 @@ func NewLimitJSON(l sluice.Limit) LimitJSON {
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		refill := l.RefillPerSecond
 		out.Capacity, out.RefillPerSecond = &capacity, &refill
+	} else if l.Algorithm == sluice.AlgorithmConcurrency {
+		out.Limit, out.TTL = &capacity, sluice.FormatWindow(l.TTL)
 	} else {
 		out.Limit, out.Window = &capacity, sluice.FormatWindow(l.Window)
 	}
@@ -418,7 +422,22 @@ func (j LimitJSON) ToLimit() (sluice.Limit, error) {
 	if l.Name == "" {
 		l.Name = j.Algorithm
 	}
+	if j.TTL != "" && l.Algorithm != sluice.AlgorithmConcurrency {
+		return l, badRequest("Limit %q: only a concurrency limit takes a ttl.", l.Name)
+	}
 	switch l.Algorithm {
+	case sluice.AlgorithmConcurrency:
+		if j.Capacity != nil || j.RefillPerSecond != nil || j.Window != "" {
+			return l, badRequest("Limit %q: a concurrency limit takes limit and ttl, not capacity, refill_per_second or window.", l.Name)
+		}
+		if j.Limit == nil || j.TTL == "" {
+			return l, badRequest("Limit %q: a concurrency limit needs limit and ttl (like \"30s\").", l.Name)
+		}
+		ttl, err := time.ParseDuration(j.TTL)
+		if err != nil {
+			return l, badRequest("Limit %q: ttl %q is not a duration like \"30s\" or \"5m\".", l.Name, j.TTL)
+		}
+		l.Capacity, l.TTL = *j.Limit, ttl
 	case sluice.AlgorithmTokenBucket:
 		if j.Limit != nil || j.Window != "" {
 			return l, badRequest("Limit %q: a token_bucket takes capacity and refill_per_second, not limit or window.", l.Name)

@@ -316,6 +316,9 @@ type route struct {
 func (a *API) routes() []route {
 	return []route{
 		{"POST /v1/check", a.handleCheck},
+		{"POST /v1/holds/{id}/settle", a.handleSettleHold},
+		{"DELETE /v1/holds/{id}", a.handleReleaseHold},
+		{"POST /v1/holds/{id}/extend", a.handleExtendHold},
 
 		{"POST /v1/tenants", a.handleCreateTenant},
 		{"GET /v1/tenants", a.handleListTenants},

@@ -80,26 +80,34 @@ func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError
 	return grant, nil
 }
 
+// checkKey authenticates the tenant API key of a check (or of a hold
+// operation), which must have the check role.
+func checkKey(snap *sluice.Snapshot, r *http.Request) (sluice.KeyGrant, *apiError) {
+	secret := credential(r)
+	if isAdminToken(snap, secret) {
+		return sluice.KeyGrant{}, &apiError{http.StatusForbidden, "wrong_role",
+			"The operator token manages the catalog; checks need a tenant API key with the check role."}
+	}
+	grant, aerr := tenantKey(snap, secret)
+	if aerr != nil {
+		return grant, aerr
+	}
+	if grant.Role != sluice.RoleCheck {
+		return grant, &apiError{http.StatusForbidden, "wrong_role",
+			fmt.Sprintf("This API key has the %s role; checks and holds need a key with the check role.", grant.Role)}
+	}
+	return grant, nil
+}
+
 func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := a.state.Load()
-	secret := credential(r)
-	if isAdminToken(st.snap, secret) {
-		a.fail(w, &apiError{http.StatusForbidden, "wrong_role",
-			"The operator token manages the catalog; checks need a tenant API key with the check role."})
-		return
-	}
-	grant, aerr := tenantKey(st.snap, secret)
+	grant, aerr := checkKey(st.snap, r)
 	if aerr != nil {
 		if aerr.status == http.StatusUnauthorized {
 			a.authLog.record(r, "check", aerr.code)
 		}
 		a.fail(w, aerr)
-		return
-	}
-	if grant.Role != sluice.RoleCheck {
-		a.fail(w, &apiError{http.StatusForbidden, "wrong_role",
-			fmt.Sprintf("This API key has the %s role; checks need a key with the check role.", grant.Role)})
 		return
 	}
 	bp := getCheckBuffer()
@@ -129,7 +137,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
-	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Start: start})
+	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Reserve: req.Reserve, Start: start})
 	if err != nil {
 		a.failCheck(w, r, grant.Tenant, rule.Name, err)
 		return
@@ -153,6 +161,13 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 // failCheck answers a check the engine could not decide.
 func (a *API) failCheck(w http.ResponseWriter, r *http.Request, tenant, rule string, err error) {
+	a.failEngine(w, r, err, errStoreUnavailable, "check failed", "tenant", tenant, "rule", rule)
+}
+
+// failEngine answers a call the engine could not serve: bad input, this
+// instance shedding, or unavailable (the store, or an unexpected error,
+// logged as logMsg with logArgs).
+func (a *API) failEngine(w http.ResponseWriter, r *http.Request, err error, unavailable *apiError, logMsg string, logArgs ...any) {
 	switch {
 	case errors.Is(err, sluice.ErrInvalid):
 		a.fail(w, errorFor(err))
@@ -161,10 +176,10 @@ func (a *API) failCheck(w http.ResponseWriter, r *http.Request, tenant, rule str
 		a.fail(w, errOverloaded)
 	default:
 		if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
-			a.log.Error("check failed", "tenant", tenant, "rule", rule, "error", err)
+			a.log.Error(logMsg, append(logArgs, "error", err)...)
 		}
 		w.Header().Set("Retry-After", "1")
-		a.fail(w, errStoreUnavailable)
+		a.fail(w, unavailable)
 	}
 }
 
@@ -191,10 +206,6 @@ func validateCheck(req checkapi.Request) *apiError {
 		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:
 		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
-	case req.Reserve:
-		// The wire type carries the field ahead of holds; taking a plain
-		// check instead would spend an estimate for good.
-		return badRequest("Field \"reserve\" is not supported by this server: it cannot hold a cost to settle later.")
 	}
 	return nil
 }

@@ -470,7 +470,15 @@ func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) [
 		b = strconv.AppendInt(b, sluice.CeilMilliseconds(ld.RetryAfter), 10)
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if d.Hold != nil {
+		b = append(b, `,"hold":{"id":`...)
+		b = appendQuoted(b, d.Hold.ID)
+		b = append(b, `,"expires_in_ms":`...)
+		b = strconv.AppendInt(b, d.Hold.ExpiresIn.Milliseconds(), 10)
+		b = append(b, '}')
+	}
+	return append(b, "}\n"...)
 }
 
 const lowerHex = "0123456789abcdef"

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
@@ -202,6 +203,18 @@ func (h *harness) check(key string, body any) response {
 // counter reads a counter of the registry by name and labels.
 func (h *harness) counter(name string, labels map[string]string) float64 {
 	h.t.Helper()
+	return h.metric(name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// gauge reads a gauge of the registry by name and labels.
+func (h *harness) gauge(name string, labels map[string]string) float64 {
+	h.t.Helper()
+	return h.metric(name, labels, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// metric reads the value of the first metric named name with labels.
+func (h *harness) metric(name string, labels map[string]string, value func(*dto.Metric) float64) float64 {
+	h.t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		h.t.Fatal(err)
@@ -217,7 +230,7 @@ func (h *harness) counter(name string, labels map[string]string) float64 {
 					continue metric
 				}
 			}
-			return m.GetCounter().GetValue()
+			return value(m)
 		}
 	}
 	return 0

@@ -32,6 +32,16 @@ type outcome struct {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// floorDiv rounds down also below zero (a bucket in debt), as Lua's
+// math.floor does.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
 // decide applies cost to one limit at time now (ms). st is nil when no state
 // exists.
 //
@@ -54,6 +64,8 @@ func decide(l sluice.Limit, st *state, now, cost int64) outcome {
 	switch l.Algorithm {
 	case sluice.AlgorithmTokenBucket:
 		o = tokenBucket(l, st, now+skew, cost)
+	case sluice.AlgorithmConcurrency:
+		panic("memory: a concurrency limit is decided by decideLeases")
 	case sluice.AlgorithmSlidingWindow:
 		o = slidingWindow(l, st, now+skew, cost)
 	default:
@@ -78,7 +90,7 @@ func tokenBucket(l sluice.Limit, st *state, now, cost int64) outcome {
 			// The rate changed: carry over whole tokens only, at most a
 			// full bucket, so the product stays below 2^53 (a bucket of a
 			// much larger capacity would otherwise overflow).
-			tokens = min(tokens/st.c, l.Capacity) * p
+			tokens = min(floorDiv(tokens, st.c), l.Capacity) * p
 		}
 		if now > last {
 			if now-last >= ceilDiv(full-min(tokens, full), n) {
@@ -101,7 +113,8 @@ func tokenBucket(l sluice.Limit, st *state, now, cost int64) outcome {
 	} else {
 		o.retryAfter = ceilDiv(need-tokens, n)
 	}
-	o.remaining = tokens / p
+	// Tokens below zero are a settled hold's debt (see holds.go).
+	o.remaining = max(0, tokens/p)
 	o.resetAfter = ceilDiv(full-tokens, n)
 	o.next = state{a: tokens, b: last, c: p, expireAt: now + o.resetAfter}
 	o.extend = st != nil && o.next.expireAt > st.expireAt

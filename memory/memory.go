@@ -227,6 +227,9 @@ func (b *budget) lower(t int64) {
 type shard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
+	// leases and holds: see holds.go.
+	leases map[string]leaseSet
+	holds  map[string]*holdRecord
 }
 
 // entry is a counter and the budget it is counted in.
@@ -260,6 +263,8 @@ func New(opts Options) *Store {
 	s.total.soonest.Store(math.MaxInt64)
 	for i := range s.shards {
 		s.shards[i].entries = make(map[string]*entry)
+		s.shards[i].leases = make(map[string]leaseSet)
+		s.shards[i].holds = make(map[string]*holdRecord)
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -311,16 +316,22 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		return sluice.Decision{}, err
 	}
 	now := s.now(req)
+	nonce := ""
+	if req.Holds() {
+		id := sluice.NewHoldID(req.Tenant, req.Rule, req.Subject)
+		_, nonce, _ = sluice.SplitHoldID(id)
+	}
 	var stackKeys [512]byte
 	var stackOutcomes [4]outcome
 	keys := buildKeys(stackKeys[:0], req.Tenant, req.Rule, req.Subject, req.Limits)
 	outcomes := stackOutcomes[:0]
 	sh := s.shardFor(keys.tag())
 
+	var expired int64
 	for attempt := 0; ; attempt++ {
 		var full *BudgetError
 		sh.mu.Lock()
-		outcomes, full = s.decideLocked(sh, &keys, req, now, outcomes[:0])
+		outcomes, expired, full = s.decideLocked(sh, &keys, req, nonce, now, outcomes[:0])
 		sh.mu.Unlock()
 		if full == nil {
 			break
@@ -337,7 +348,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		return sluice.Decision{}, full
 	}
 
-	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
+	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits)), ExpiredLeases: expired}
 	for i, l := range req.Limits {
 		o := outcomes[i]
 		d.Limits[i] = sluice.LimitDecision{
@@ -352,27 +363,40 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		}
 	}
 	d.Combine()
+	if d.Allowed && nonce != "" {
+		d.Hold = &sluice.Hold{ID: string(keys.tag()) + "." + nonce, ExpiresIn: req.HoldTTLOf()}
+	}
 	return d, nil
 }
 
-// decideLocked decides req and writes its counters, with sh locked. When the
-// check is allowed but a counter it must create finds no room, it writes
-// nothing and returns the BudgetError.
-func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, now int64, outcomes []outcome) ([]outcome, *BudgetError) {
+// decideLocked decides req and writes its counters, its leases and its hold
+// (taken under nonce, when not ""), with sh locked. It also returns how many
+// expired leases it dropped. When the check is allowed but a counter it must
+// create finds no room, it writes nothing and returns the BudgetError.
+func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce string, now int64, outcomes []outcome) ([]outcome, int64, *BudgetError) {
 	// found holds each limit's entry, expired or not, so writes need no
 	// second lookup.
 	var found [sluice.MaxLimits]*entry
 	allowed := true
+	expired := int64(0)
+	takeUntil := now + req.HoldTTLOf().Milliseconds()
 	for i, l := range req.Limits {
-		found[i] = sh.entries[string(keys.key(i))]
-		o := decide(l, live(found[i], now), now, req.Cost)
+		var o outcome
+		if l.Algorithm == sluice.AlgorithmConcurrency {
+			var gone int64
+			o, gone = decideLeases(sh.leases[string(keys.key(i))], l, now, req.Cost, takeUntil)
+			expired += gone
+		} else {
+			found[i] = sh.entries[string(keys.key(i))]
+			o = decide(l, live(found[i], now), now, req.Cost)
+		}
 		allowed = allowed && o.allowed
 		outcomes = append(outcomes, o)
 	}
 	if allowed {
 		need := int64(0)
 		for i := range outcomes {
-			if outcomes[i].write && found[i] == nil {
+			if outcomes[i].write && found[i] == nil && req.Limits[i].Algorithm != sluice.AlgorithmConcurrency {
 				need++
 			}
 		}
@@ -380,19 +404,27 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, now i
 		if need > 0 {
 			var full *BudgetError
 			if b, full = s.reserve(req.Tenant, need); full != nil {
-				return outcomes, full // nothing written
+				return outcomes, expired, full // nothing written
 			}
 		}
 		for i := range outcomes {
-			if outcomes[i].write {
+			if outcomes[i].write && req.Limits[i].Algorithm != sluice.AlgorithmConcurrency {
 				s.write(sh, keys.key(i), found[i], b, outcomes[i].next)
 			}
+		}
+		if nonce != "" {
+			sh.takeHold(keys, req, nonce, now, outcomes)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have allowed report
 		// their figures before the request, as a peek sees them.
 		for i, l := range req.Limits {
-			if outcomes[i].allowed {
+			if !outcomes[i].allowed {
+				continue
+			}
+			if l.Algorithm == sluice.AlgorithmConcurrency {
+				outcomes[i], _ = decideLeases(sh.leases[string(keys.key(i))], l, now, 0, now)
+			} else {
 				outcomes[i] = decide(l, live(found[i], now), now, 0)
 			}
 		}
@@ -403,7 +435,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, now i
 			s.write(sh, keys.key(i), found[i], nil, outcomes[i].next)
 		}
 	}
-	return outcomes, nil
+	return outcomes, expired, nil
 }
 
 // live returns e's state, or nil when there is none or it has expired.
@@ -525,6 +557,7 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := range limits {
+		delete(sh.leases, string(keys.key(i)))
 		if e := sh.entries[string(keys.key(i))]; e != nil {
 			s.drop(sh, string(keys.key(i)), e)
 		}
@@ -587,6 +620,7 @@ func (s *Store) sweepLocked(now int64) {
 				s.total.lower(e.expireAt)
 			}
 		}
+		sh.sweepHoldsLocked(now)
 		sh.mu.Unlock()
 	}
 	s.tenantsMu.Lock()

@@ -81,6 +81,7 @@ type Metrics struct {
 	inFlight      prometheus.Gauge
 	budgetRefused prometheus.Counter
 	watchErrors   prometheus.Counter
+	holds         holdMetrics
 	// reg is where collectors made later (SnapshotAge) are registered.
 	reg prometheus.Registerer
 }
@@ -150,6 +151,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Failed looks of the catalog change feed (a version read, or PostgreSQL's LISTEN connection); each is retried, but changes and key revocations wait until one succeeds.",
 		}),
 	}
+	m.holds = newHoldMetrics(reg)
 	if reg == nil {
 		return m
 	}
@@ -254,6 +256,7 @@ func (m *Metrics) DropRule(source, tenant, domain, rule string) {
 			delete(m.series, l)
 			m.regular--
 			m.decisions.DeletePartialMatch(prometheus.Labels{"source": l.Source, "tenant": l.Tenant, "domain": l.Domain, "rule": l.Rule})
+			m.holds.drop(l)
 		}
 	}
 }

@@ -76,6 +76,16 @@ type Options struct {
 	// limits; a negative cost or one larger than a limit can ever hold is
 	// answered 400.
 	Cost func(r *http.Request) int64
+	// Reserve makes Cost an estimate, corrected once the handler returned
+	// with Settle's actual cost (see holds.go). A concurrency limit among
+	// Limits holds a lease for the handler's run either way.
+	Reserve bool
+	// Settle, if set, gives the actual cost of a request that took a hold,
+	// once its handler returned: from the response's size, or from a value
+	// the handler reported with ReportCost. Without it a hold is released
+	// (leases freed, the estimate stands). A panicking handler's hold is
+	// always released.
+	Settle func(r *http.Request, f Finished) int64
 
 	// FailureMode applies while the store is unavailable (default
 	// sluice.FailOpen).
@@ -179,7 +189,7 @@ func NewLimiter(opts Options) (*Limiter, error) {
 				logger = slog.Default()
 			}
 			l.remote = &remoteService{c: opts.Client, log: logger}
-			store = noLocalCounters{}
+			store = remoteCounters{l.remote}
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -210,7 +220,12 @@ func (l *Limiter) Close() error {
 // Handler rate-limits next.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if l.Serve(w, r) {
+		ok, hold := l.serve(w, r)
+		switch {
+		case !ok:
+		case hold != nil:
+			l.serveHeld(w, r, next, hold)
+		default:
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -218,14 +233,28 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 
 // Serve decides r, writes the rate-limit headers on w, and reports whether
 // the request may go on. When it returns false it has answered the request
-// (429, 400 or 503).
+// (429, 400 or 503). A hold the check took (a concurrency limit's lease, a
+// reservation) is released at once, since Serve cannot know when the request
+// ends: limiters with holds are used through Handler.
 func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
+	ok, hold := l.serve(w, r)
+	if hold != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), holdTimeout)
+		defer cancel()
+		_, _ = l.engine.Hold(ctx, metrics.Labels{Source: l.opts.Source, Rule: l.opts.Name},
+			sluice.HoldOp{Tenant: l.opts.Tenant, ID: hold.ID, Action: sluice.HoldRelease})
+	}
+	return ok
+}
+
+// serve is Serve, returning the hold the check took, if any.
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request) (bool, *sluice.Hold) {
 	start := time.Now()
 	key := l.opts.Key(r)
 	if key == "" && l.opts.RejectEmptyKey {
 		l.engine.Refused(l.rule, start)
 		WriteProblem(w, http.StatusBadRequest, "The request carries no rate-limit key (for example a required header is missing), so it cannot be counted.", 0)
-		return false
+		return false, nil
 	}
 	cost := int64(1)
 	if l.opts.Cost != nil {
@@ -246,10 +275,10 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 			w.Header().Set("Retry-After", "1")
 			WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter cannot reach its store and fails closed; retry shortly.", 0)
 		}
-		return false
+		return false, nil
 	}
 	if out.noRule {
-		return true
+		return true, nil
 	}
 	if out.header != nil {
 		for name, values := range out.header {
@@ -259,10 +288,10 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request) bool {
 		ratelimitheader.Set(w.Header(), l.opts.Name, out.res.Decision)
 	}
 	if out.res.Pass() || out.shadow {
-		return true
+		return true, out.res.Decision.Hold
 	}
 	l.opts.DenyHandler(w, r, out.res.Decision)
-	return false
+	return false, nil
 }
 
 type outcome struct {
@@ -273,7 +302,7 @@ type outcome struct {
 }
 
 func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
-	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Start: start}
+	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Reserve: l.opts.Reserve, Start: start}
 	if l.remote == nil {
 		res, err := l.engine.Check(r.Context(), q)
 		return outcome{res: res}, err
@@ -282,7 +311,7 @@ func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time
 	route := l.opts.Route(r)
 	q.Ask = func(ctx context.Context) (sluice.Decision, error) {
 		var err error
-		remote, err = l.remote.check(ctx, route, key, cost)
+		remote, err = l.remote.check(ctx, route, key, cost, q.Reserve)
 		return remote.Decision, err
 	}
 	res, err := l.engine.Check(r.Context(), q)

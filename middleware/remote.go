@@ -33,8 +33,12 @@ const refusalLogInterval = 10 * time.Second
 
 // check asks the service; its 400 is an input error (sluice.ErrInvalid)
 // with the service's own sentence.
-func (s *remoteService) check(ctx context.Context, route, subject string, cost int64) (client.Result, error) {
-	res, err := s.c.Check(ctx, route, subject, cost)
+func (s *remoteService) check(ctx context.Context, route, subject string, cost int64, reserve bool) (client.Result, error) {
+	check := s.c.Check
+	if reserve {
+		check = s.c.Reserve
+	}
+	res, err := check(ctx, route, subject, cost)
 	if err == nil {
 		return res, nil
 	}
@@ -54,15 +58,16 @@ func (s *remoteService) check(ctx context.Context, route, subject string, cost i
 	return client.Result{}, err
 }
 
-// noLocalCounters is the store of a remote mode's engine: every check is
-// asked of the service (check.Query.Ask), so nothing ever reaches it.
-type noLocalCounters struct{}
+// remoteCounters is the store of a remote mode's engine: every check is
+// asked of the service (check.Query.Ask), so no check ever reaches it; the
+// holds a check took there are given back through it (Hold, in holds.go).
+type remoteCounters struct{ s *remoteService }
 
-func (noLocalCounters) Check(context.Context, sluice.Request) (sluice.Decision, error) {
+func (remoteCounters) Check(context.Context, sluice.Request) (sluice.Decision, error) {
 	return sluice.Decision{}, errors.New("a remote Sluice service is asked about a route; this check named none")
 }
 
-func (noLocalCounters) Reset(context.Context, string, string, string, []sluice.Limit) error {
+func (remoteCounters) Reset(context.Context, string, string, string, []sluice.Limit) error {
 	return errors.New("counters of a remote Sluice service are reset through its admin API")
 }
 

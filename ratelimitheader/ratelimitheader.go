@@ -31,18 +31,23 @@ func Set(h http.Header, policy string, d sluice.Decision) {
 func Policy(policy string, limits []sluice.Limit) string {
 	buf := make([]byte, 0, 64*len(limits))
 	for i, l := range limits {
-		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, sluice.PolicyWindow(l))
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, sluice.PolicyWindow(l), l.Algorithm == sluice.AlgorithmConcurrency)
 	}
 	return string(buf)
 }
 
-func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, window time.Duration) []byte {
+func appendPolicyItem(buf []byte, i int, policy, name string, limit int64, window time.Duration, concurrent bool) []byte {
 	if i > 0 {
 		buf = append(buf, ", "...)
 	}
 	buf = appendSFString(buf, policy, name)
 	buf = append(buf, ";q="...)
 	buf = strconv.AppendInt(buf, limit, 10)
+	if concurrent {
+		// A quota of requests in flight has no window (draft-ietf-httpapi-
+		// ratelimit-headers, quota unit "concurrent-requests").
+		return append(buf, `;qu="concurrent-requests"`...)
+	}
 	buf = append(buf, ";w="...)
 	return strconv.AppendInt(buf, max(1, ceilSeconds(window)), 10)
 }
@@ -58,7 +63,7 @@ func SetWithPolicy(h http.Header, policy, policyValue string, d sluice.Decision)
 	buf := make([]byte, 0, 64*len(d.Limits)+96)
 	if policyValue == "" {
 		for i, ld := range d.Limits {
-			buf = appendPolicyItem(buf, i, policy, ld.Name, ld.Limit, ld.Window)
+			buf = appendPolicyItem(buf, i, policy, ld.Name, ld.Limit, ld.Window, ld.Algorithm == sluice.AlgorithmConcurrency)
 		}
 	}
 	policyEnd := len(buf)

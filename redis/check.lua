@@ -7,14 +7,27 @@
 --       algorithm ("t" token bucket, "s" sliding window, "f" fixed window),
 --       capacity, p1, p2 (token bucket: refill tokens, interval ms;
 --       windows: window ms, unused).
--- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms, retry_ms}.
+--       algorithm "c" is a concurrency limit (capacity, unused, unused).
+--       A check that takes a hold has one more key, the hold's record, and
+--       more arguments: reserve ("1" or "0"), hold ttl ms, hold nonce,
+--       tenant, rule, subject, and "H" last.
+-- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms,
+--        retry_ms, then the number of expired leases dropped}.
+--
+-- The same script settles, releases or extends a hold (see hold_op below)
+-- when ARGV[1] is "hold": one script, so both share the algorithms.
 
+local hold_mode = ARGV[1] == 'hold'
+local now_arg = ARGV[1]
+if hold_mode then
+  now_arg = ARGV[2]
+end
 local now
-if ARGV[1] == '' then
+if now_arg == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
-  now = tonumber(ARGV[1])
+  now = tonumber(now_arg)
 end
 local cost = tonumber(ARGV[2])
 
@@ -23,7 +36,7 @@ local cost = tonumber(ARGV[2])
 -- expires keys by, so those keys get an hour of slack; the state records its
 -- own logical expiry ('e'), so the slack never changes a decision.
 local ttl_slack = 0
-if ARGV[1] ~= '' then
+if now_arg ~= '' then
   ttl_slack = 3600000
 end
 
@@ -81,7 +94,8 @@ local function token_bucket(capacity, n, p, st, now, cost)
   -- capacity or lowered rate must not let the key expire (and refill) before
   -- the retry_after reported now.
   local extend = st ~= nil and now + reset > st.e
-  return allowed, math.floor(tokens / p), reset, retry, write, {tokens, last, p}, extend
+  -- Tokens below zero are a settled hold's debt.
+  return allowed, math.max(0, math.floor(tokens / p)), reset, retry, write, {tokens, last, p}, extend
 end
 
 local function sliding_window(limit, w, st, now, cost)
@@ -137,16 +151,45 @@ local function fixed_window(limit, w, st, now, cost)
   return allowed, math.max(0, limit - curr), reset, retry, write, {idx, curr, 0}
 end
 
+-- A concurrency limit: leases in a sorted set scored by expiry, member
+-- "nonce:weight". Expired leases are dropped first (and counted); a check
+-- fits while held + cost <= capacity. A deny's retry is when enough leases
+-- expire, earliest first: an upper bound, since holders release sooner.
+-- Returns allowed, remaining, reset, retry, write, expired.
+local function concurrency(key, capacity, cost, take_until)
+  local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local held, latest = 0, now
+  for j = 1, #all, 2 do
+    held = held + tonumber(string.match(all[j], ':(%d+)$'))
+    latest = math.max(latest, tonumber(all[j + 1]))
+  end
+  local allowed, write, retry = false, false, 0
+  if held + cost <= capacity then
+    allowed = true
+    if cost > 0 then
+      write = true
+      held = held + cost
+      latest = math.max(latest, take_until)
+    end
+  else
+    local left = held
+    for j = 1, #all, 2 do
+      left = left - tonumber(string.match(all[j], ':(%d+)$'))
+      if left + cost <= capacity then
+        retry = tonumber(all[j + 1]) - now
+        break
+      end
+    end
+  end
+  return allowed, math.max(0, capacity - held), latest - now, retry, write, expired
+end
+
 -- A clock can step backwards (NTP, a failover to a host whose clock is
 -- behind). Deciding at such a time would reopen a window that is already
 -- spent, so a limit is decided at the time its state was last written when
 -- that is later, and the waits it reports are counted from the real now.
-local function decide(i, cost)
-  local base = 2 + (i - 1) * 4
-  local algo = ARGV[base + 1]
-  local capacity = tonumber(ARGV[base + 2])
-  local p1 = tonumber(ARGV[base + 3])
-  local st = load(KEYS[i], now)
+local function decide_limit(algo, capacity, p1, p2, st, cost)
   local skew = 0
   if st then
     if algo == 't' then
@@ -157,7 +200,7 @@ local function decide(i, cost)
   end
   local allowed, remaining, reset, retry, write, nxt, extend
   if algo == 't' then
-    allowed, remaining, reset, retry, write, nxt, extend = token_bucket(capacity, p1, tonumber(ARGV[base + 4]), st, now + skew, cost)
+    allowed, remaining, reset, retry, write, nxt, extend = token_bucket(capacity, p1, p2, st, now + skew, cost)
   elseif algo == 's' then
     allowed, remaining, reset, retry, write, nxt = sliding_window(capacity, p1, st, now + skew, cost)
   else
@@ -177,22 +220,166 @@ local function store(key, nxt, reset)
   redis.call('PEXPIRE', key, reset + ttl_slack)
 end
 
+-- settle_limit corrects one reserved rate limit by diff (charged - actual;
+-- > 0 refunds) at now: a token bucket refills to now and gets tokens back
+-- up to capacity, or goes into debt down to minus its capacity; a window's count is corrected in the
+-- window the estimate was charged to, while it still counts. Returns
+-- whether it wrote. Mirrors settle in memory/holds.go.
+local function settle_limit(key, algo, capacity, p1, p2, window, diff)
+  if diff == 0 then
+    return false
+  end
+  local st = load(key, now)
+  if algo == 't' then
+    local full = capacity * p2
+    local _, _, _, _, _, nxt = decide_limit(algo, capacity, p1, p2, st, 0)
+    local tokens = math.max(-full, math.min(full, nxt[1] + diff * p2))
+    if not st and tokens >= full then
+      return false
+    end
+    local expire = nxt[2] + ceildiv(full - tokens, p1)
+    redis.call('HSET', key, 'a', fmt(tokens), 'b', fmt(nxt[2]), 'c', fmt(p2), 'e', fmt(expire))
+    redis.call('PEXPIRE', key, expire - now + ttl_slack)
+    return true
+  end
+  if not st then
+    return false
+  end
+  if st.a == window then
+    st.b = math.max(0, st.b - diff)
+  elseif algo == 's' and st.a == window + 1 then
+    st.c = math.max(0, st.c - diff)
+  else
+    return false
+  end
+  local _, _, reset, _, _, nxt = decide_limit(algo, capacity, p1, p2, st, 0)
+  store(key, nxt, reset)
+  return true
+end
+
+-- hold_op settles ('s'), releases ('r') or extends ('x') the hold whose
+-- record is KEYS[1]. ARGV: 'hold', now, action, cost, tenant, nonce.
+-- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
+-- or {'too_large', key, capacity} when the cost can never fit that limit.
+-- The record names the limits' keys, all under the record's hash tag.
+local function hold_op()
+  local rec = KEYS[1]
+  local action, actual, tenant, nonce = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+  local f = redis.call('HMGET', rec, 't', 'r', 's', 'e', 'ttl', 'n', 'd')
+  if not f[1] or f[1] ~= tenant then
+    return {'unknown', '', '', 0, 0, 0}
+  end
+  local rule, subject = f[2], f[3]
+  local e, ttl, n = tonumber(f[4]), tonumber(f[5]), tonumber(f[6])
+  if now >= e + ttl then
+    return {'unknown', '', '', 0, 0, 0}
+  end
+  if f[7] == '1' then
+    return {'finished', rule, subject, 0, 0, 0}
+  end
+  if now >= e then
+    return {'expired', rule, subject, 0, 0, 0}
+  end
+  local parts = {}
+  for j = 1, n do
+    local v = redis.call('HMGET', rec, 'k' .. j, 'a' .. j, 'c' .. j, 'x' .. j, 'y' .. j, 'w' .. j, 'i' .. j)
+    parts[j] = {key = v[1], algo = v[2], capacity = tonumber(v[3]), p1 = tonumber(v[4]), p2 = tonumber(v[5]),
+      charged = tonumber(v[6]), window = tonumber(v[7])}
+  end
+  local member_of = function(p)
+    return nonce .. ':' .. fmt(p.charged)
+  end
+  if action == 'x' then
+    local until_ms = now + ttl
+    for _, p in ipairs(parts) do
+      if p.algo == 'c' and redis.call('ZADD', p.key, 'XX', 'CH', until_ms, member_of(p)) == 1 then
+        redis.call('PEXPIRE', p.key, math.max(redis.call('PTTL', p.key), 2 * ttl + ttl_slack))
+      end
+    end
+    redis.call('HSET', rec, 'e', fmt(until_ms))
+    redis.call('PEXPIRE', rec, 2 * ttl + ttl_slack)
+    return {'extended', rule, subject, ttl, 0, 0}
+  end
+  local status, refunded = 'released', 0
+  if action == 's' then
+    for _, p in ipairs(parts) do
+      if p.algo ~= 'c' and actual > p.capacity then
+        return {'too_large', p.key, p.capacity}
+      end
+    end
+    for _, p in ipairs(parts) do
+      if p.algo ~= 'c' then
+        settle_limit(p.key, p.algo, p.capacity, p.p1, p.p2, p.window, p.charged - actual)
+        if p.charged > actual then
+          refunded = 1
+        end
+      end
+    end
+    status = 'settled'
+  end
+  local freed = 0
+  for _, p in ipairs(parts) do
+    if p.algo == 'c' then
+      freed = freed + redis.call('ZREM', p.key, member_of(p))
+    end
+  end
+  redis.call('HSET', rec, 'd', '1')
+  return {status, rule, subject, 0, freed, refunded}
+end
+
+if hold_mode then
+  return hold_op()
+end
+
+-- A check. With a hold, the last key is its record.
+local holding = ARGV[#ARGV] == 'H'
+local nlimits = #KEYS
+local reserve, hold_ttl, nonce, take_until = false, 0, '', now
+if holding then
+  nlimits = #KEYS - 1
+  local h = 2 + 4 * nlimits
+  reserve = ARGV[h + 1] == '1'
+  hold_ttl = tonumber(ARGV[h + 2])
+  nonce = ARGV[h + 3]
+  take_until = now + hold_ttl
+end
+
+local expired = 0
+local function decide(i, c)
+  local base = 2 + (i - 1) * 4
+  local algo = ARGV[base + 1]
+  local capacity = tonumber(ARGV[base + 2])
+  if algo == 'c' then
+    local allowed, remaining, reset, retry, write, gone = concurrency(KEYS[i], capacity, c, take_until)
+    expired = expired + gone
+    return allowed, remaining, reset, retry, write, nil, false
+  end
+  return decide_limit(algo, capacity, tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), load(KEYS[i], now), c)
+end
+
 local results = {}
 local all = true
-for i = 1, #KEYS do
+for i = 1, nlimits do
   local allowed, remaining, reset, retry, write, nxt, extend = decide(i, cost)
   results[i] = {allowed, remaining, reset, retry, write, nxt, extend}
   all = all and allowed
 end
 
 local reply = {all and 1 or 0, now}
-for i = 1, #KEYS do
+for i = 1, nlimits do
   local r = results[i]
   if not all and r[1] then
     -- Nothing is consumed: report this limit as a peek sees it.
     r = {decide(i, 0)}
   end
-  if (all and r[5]) or r[7] then
+  if ARGV[2 + (i - 1) * 4 + 1] == 'c' then
+    if all and r[5] then
+      redis.call('ZADD', KEYS[i], take_until, nonce .. ':' .. fmt(cost))
+      -- Kept a TTL past its last lease, so the next check can count the
+      -- leases that expired unreleased (holders that crashed).
+      redis.call('PEXPIRE', KEYS[i], r[3] + hold_ttl + ttl_slack)
+    end
+  elseif (all and r[5]) or r[7] then
     store(KEYS[i], r[6], r[3])
   end
   reply[#reply + 1] = r[1] and 1 or 0
@@ -200,4 +387,34 @@ for i = 1, #KEYS do
   reply[#reply + 1] = r[3]
   reply[#reply + 1] = r[4]
 end
+
+if all and holding then
+  -- The hold's record: what each part took, so settling is exact.
+  local h = 2 + 4 * nlimits
+  local rec = KEYS[#KEYS]
+  local fields = {'t', ARGV[h + 4], 'r', ARGV[h + 5], 's', ARGV[h + 6], 'e', fmt(take_until), 'ttl', fmt(hold_ttl)}
+  local n = 0
+  for i = 1, nlimits do
+    local base = 2 + (i - 1) * 4
+    local algo = ARGV[base + 1]
+    if algo == 'c' or reserve then
+      n = n + 1
+      local window = 0
+      if algo == 's' or algo == 'f' then
+        window = results[i][6][1]
+      end
+      local suffix = tostring(n)
+      for _, kv in ipairs({{'k', KEYS[i]}, {'a', algo}, {'c', ARGV[base + 2]}, {'x', ARGV[base + 3]},
+          {'y', ARGV[base + 4]}, {'w', ARGV[2]}, {'i', fmt(window)}}) do
+        fields[#fields + 1] = kv[1] .. suffix
+        fields[#fields + 1] = kv[2]
+      end
+    end
+  end
+  fields[#fields + 1] = 'n'
+  fields[#fields + 1] = tostring(n)
+  redis.call('HSET', rec, unpack(fields))
+  redis.call('PEXPIRE', rec, 2 * hold_ttl + ttl_slack)
+end
+reply[#reply + 1] = expired
 return reply

@@ -79,6 +79,8 @@ func buildCall(prefix string, req sluice.Request) scriptCall {
 			a[0], a[3] = "t", str()
 		case sluice.AlgorithmSlidingWindow:
 			a[0], a[3] = "s", "0"
+		case sluice.AlgorithmConcurrency:
+			a[0], a[3] = "c", "0"
 		default:
 			a[0], a[3] = "f", "0"
 		}

@@ -213,11 +213,15 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		return sluice.Decision{}, err
 	}
 	call := buildCall(s.prefix, req)
+	var hold *sluice.Hold
+	if req.Holds() {
+		call, hold = s.withHold(call, req)
+	}
 	reply, err := checkScript.Exec(ctx, s.client, call.keys, call.args).ToArray()
 	if err != nil {
 		return sluice.Decision{}, unavailable("check", err)
 	}
-	if len(reply) != 2+4*len(req.Limits) {
+	if len(reply) != 3+4*len(req.Limits) {
 		return sluice.Decision{}, unavailable("check", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
 	}
 	for i := range 2 { // allowed and now: unused, but must read as numbers
@@ -244,7 +248,13 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			Window:     sluice.PolicyWindow(l),
 		}
 	}
+	if d.ExpiredLeases, err = replyInt(&reply[len(reply)-1]); err != nil {
+		return sluice.Decision{}, unavailable("check", err)
+	}
 	d.Combine()
+	if d.Allowed {
+		d.Hold = hold
+	}
 	return d, nil
 }
 

@@ -261,6 +261,7 @@ type ruleFlags struct {
 	tokenBuckets   []string
 	slidingWindows []string
 	fixedWindows   []string
+	concurrency    []string
 	failureMode    string
 	shadow         bool
 }
@@ -272,7 +273,7 @@ func newRuleCmd() *cobra.Command {
 
 	var rf ruleFlags
 	set := &cobra.Command{
-		Use:   "set <tenant> <rule> --route PATTERN (--token-bucket C:R/s | --sliding-window L/W | --fixed-window L/W)...",
+		Use:   "set <tenant> <rule> --route PATTERN (--token-bucket C:R/s | --sliding-window L/W | --fixed-window L/W | --concurrency N/TTL)...",
 		Short: "Create or replace a rule",
 		Long: `Create or replace a rule of a tenant.
 
@@ -285,6 +286,8 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --sliding-window 600/1m      600 per rolling minute
   --fixed-window 100/1s        100 per clock-aligned second
   --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
+  --concurrency 10/30s         10 in flight at once, each lease freed after
+                               30s unless released (see docs/holds.md)
 
 Without --failure-mode the rule is stored without one, and every server
 applies its own --default-failure-mode (closed unless set), whether the rule
@@ -312,6 +315,7 @@ was written through --server or --database.`,
 	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
 	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
 	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
+	f.StringArrayVar(&rf.concurrency, "concurrency", nil, "concurrency limit [NAME=]LIMIT/TTL, e.g. 10/30s: at most LIMIT held at once, each lease freed after TTL (repeatable)")
 	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: each server's --default-failure-mode")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
 
@@ -380,8 +384,15 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 			r.Limits = append(r.Limits, l)
 		}
 	}
+	for _, spec := range rf.concurrency {
+		l, err := parseConcurrency(spec)
+		if err != nil {
+			return r, err
+		}
+		r.Limits = append(r.Limits, l)
+	}
 	if len(r.Limits) == 0 {
-		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m or --fixed-window 100/1s")
+		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m, --fixed-window 100/1s or --concurrency 10/30s")
 	}
 	if err := r.Validate(); err != nil {
 		return r, err

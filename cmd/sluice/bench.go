@@ -34,6 +34,10 @@ type benchConfig struct {
 	Hot         float64
 	Reference   string
 	JSON        bool
+	// Holds sends acquire/release pairs (a check that takes a hold, then
+	// its release) instead of checks; Reserve sends "reserve": true.
+	Holds   bool
+	Reserve bool
 
 	// The Envoy rate limit service (--target envoy).
 	GRPCAddr    string
@@ -143,6 +147,8 @@ func addBenchFlags(f *pflag.FlagSet, cfg *benchConfig) {
 	f.Float64Var(&cfg.Hot, "hot", 0, "fraction of checks (0 to 1) that go to one hot subject")
 	f.StringVar(&cfg.Reference, "reference", "/healthz", "http: path measured after the run with the same load, as the reference; envoy: the gRPC health check is the reference (empty: none)")
 	f.BoolVar(&cfg.JSON, "json", false, "print the results as JSON")
+	f.BoolVar(&cfg.Holds, "holds", false, "http: send acquire/release pairs, a check that takes a hold (a rule with a concurrency limit, or --reserve) then DELETE /v1/holds/{id}, measured together")
+	f.BoolVar(&cfg.Reserve, "reserve", false, `http: send "reserve": true with each check (with --holds: the hold is released, the estimate stands)`)
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "envoy: host:port of the gRPC rate limit service")
 	f.IntVar(&cfg.GRPCConns, "grpc-conns", 4, "envoy: gRPC connections the load is spread over")
 	f.StringVar(&cfg.Domain, "domain", "", "envoy: the rate limit domain of every request")
@@ -294,6 +300,9 @@ func (c benchConfig) validate() error {
 			return fmt.Errorf("--reference %q must be a path starting with /", c.Reference)
 		}
 	case "envoy":
+		if c.Holds || c.Reserve {
+			return errors.New("--holds and --reserve are for --target http: Envoy's API has no call to release a hold (see docs/envoy.md)")
+		}
 		if c.Domain == "" {
 			return errors.New("--domain is required with --target envoy: it selects the rate limit configuration file")
 		}
@@ -367,6 +376,10 @@ func newBenchTargets(cfg benchConfig) (benchTargets, error) {
 			target:     loadgen.NewHTTPCheck(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Concurrency),
 			targetName: "POST /v1/check " + cfg.Route,
 			close:      func() error { return nil },
+		}
+		if cfg.Holds {
+			t.target = loadgen.NewHTTPHoldPair(base, cfg.APIKey, cfg.Route, cfg.Cost, cfg.Reserve, cfg.Concurrency)
+			t.targetName = "POST /v1/check " + cfg.Route + " + DELETE /v1/holds/{id}"
 		}
 		if cfg.Reference != "" {
 			t.reference = loadgen.NewHTTPGet(base+cfg.Reference, cfg.Concurrency)

@@ -261,7 +261,7 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 		for i, l := range r.Limits {
 			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, l.Window.Milliseconds())
+				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, sluice.WindowColumn(l).Milliseconds())
 			if err != nil {
 				return record{}, err
 			}
@@ -310,7 +310,8 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 		if err := rows.Scan(&tenant, &rule, &name, &algorithm, &l.Capacity, &l.RefillPerSecond, &windowMs); err != nil {
 			return nil, err
 		}
-		l.Name, l.Algorithm, l.Window = name, sluice.Algorithm(algorithm), time.Duration(windowMs)*time.Millisecond
+		l.Name, l.Algorithm = name, sluice.Algorithm(algorithm)
+		l = l.WithWindowColumn(time.Duration(windowMs) * time.Millisecond)
 		if i, ok := index[ruleKey{tenant, rule}]; ok {
 			rules[i].Limits = append(rules[i].Limits, l)
 		}

@@ -41,6 +41,10 @@ import (
 type Model struct {
 	buckets map[string]*modelBucket
 	windows map[string]map[int64]int64 // key -> window index -> count
+	// Holds: see holdmodel.go.
+	leases map[string]map[string]modelLease // key -> hold id -> lease
+	holds  map[string]*modelHold
+	seq    int
 }
 
 type modelBucket struct {
@@ -52,7 +56,8 @@ type modelBucket struct {
 
 // NewModel returns an empty model.
 func NewModel() *Model {
-	return &Model{buckets: map[string]*modelBucket{}, windows: map[string]map[int64]int64{}}
+	return &Model{buckets: map[string]*modelBucket{}, windows: map[string]map[int64]int64{},
+		leases: map[string]map[string]modelLease{}, holds: map[string]*modelHold{}}
 }
 
 func modelKey(r sluice.Request, l sluice.Limit) string {
@@ -100,6 +105,9 @@ func (m *Model) windowUsage(key string, l sluice.Limit, now int64) *big.Rat {
 func (m *Model) fits(r sluice.Request, l sluice.Limit, now, cost int64) bool {
 	key := modelKey(r, l)
 	k := new(big.Rat).SetInt64(cost)
+	if l.Algorithm == sluice.AlgorithmConcurrency {
+		return m.held(key, now)+cost <= l.Capacity
+	}
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		return m.tokensAt(key, l, now).Cmp(k) >= 0
 	}
@@ -109,6 +117,9 @@ func (m *Model) fits(r sluice.Request, l sluice.Limit, now, cost int64) bool {
 
 func (m *Model) empty(r sluice.Request, l sluice.Limit, now int64) bool {
 	key := modelKey(r, l)
+	if l.Algorithm == sluice.AlgorithmConcurrency {
+		return m.held(key, now) == 0
+	}
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		return m.tokensAt(key, l, now).Cmp(new(big.Rat).SetInt64(l.Capacity)) == 0
 	}
@@ -118,6 +129,9 @@ func (m *Model) empty(r sluice.Request, l sluice.Limit, now int64) bool {
 func (m *Model) remaining(r sluice.Request, l sluice.Limit, now int64) int64 {
 	key := modelKey(r, l)
 	var left *big.Rat
+	if l.Algorithm == sluice.AlgorithmConcurrency {
+		return max(0, l.Capacity-m.held(key, now))
+	}
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		left = m.tokensAt(key, l, now)
 	} else {
@@ -144,9 +158,14 @@ func firstFrom(lo, hi int64, ok func(d int64) bool) int64 {
 }
 
 func horizon(l sluice.Limit) int64 {
-	if l.Algorithm == sluice.AlgorithmTokenBucket {
+	switch l.Algorithm {
+	case sluice.AlgorithmTokenBucket:
+		// Twice a bucket's fill time: a settled hold can leave it up to a
+		// capacity in debt.
 		n, p := l.RefillRate()
-		return l.Capacity*p/n + 2
+		return 2*l.Capacity*p/n + 2
+	case sluice.AlgorithmConcurrency:
+		return sluice.MaxHoldTTL.Milliseconds() + 1
 	}
 	return 2*l.Window.Milliseconds() + 1
 }
@@ -173,6 +192,7 @@ func (m *Model) Check(r sluice.Request) sluice.Decision {
 			}
 		}
 	}()
+	expired := m.pruneLeases(r, now)
 	// Each limit's own time: now, or later if its counter was written later.
 	at := make([]int64, len(r.Limits))
 	fits := make([]bool, len(r.Limits))
@@ -182,9 +202,13 @@ func (m *Model) Check(r sluice.Request) sluice.Decision {
 		fits[i] = m.fits(r, l, at[i], r.Cost)
 		allowed = allowed && fits[i]
 	}
+	var hold *sluice.Hold
 	if allowed && r.Cost > 0 {
+		if r.Holds() {
+			hold = m.takeHold(r, now)
+		}
 		for i, l := range r.Limits {
-			m.apply(r, l, at[i])
+			m.apply(r, l, at[i], hold)
 		}
 	}
 	d := sluice.Decision{}
@@ -210,11 +234,17 @@ func (m *Model) Check(r sluice.Request) sluice.Decision {
 		}
 	}
 	d.Combine()
+	d.Hold = hold
+	d.ExpiredLeases = expired
 	return d
 }
 
-func (m *Model) apply(r sluice.Request, l sluice.Limit, now int64) {
+func (m *Model) apply(r sluice.Request, l sluice.Limit, now int64, hold *sluice.Hold) {
 	key := modelKey(r, l)
+	if l.Algorithm == sluice.AlgorithmConcurrency {
+		m.takeLease(key, r, now, hold)
+		return
+	}
 	if l.Algorithm == sluice.AlgorithmTokenBucket {
 		t := m.tokensAt(key, l, now)
 		t.Sub(t, new(big.Rat).SetInt64(r.Cost))

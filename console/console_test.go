@@ -170,6 +170,21 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 		t.Errorf("rule after the edit: %s", raw)
 	}
 
+	// A concurrency limit: limit and lease TTL, the TTL in the window field.
+	inflight := url.Values{"name": {"uploads"}, "route": {"/uploads*"}, "failure_mode": {""}, "algorithm0": {"concurrency"},
+		"limit_name0": {"inflight"}, "amount0": {"3"}, "window0": {"45s"}}
+	if p := b.post("/console/tenants/acme/rules", inflight); p.status != http.StatusSeeOther {
+		t.Fatalf("save a concurrency rule: %d\n%s", p.status, p.body)
+	}
+	if _, raw := s.apiCall("GET", "/v1/tenants/acme/rules/uploads", adminToken, ""); !strings.Contains(raw, `"algorithm":"concurrency"`) || !strings.Contains(raw, `"ttl":"45s"`) {
+		t.Errorf("concurrency rule as stored: %s", raw)
+	}
+	must(t, "concurrency edit form", b.get("/console/tenants/acme/rules/uploads/edit"), http.StatusOK,
+		`value="concurrency" selected`, `value="45s"`)
+	if status, raw := s.apiCall("DELETE", "/v1/tenants/acme/rules/uploads", adminToken, ""); status != http.StatusNoContent {
+		t.Fatalf("delete the concurrency rule: %d %s", status, raw)
+	}
+
 	// Checks through the API show on the overview; the inspector peeks and
 	// resets.
 	for range 4 {

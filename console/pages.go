@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -462,6 +463,9 @@ func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *s
 		f.Editing, f.Name, f.Route, f.FailureMode, f.Shadow = true, rule.Name, rule.Route, rule.FailureMode, rule.Shadow
 		for _, l := range rule.Limits {
 			row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
+			if l.Algorithm == string(sluice.AlgorithmConcurrency) {
+				row.Window = l.TTL // one field: a concurrency limit has no window
+			}
 			switch {
 			case l.Capacity != nil:
 				row.Amount = strconv.FormatInt(*l.Capacity, 10)
@@ -522,6 +526,11 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 			l["capacity"], l["refill_per_second"] = amount, refill
 			if row.Window != "" {
 				l["window"] = row.Window // the API says why it does not belong
+			}
+		} else if row.Algorithm == string(sluice.AlgorithmConcurrency) {
+			l["limit"], l["ttl"] = amount, row.Window
+			if row.Refill != "" {
+				l["refill_per_second"], _ = jsonNumber(row.Refill) // the API says why it does not belong
 			}
 		} else {
 			l["limit"], l["window"] = amount, row.Window

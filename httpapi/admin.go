@@ -433,9 +433,9 @@ func (j LimitJSON) ToLimit() (sluice.Limit, error) {
 		if j.Limit == nil || j.TTL == "" {
 			return l, badRequest("Limit %q: a concurrency limit needs limit and ttl (like \"30s\").", l.Name)
 		}
-		ttl, err := time.ParseDuration(j.TTL)
+		ttl, err := sluice.ParseWindow(j.TTL)
 		if err != nil {
-			return l, badRequest("Limit %q: ttl %q is not a duration like \"30s\" or \"5m\".", l.Name, j.TTL)
+			return l, badRequest("Limit %q: ttl %s.", l.Name, err)
 		}
 		l.Capacity, l.TTL = *j.Limit, ttl
 	case sluice.AlgorithmTokenBucket:

@@ -29,21 +29,38 @@ func checkBookkeeping(t *testing.T, s *Store) {
 				t.Errorf("a counter expires at %d, before its budget's soonest", e.expireAt)
 			}
 		}
+		// Lease sets and hold records take room like counters.
+		for key, set := range sh.leases {
+			counts[set.tenant]++
+			total++
+			for _, ls := range set.leases {
+				if ls.keepUntil < set.tenant.soonest.Load() || ls.keepUntil < s.total.soonest.Load() {
+					t.Errorf("a lease of %q is swept at %d, before its budget's soonest", key, ls.keepUntil)
+				}
+			}
+		}
+		for key, rec := range sh.holds {
+			counts[rec.budget]++
+			total++
+			if f := rec.forgetAt(); f < rec.budget.soonest.Load() || f < s.total.soonest.Load() {
+				t.Errorf("hold record %q is forgotten at %d, before its budget's soonest", key, f)
+			}
+		}
 		sh.mu.Unlock()
 	}
 	if n := s.total.n.Load(); n != total || n > s.maxKeys {
-		t.Errorf("store counts %d counters, holds %d, cap %d", n, total, s.maxKeys)
+		t.Errorf("store counts %d counters, lease sets and hold records, holds %d, cap %d", n, total, s.maxKeys)
 	}
 	s.tenantsMu.RLock()
 	defer s.tenantsMu.RUnlock()
 	for name, b := range s.tenants {
 		if n := b.n.Load(); n != counts[b] || n > s.perTenant {
-			t.Errorf("tenant %q counts %d counters, holds %d, budget %d", name, n, counts[b], s.perTenant)
+			t.Errorf("tenant %q counts %d counters, lease sets and hold records, holds %d, budget %d", name, n, counts[b], s.perTenant)
 		}
 		delete(counts, b)
 	}
 	if len(counts) > 0 {
-		t.Errorf("%d counters belong to a budget no longer in the table", len(counts))
+		t.Errorf("%d budgets no longer in the table still count something", len(counts))
 	}
 }
 

@@ -127,8 +127,9 @@ func (e *optionError) Unwrap() error { return sluice.ErrInvalid }
 // ErrBudgetExhausted is wrapped by every BudgetError.
 var ErrBudgetExhausted = errors.New("counter budget exhausted")
 
-// BudgetError is the error of a check that needed a new counter when its
-// tenant's budget (or the store's cap) was used up by live counters. It wraps
+// BudgetError is the error of a check that needed a new counter, lease set or
+// hold record when its tenant's budget (or the store's cap) was used up by
+// live ones. It wraps
 // both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
 type BudgetError struct {
 	Tenant string
@@ -142,10 +143,10 @@ type BudgetError struct {
 func (e *BudgetError) Error() string {
 	if e.Store {
 		return "memory store: counter budget exhausted: the store holds its cap of " + strconv.Itoa(e.Budget) +
-			" live counters (MaxKeys), none back to full; tenant " + strconv.Quote(e.Tenant) + " cannot start a new one"
+			" live counters and holds (MaxKeys), none back to full; tenant " + strconv.Quote(e.Tenant) + " cannot start a new one"
 	}
 	return "memory store: counter budget exhausted: tenant " + strconv.Quote(e.Tenant) + " holds its budget of " +
-		strconv.Itoa(e.Budget) + " live counters (MaxKeysPerTenant), none back to full; a new subject cannot be counted"
+		strconv.Itoa(e.Budget) + " live counters and holds (MaxKeysPerTenant), none back to full; a new subject or hold cannot be counted"
 }
 
 // Unwrap makes errors.Is true for ErrBudgetExhausted and

@@ -129,8 +129,7 @@ var ErrBudgetExhausted = errors.New("counter budget exhausted")
 
 // BudgetError is the error of a check that needed a new counter, lease set or
 // hold record when its tenant's budget (or the store's cap) was used up by
-// live ones. It wraps
-// both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
+// live ones. It wraps both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
 type BudgetError struct {
 	Tenant string
 	// Budget is the bound that was reached: MaxKeysPerTenant, or MaxKeys
@@ -499,8 +498,8 @@ func (s *Store) giveBack(b *budget) {
 	s.total.n.Add(-1)
 }
 
-// reserve takes room for k new counters of tenant, or returns the bound that
-// is reached.
+// reserve takes room for k new counters, lease sets or hold records of
+// tenant, or returns the bound that is reached.
 func (s *Store) reserve(tenant string, k int64) (*budget, *BudgetError) {
 	s.tenantsMu.RLock()
 	if b := s.tenants[tenant]; b != nil {
@@ -653,8 +652,7 @@ func (s *Store) sweepLocked(now int64) {
 			if e.expireAt <= now {
 				s.drop(sh, k, e)
 			} else {
-				e.tenant.lower(e.expireAt)
-				s.total.lower(e.expireAt)
+				s.lower(e.tenant, e.expireAt)
 			}
 		}
 		s.sweepHoldsLocked(sh, now)

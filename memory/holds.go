@@ -32,14 +32,6 @@ type leaseSet struct {
 	tenant *budget
 }
 
-// held returns the leases of set, which may be nil.
-func (set *leaseSet) held() map[string]lease {
-	if set == nil {
-		return nil
-	}
-	return set.leases
-}
-
 // holdRecord is what a hold took, so that settling it is exact.
 type holdRecord struct {
 	tenant, rule, subject string
@@ -118,9 +110,9 @@ func (s *Store) takeHold(sh *shard, keys *keyList, req sluice.Request, nonce str
 		key := string(keys.key(i))
 		switch {
 		case l.Algorithm == sluice.AlgorithmConcurrency:
-			set := sh.leases[key]
-			if set == nil {
-				set = &leaseSet{leases: map[string]lease{}, tenant: b}
+			set, ok := sh.leases[key]
+			if !ok {
+				set = leaseSet{leases: map[string]lease{}, tenant: b}
 				sh.leases[key] = set
 			}
 			set.leases[nonce] = lease{weight: req.Cost, expireAt: rec.expireAt, keepUntil: rec.expireAt + ttl}
@@ -166,7 +158,7 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	case sluice.HoldExtend:
 		rec.expireAt = now + rec.ttl
 		for _, p := range rec.parts {
-			if set := sh.leases[p.key]; set != nil {
+			if set, ok := sh.leases[p.key]; ok {
 				if ls, ok := set.leases[nonce]; ok {
 					ls.expireAt, ls.keepUntil = rec.expireAt, rec.expireAt+rec.ttl
 					set.leases[nonce] = ls
@@ -222,7 +214,7 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 		if p.limit.Algorithm != sluice.AlgorithmConcurrency {
 			continue
 		}
-		if set := sh.leases[p.key]; set != nil {
+		if set, ok := sh.leases[p.key]; ok {
 			if _, ok := set.leases[nonce]; ok {
 				delete(set.leases, nonce)
 				res.LeasesFreed++
@@ -272,7 +264,7 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 // dropLeaseSetIfEmpty drops the lease set under key, and gives its room
 // back, once it holds no lease. Called with the shard locked.
 func (s *Store) dropLeaseSetIfEmpty(sh *shard, key string) {
-	if set := sh.leases[key]; set != nil && len(set.leases) == 0 {
+	if set, ok := sh.leases[key]; ok && len(set.leases) == 0 {
 		delete(sh.leases, key)
 		s.giveBack(set.tenant)
 	}

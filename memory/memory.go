@@ -235,7 +235,7 @@ type shard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	// leases and holds: see holds.go.
-	leases map[string]*leaseSet
+	leases map[string]leaseSet
 	holds  map[string]*holdRecord
 }
 
@@ -270,7 +270,7 @@ func New(opts Options) *Store {
 	s.total.soonest.Store(math.MaxInt64)
 	for i := range s.shards {
 		s.shards[i].entries = make(map[string]*entry)
-		s.shards[i].leases = make(map[string]*leaseSet)
+		s.shards[i].leases = make(map[string]leaseSet)
 		s.shards[i].holds = make(map[string]*holdRecord)
 	}
 	interval := opts.SweepInterval
@@ -391,7 +391,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 		var o outcome
 		if l.Algorithm == sluice.AlgorithmConcurrency {
 			var gone int64
-			o, gone = decideLeases(sh.leases[string(keys.key(i))].held(), l, now, req.Cost, takeUntil)
+			o, gone = decideLeases(sh.leases[string(keys.key(i))].leases, l, now, req.Cost, takeUntil)
 			expired += gone
 		} else {
 			found[i] = sh.entries[string(keys.key(i))]
@@ -408,7 +408,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 			switch {
 			case !outcomes[i].write:
 			case l.Algorithm == sluice.AlgorithmConcurrency:
-				if sh.leases[string(keys.key(i))] == nil {
+				if _, ok := sh.leases[string(keys.key(i))]; !ok {
 					need++
 				}
 			case found[i] == nil:
@@ -441,7 +441,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 				continue
 			}
 			if l.Algorithm == sluice.AlgorithmConcurrency {
-				outcomes[i], _ = decideLeases(sh.leases[string(keys.key(i))].held(), l, now, 0, now)
+				outcomes[i], _ = decideLeases(sh.leases[string(keys.key(i))].leases, l, now, 0, now)
 			} else {
 				outcomes[i] = decide(l, live(found[i], now), now, 0)
 			}
@@ -591,7 +591,7 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := range limits {
-		if set := sh.leases[string(keys.key(i))]; set != nil {
+		if set, ok := sh.leases[string(keys.key(i))]; ok {
 			delete(sh.leases, string(keys.key(i)))
 			s.giveBack(set.tenant)
 		}

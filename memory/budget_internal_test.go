@@ -64,8 +64,8 @@ func checkBookkeeping(t *testing.T, s *Store) {
 	}
 }
 
-// Checks of many tenants, sweeps and resets at once, with time moving: the
-// budgets stay exact.
+// Checks and leases of many tenants, releases, sweeps and resets at once,
+// with time moving: the budgets stay exact.
 func TestBookkeepingUnderChurn(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(1_800_000_000_000)
@@ -77,6 +77,7 @@ func TestBookkeepingUnderChurn(t *testing.T) {
 	})
 	defer s.Close()
 	limits := []sluice.Limit{sluice.TokenBucket(3, 10).Named("b"), sluice.FixedWindow(2, 50*time.Millisecond).Named("w")}
+	leased := []sluice.Limit{sluice.Concurrency(2, 30*time.Millisecond).Named("c")}
 	var wg sync.WaitGroup
 	for w := 0; w < 6; w++ {
 		wg.Add(1)
@@ -94,6 +95,20 @@ func TestBookkeepingUnderChurn(t *testing.T) {
 					}
 				case i%13 == 0:
 					s.Sweep()
+				case i%5 == 0:
+					// A lease, released every other time: lease sets and
+					// hold records come and go beside the counters.
+					d, err := s.Check(ctx, sluice.Request{Tenant: tenant, Rule: "l", Subject: subject, Limits: leased, Cost: 1})
+					if err != nil && !errors.Is(err, ErrBudgetExhausted) {
+						t.Error(err)
+						return
+					}
+					if err == nil && d.Hold != nil && i%2 == 0 {
+						if _, err := s.Hold(ctx, sluice.HoldOp{Tenant: tenant, ID: d.Hold.ID, Action: sluice.HoldRelease}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
 				default:
 					_, err := s.Check(ctx, sluice.Request{Tenant: tenant, Rule: "r", Subject: subject, Limits: limits, Cost: 1})
 					if err != nil && !errors.Is(err, ErrBudgetExhausted) {

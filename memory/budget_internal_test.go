@@ -29,26 +29,43 @@ func checkBookkeeping(t *testing.T, s *Store) {
 				t.Errorf("a counter expires at %d, before its budget's soonest", e.expireAt)
 			}
 		}
+		// Lease sets and hold records take room like counters.
+		for key, set := range sh.leases {
+			counts[set.tenant]++
+			total++
+			for _, ls := range set.leases {
+				if ls.keepUntil < set.tenant.soonest.Load() || ls.keepUntil < s.total.soonest.Load() {
+					t.Errorf("a lease of %q is swept at %d, before its budget's soonest", key, ls.keepUntil)
+				}
+			}
+		}
+		for key, rec := range sh.holds {
+			counts[rec.budget]++
+			total++
+			if f := rec.forgetAt(); f < rec.budget.soonest.Load() || f < s.total.soonest.Load() {
+				t.Errorf("hold record %q is forgotten at %d, before its budget's soonest", key, f)
+			}
+		}
 		sh.mu.Unlock()
 	}
 	if n := s.total.n.Load(); n != total || n > s.maxKeys {
-		t.Errorf("store counts %d counters, holds %d, cap %d", n, total, s.maxKeys)
+		t.Errorf("store counts %d counters, lease sets and hold records, holds %d, cap %d", n, total, s.maxKeys)
 	}
 	s.tenantsMu.RLock()
 	defer s.tenantsMu.RUnlock()
 	for name, b := range s.tenants {
 		if n := b.n.Load(); n != counts[b] || n > s.perTenant {
-			t.Errorf("tenant %q counts %d counters, holds %d, budget %d", name, n, counts[b], s.perTenant)
+			t.Errorf("tenant %q counts %d counters, lease sets and hold records, holds %d, budget %d", name, n, counts[b], s.perTenant)
 		}
 		delete(counts, b)
 	}
 	if len(counts) > 0 {
-		t.Errorf("%d counters belong to a budget no longer in the table", len(counts))
+		t.Errorf("%d budgets no longer in the table still count something", len(counts))
 	}
 }
 
-// Checks of many tenants, sweeps and resets at once, with time moving: the
-// budgets stay exact.
+// Checks and leases of many tenants, releases, sweeps and resets at once,
+// with time moving: the budgets stay exact.
 func TestBookkeepingUnderChurn(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(1_800_000_000_000)
@@ -60,6 +77,7 @@ func TestBookkeepingUnderChurn(t *testing.T) {
 	})
 	defer s.Close()
 	limits := []sluice.Limit{sluice.TokenBucket(3, 10).Named("b"), sluice.FixedWindow(2, 50*time.Millisecond).Named("w")}
+	leased := []sluice.Limit{sluice.Concurrency(2, 30*time.Millisecond).Named("c")}
 	var wg sync.WaitGroup
 	for w := 0; w < 6; w++ {
 		wg.Add(1)
@@ -77,6 +95,20 @@ func TestBookkeepingUnderChurn(t *testing.T) {
 					}
 				case i%13 == 0:
 					s.Sweep()
+				case i%5 == 0:
+					// A lease, released every other time: lease sets and
+					// hold records come and go beside the counters.
+					d, err := s.Check(ctx, sluice.Request{Tenant: tenant, Rule: "l", Subject: subject, Limits: leased, Cost: 1})
+					if err != nil && !errors.Is(err, ErrBudgetExhausted) {
+						t.Error(err)
+						return
+					}
+					if err == nil && d.Hold != nil && i%2 == 0 {
+						if _, err := s.Hold(ctx, sluice.HoldOp{Tenant: tenant, ID: d.Hold.ID, Action: sluice.HoldRelease}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
 				default:
 					_, err := s.Check(ctx, sluice.Request{Tenant: tenant, Rule: "r", Subject: subject, Limits: limits, Cost: 1})
 					if err != nil && !errors.Is(err, ErrBudgetExhausted) {

@@ -25,8 +25,12 @@ type lease struct {
 }
 
 // leaseSet is the leases held on one concurrency limit of one subject, by
-// hold nonce.
-type leaseSet map[string]lease
+// hold nonce, and the budget the set is counted in (one unit however many
+// leases it holds: their number is bounded by the limit's capacity).
+type leaseSet struct {
+	leases map[string]lease
+	tenant *budget
+}
 
 // holdRecord is what a hold took, so that settling it is exact.
 type holdRecord struct {
@@ -36,6 +40,7 @@ type holdRecord struct {
 	ttl                   int64 // ms
 	done                  bool  // settled or released
 	parts                 []holdPart
+	budget                *budget // the record is counted in it until forgotten
 }
 
 // holdPart is one limit of a hold: a lease (concurrency) or a reserved
@@ -54,7 +59,7 @@ func (r *holdRecord) forgetAt() int64 { return r.expireAt + r.ttl }
 // decideLeases decides a concurrency limit at now for cost: it drops
 // expired leases first (counted in expired), then admits while held + cost
 // fits. takeUntil is the expiry of the lease the check takes if allowed.
-func decideLeases(set leaseSet, l sluice.Limit, now, cost, takeUntil int64) (o outcome, expired int64) {
+func decideLeases(set map[string]lease, l sluice.Limit, now, cost, takeUntil int64) (o outcome, expired int64) {
 	held, latest := int64(0), now
 	for nonce, ls := range set {
 		if ls.expireAt <= now {
@@ -95,20 +100,23 @@ func decideLeases(set leaseSet, l sluice.Limit, now, cost, takeUntil int64) (o o
 }
 
 // takeHold writes the leases and the record of an allowed check that holds,
-// with the shard locked.
-func (sh *shard) takeHold(keys *keyList, req sluice.Request, nonce string, now int64, outcomes []outcome) {
+// with the shard locked. b is where room was reserved for the record and
+// the new lease sets.
+func (s *Store) takeHold(sh *shard, keys *keyList, req sluice.Request, nonce string, now int64, outcomes []outcome, b *budget) {
 	ttl := req.HoldTTLOf().Milliseconds()
-	rec := &holdRecord{tenant: req.Tenant, rule: req.Rule, subject: req.Subject, nonce: nonce, expireAt: now + ttl, ttl: ttl}
+	rec := &holdRecord{tenant: req.Tenant, rule: req.Rule, subject: req.Subject, nonce: nonce, expireAt: now + ttl, ttl: ttl, budget: b}
+	s.lower(b, rec.forgetAt())
 	for i, l := range req.Limits {
 		key := string(keys.key(i))
 		switch {
 		case l.Algorithm == sluice.AlgorithmConcurrency:
-			set := sh.leases[key]
-			if set == nil {
-				set = leaseSet{}
+			set, ok := sh.leases[key]
+			if !ok {
+				set = leaseSet{leases: map[string]lease{}, tenant: b}
 				sh.leases[key] = set
 			}
-			set[nonce] = lease{weight: req.Cost, expireAt: rec.expireAt, keepUntil: rec.expireAt + ttl}
+			set.leases[nonce] = lease{weight: req.Cost, expireAt: rec.expireAt, keepUntil: rec.expireAt + ttl}
+			s.lower(set.tenant, rec.expireAt+ttl)
 		case !req.Reserve:
 			continue // charged for good
 		}
@@ -150,10 +158,10 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	case sluice.HoldExtend:
 		rec.expireAt = now + rec.ttl
 		for _, p := range rec.parts {
-			if set := sh.leases[p.key]; set != nil {
-				if ls, ok := set[nonce]; ok {
+			if set, ok := sh.leases[p.key]; ok {
+				if ls, ok := set.leases[nonce]; ok {
 					ls.expireAt, ls.keepUntil = rec.expireAt, rec.expireAt+rec.ttl
-					set[nonce] = ls
+					set.leases[nonce] = ls
 				}
 			}
 		}
@@ -206,14 +214,12 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 		if p.limit.Algorithm != sluice.AlgorithmConcurrency {
 			continue
 		}
-		if set := sh.leases[p.key]; set != nil {
-			if _, ok := set[nonce]; ok {
-				delete(set, nonce)
+		if set, ok := sh.leases[p.key]; ok {
+			if _, ok := set.leases[nonce]; ok {
+				delete(set.leases, nonce)
 				res.LeasesFreed++
 			}
-			if len(set) == 0 {
-				delete(sh.leases, p.key)
-			}
+			s.dropLeaseSetIfEmpty(sh, p.key)
 		}
 	}
 	rec.done = true
@@ -255,22 +261,35 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 	return decide(l, &adj, now, 0).next, true
 }
 
+// dropLeaseSetIfEmpty drops the lease set under key, and gives its room
+// back, once it holds no lease. Called with the shard locked.
+func (s *Store) dropLeaseSetIfEmpty(sh *shard, key string) {
+	if set, ok := sh.leases[key]; ok && len(set.leases) == 0 {
+		delete(sh.leases, key)
+		s.giveBack(set.tenant)
+	}
+}
+
 // sweepHoldsLocked drops expired leases and forgotten hold records at now,
+// giving their room back, and lowers the budgets' soonest to what survives,
 // with the shard locked.
-func (sh *shard) sweepHoldsLocked(now int64) {
+func (s *Store) sweepHoldsLocked(sh *shard, now int64) {
 	for key, set := range sh.leases {
-		for nonce, ls := range set {
+		for nonce, ls := range set.leases {
 			if ls.keepUntil <= now {
-				delete(set, nonce)
+				delete(set.leases, nonce)
+			} else {
+				s.lower(set.tenant, ls.keepUntil)
 			}
 		}
-		if len(set) == 0 {
-			delete(sh.leases, key)
-		}
+		s.dropLeaseSetIfEmpty(sh, key)
 	}
 	for key, rec := range sh.holds {
 		if now >= rec.forgetAt() {
 			delete(sh.holds, key)
+			s.giveBack(rec.budget)
+		} else {
+			s.lower(rec.budget, rec.forgetAt())
 		}
 	}
 }

@@ -27,6 +27,13 @@
 // nothing. Refusals are counted in Stats and reported to
 // Options.OnBudgetExhausted.
 //
+// Holds (holds.go) take room the same way: each lease set of a concurrency
+// limit and each hold record counts as one counter of its tenant and of the
+// store, from the check that creates it until it is dropped (a lease set once
+// its last lease is released or swept, a record once forgotten, a TTL after
+// it ends). A check that would need one past a bound is refused as above and
+// takes nothing: no tokens, no lease.
+//
 // Bookkeeping: each counter carries a pointer to its tenant's budget. A check
 // of existing counters touches no shared state beyond its shard; creating or
 // dropping a counter adds one atomic update to its tenant's count and one to
@@ -120,9 +127,9 @@ func (e *optionError) Unwrap() error { return sluice.ErrInvalid }
 // ErrBudgetExhausted is wrapped by every BudgetError.
 var ErrBudgetExhausted = errors.New("counter budget exhausted")
 
-// BudgetError is the error of a check that needed a new counter when its
-// tenant's budget (or the store's cap) was used up by live counters. It wraps
-// both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
+// BudgetError is the error of a check that needed a new counter, lease set or
+// hold record when its tenant's budget (or the store's cap) was used up by
+// live ones. It wraps both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
 type BudgetError struct {
 	Tenant string
 	// Budget is the bound that was reached: MaxKeysPerTenant, or MaxKeys
@@ -135,10 +142,10 @@ type BudgetError struct {
 func (e *BudgetError) Error() string {
 	if e.Store {
 		return "memory store: counter budget exhausted: the store holds its cap of " + strconv.Itoa(e.Budget) +
-			" live counters (MaxKeys), none back to full; tenant " + strconv.Quote(e.Tenant) + " cannot start a new one"
+			" live counters and holds (MaxKeys), none back to full; tenant " + strconv.Quote(e.Tenant) + " cannot start a new one"
 	}
 	return "memory store: counter budget exhausted: tenant " + strconv.Quote(e.Tenant) + " holds its budget of " +
-		strconv.Itoa(e.Budget) + " live counters (MaxKeysPerTenant), none back to full; a new subject cannot be counted"
+		strconv.Itoa(e.Budget) + " live counters and holds (MaxKeysPerTenant), none back to full; a new subject or hold cannot be counted"
 }
 
 // Unwrap makes errors.Is true for ErrBudgetExhausted and
@@ -149,7 +156,7 @@ func (e *BudgetError) Unwrap() []error {
 
 // Stats describe a Store's occupancy and refusals.
 type Stats struct {
-	// Keys is the number of counters held.
+	// Keys is the number of counters, lease sets and hold records held.
 	Keys int
 	// Tenants is the number of tenants holding counters (an upper bound
 	// between sweeps).
@@ -283,7 +290,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Len returns the number of counters held.
+// Len returns the number of counters, lease sets and hold records held.
 func (s *Store) Len() int { return int(s.total.n.Load()) }
 
 // Stats returns the store's occupancy and refusal count.
@@ -384,7 +391,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 		var o outcome
 		if l.Algorithm == sluice.AlgorithmConcurrency {
 			var gone int64
-			o, gone = decideLeases(sh.leases[string(keys.key(i))], l, now, req.Cost, takeUntil)
+			o, gone = decideLeases(sh.leases[string(keys.key(i))].leases, l, now, req.Cost, takeUntil)
 			expired += gone
 		} else {
 			found[i] = sh.entries[string(keys.key(i))]
@@ -394,11 +401,22 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 		outcomes = append(outcomes, o)
 	}
 	if allowed {
+		// Lease sets and hold records take room like counters: a hold
+		// that finds none writes nothing, not even its tokens.
 		need := int64(0)
-		for i := range outcomes {
-			if outcomes[i].write && found[i] == nil && req.Limits[i].Algorithm != sluice.AlgorithmConcurrency {
+		for i, l := range req.Limits {
+			switch {
+			case !outcomes[i].write:
+			case l.Algorithm == sluice.AlgorithmConcurrency:
+				if _, ok := sh.leases[string(keys.key(i))]; !ok {
+					need++
+				}
+			case found[i] == nil:
 				need++
 			}
+		}
+		if nonce != "" {
+			need++ // the hold record
 		}
 		var b *budget
 		if need > 0 {
@@ -413,7 +431,7 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 			}
 		}
 		if nonce != "" {
-			sh.takeHold(keys, req, nonce, now, outcomes)
+			s.takeHold(sh, keys, req, nonce, now, outcomes, b)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have allowed report
@@ -423,16 +441,20 @@ func (s *Store) decideLocked(sh *shard, keys *keyList, req sluice.Request, nonce
 				continue
 			}
 			if l.Algorithm == sluice.AlgorithmConcurrency {
-				outcomes[i], _ = decideLeases(sh.leases[string(keys.key(i))], l, now, 0, now)
+				outcomes[i], _ = decideLeases(sh.leases[string(keys.key(i))].leases, l, now, 0, now)
 			} else {
 				outcomes[i] = decide(l, live(found[i], now), now, 0)
 			}
 		}
 	}
-	for i := range outcomes {
+	for i, l := range req.Limits {
 		// extend is only set for a live counter, so found[i] is not nil.
 		if outcomes[i].extend && !(allowed && outcomes[i].write) {
 			s.write(sh, keys.key(i), found[i], nil, outcomes[i].next)
+		}
+		if l.Algorithm == sluice.AlgorithmConcurrency && expired > 0 {
+			// Expired leases dropped above may have emptied the set.
+			s.dropLeaseSetIfEmpty(sh, string(keys.key(i)))
 		}
 	}
 	return outcomes, expired, nil
@@ -453,19 +475,31 @@ func (s *Store) write(sh *shard, key []byte, e *entry, b *budget, st state) {
 		if st.expireAt < e.expireAt {
 			// Rare (a token bucket whose rate was raised): keep the
 			// budgets' soonest a lower bound.
-			e.tenant.lower(st.expireAt)
-			s.total.lower(st.expireAt)
+			s.lower(e.tenant, st.expireAt)
 		}
 		e.state = st
 		return
 	}
-	b.lower(st.expireAt)
-	s.total.lower(st.expireAt)
+	s.lower(b, st.expireAt)
 	sh.entries[string(key)] = &entry{state: st, tenant: b}
 }
 
-// reserve takes room for k new counters of tenant, or returns the bound that
-// is reached.
+// lower makes the soonest of b and of the store at most t, the expiry of
+// something counted in b.
+func (s *Store) lower(b *budget, t int64) {
+	b.lower(t)
+	s.total.lower(t)
+}
+
+// giveBack returns the room of one counter, lease set or hold record
+// counted in b, once it is dropped.
+func (s *Store) giveBack(b *budget) {
+	b.n.Add(-1)
+	s.total.n.Add(-1)
+}
+
+// reserve takes room for k new counters, lease sets or hold records of
+// tenant, or returns the bound that is reached.
 func (s *Store) reserve(tenant string, k int64) (*budget, *BudgetError) {
 	s.tenantsMu.RLock()
 	if b := s.tenants[tenant]; b != nil {
@@ -557,7 +591,10 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := range limits {
-		delete(sh.leases, string(keys.key(i)))
+		if set, ok := sh.leases[string(keys.key(i))]; ok {
+			delete(sh.leases, string(keys.key(i)))
+			s.giveBack(set.tenant)
+		}
 		if e := sh.entries[string(keys.key(i))]; e != nil {
 			s.drop(sh, string(keys.key(i)), e)
 		}
@@ -568,8 +605,7 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 // drop deletes the entry e under key. Called with the shard locked.
 func (s *Store) drop(sh *shard, key string, e *entry) {
 	delete(sh.entries, key)
-	e.tenant.n.Add(-1)
-	s.total.n.Add(-1)
+	s.giveBack(e.tenant)
 }
 
 func (s *Store) sweepLoop(interval time.Duration) {
@@ -616,11 +652,10 @@ func (s *Store) sweepLocked(now int64) {
 			if e.expireAt <= now {
 				s.drop(sh, k, e)
 			} else {
-				e.tenant.lower(e.expireAt)
-				s.total.lower(e.expireAt)
+				s.lower(e.tenant, e.expireAt)
 			}
 		}
-		sh.sweepHoldsLocked(now)
+		s.sweepHoldsLocked(sh, now)
 		sh.mu.Unlock()
 	}
 	s.tenantsMu.Lock()

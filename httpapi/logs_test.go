@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice/internal/accesslog"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestFailedAuthenticationsAreLoggedRateLimited(t *testing.T) {
 	var logs testenv.Buffer
 	h := newHarness(t, harnessOptions{logs: &logs})
 	now := time.Unix(1_800_000_000, 0)
-	h.api.authLog.now = func() time.Time { return now }
+	h.api.authLog.throttle.Now = func() time.Time { return now }
 	const wrong = "sk_wrong-secret-that-must-never-be-logged-0123"
 
 	h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
@@ -61,21 +62,21 @@ func TestFailedAuthenticationsAreLoggedRateLimited(t *testing.T) {
 		}
 	}
 
-	for range 2 * authLogBurst {
+	for range 2 * accesslog.ThrottleBurst {
 		h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
 	}
-	if n := len(records(t, logs.String(), "authentication failed")); n != authLogBurst {
-		t.Fatalf("%d records within one window, want the burst of %d", n, authLogBurst)
+	if n := len(records(t, logs.String(), "authentication failed")); n != accesslog.ThrottleBurst {
+		t.Fatalf("%d records within one window, want the burst of %d", n, accesslog.ThrottleBurst)
 	}
-	now = now.Add(authLogWindow)
+	now = now.Add(accesslog.ThrottleWindow)
 	h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
 	got = records(t, logs.String(), "authentication failed")
-	if len(got) != authLogBurst+1 {
-		t.Fatalf("%d records after the window passed, want %d", len(got), authLogBurst+1)
+	if len(got) != accesslog.ThrottleBurst+1 {
+		t.Fatalf("%d records after the window passed, want %d", len(got), accesslog.ThrottleBurst+1)
 	}
 	// 3 + 20 failures in the first window, 10 logged: 13 left out.
-	if s := got[len(got)-1]["suppressed_before"]; s != float64(3+2*authLogBurst-authLogBurst) {
-		t.Errorf("the next record says %v were left out, want %d", s, 3+2*authLogBurst-authLogBurst)
+	if s := got[len(got)-1]["suppressed_before"]; s != float64(3+2*accesslog.ThrottleBurst-accesslog.ThrottleBurst) {
+		t.Errorf("the next record says %v were left out, want %d", s, 3+2*accesslog.ThrottleBurst-accesslog.ThrottleBurst)
 	}
 	if strings.Contains(logs.String(), wrong) || strings.Contains(logs.String(), testAdminToken) {
 		t.Fatal("a credential reached the log")

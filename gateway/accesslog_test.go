@@ -171,7 +171,7 @@ func TestGatewayAccessLog(t *testing.T) {
 	}
 
 	auth := waitForRecords(t, &logs, "authentication failed", 2)
-	wantFields(t, "missing token", auth[0], map[string]any{"route": "orders", "reason": "missing", "credential": "none", "remote": "127.0.0.1", "level": "WARN"})
+	wantFields(t, "missing token", auth[0], map[string]any{"api": "gateway", "route": "orders", "reason": "missing", "credential": "none", "remote": "127.0.0.1", "level": "WARN"})
 	wantFields(t, "forged token", auth[1], map[string]any{"route": "orders", "reason": "signature", "credential": "bearer"})
 
 	all := logs.String()

@@ -175,6 +175,7 @@ func (l *authFailureLog) record(r *http.Request, rte *route, reason string) {
 		return
 	}
 	attrs := []slog.Attr{
+		slog.String("api", "gateway"),
 		slog.String("route", rte.cfg.Name),
 		slog.String("method", r.Method),
 		slog.String("reason", reason),

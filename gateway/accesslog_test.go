@@ -325,3 +325,30 @@ func TestGatewayAuthFailuresLoggedThrottled(t *testing.T) {
 		t.Errorf("%d access records, want one per request (%d)", n, accesslog.ThrottleBurst+extra+1)
 	}
 }
+
+// TestGatewayAccessLogReloads: access_log is turned on and off by a reload.
+func TestGatewayAccessLogReloads(t *testing.T) {
+	t.Setenv("GW_TEST_SECRET", hsSecret)
+	up := newUpstream(t, "app")
+	var logs testenv.Buffer
+	on := fmt.Sprintf(accessLogConfig, 1, up.URL)
+	off := strings.Replace(on, "enabled: true", "enabled: false", 1)
+	gw := loggedGateway(t, off, &logs, nil)
+	get := func() { gw.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/open", nil)) }
+	for i, c := range []struct {
+		yaml string
+		want int
+	}{{off, 0}, {on, 1}, {off, 1}} {
+		cfg, err := gateway.ParseConfig([]byte(c.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+		get()
+		if n := len(logRecords(t, logs.String(), accesslog.Message)); n != c.want {
+			t.Fatalf("step %d: %d access records, want %d", i, n, c.want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -180,7 +179,7 @@ func (l *authFailureLog) record(r *http.Request, rte *route, reason string) {
 		slog.String("method", r.Method),
 		slog.String("reason", reason),
 		slog.String("credential", credentialKind(r)),
-		slog.String("remote", peerIP(r)),
+		slog.String("remote", accesslog.PeerIP(r)),
 		slog.Int("suppressed_before", suppressed),
 	}
 	attrs = accesslog.AppendTrace(r.Context(), attrs)
@@ -197,13 +196,4 @@ func credentialKind(r *http.Request) string {
 		return "bearer"
 	}
 	return "authorization"
-}
-
-// peerIP is the connection's peer address without its port: the address
-// the gateway can vouch for.
-func peerIP(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
 }

@@ -61,7 +61,7 @@ func AccessLog(h http.Handler, opts AccessLogOptions) http.Handler {
 			slog.Int("status", m.Code),
 			slog.Float64("duration_ms", accesslog.Milliseconds(time.Since(start))),
 			slog.Int64("bytes", m.Written),
-			slog.String("remote", remoteIP(r)),
+			slog.String("remote", accesslog.PeerIP(r)),
 		)
 		if route == routeCheck && m.Code < 300 {
 			attrs = append(attrs, slog.Float64("sampled", sample))

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"log/slog"
-	"net"
 	"net/http"
 
 	"github.com/sluicelabs/sluice/internal/accesslog"
@@ -35,7 +34,7 @@ func (l *authFailureLog) record(r *http.Request, api, code string) {
 		"credential", credentialKind(r),
 		"method", r.Method,
 		"route", r.Pattern,
-		"remote", remoteIP(r),
+		"remote", accesslog.PeerIP(r),
 		"suppressed_before", suppressed,
 	)
 }
@@ -49,12 +48,4 @@ func credentialKind(r *http.Request) string {
 		return "authorization"
 	}
 	return "none"
-}
-
-// remoteIP is the connection's peer address without its port.
-func remoteIP(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
 }

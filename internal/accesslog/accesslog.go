@@ -10,6 +10,8 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -39,6 +41,15 @@ func Keep(sample float64) bool {
 // duration in access records.
 func Milliseconds(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// PeerIP is the connection's peer address without its port: the address
+// a server can vouch for.
+func PeerIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // AppendTrace appends the trace ID of ctx's span, when it is traced, so a

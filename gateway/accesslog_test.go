@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -39,25 +38,6 @@ func loggedGateway(t *testing.T, yamlConfig string, logs *testenv.Buffer, tr *tr
 	return gw
 }
 
-// logRecords parses the JSON log, keeping the records whose message is msg.
-func logRecords(t *testing.T, logs string, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
-		if line == "" {
-			continue
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("not a JSON record: %q", line)
-		}
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // waitForRecords polls until the log holds n records of msg: a record is
 // written once the handler returns, which can be after the client has read
 // the answer.
@@ -65,7 +45,7 @@ func waitForRecords(t *testing.T, logs *testenv.Buffer, msg string, n int) []map
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := logRecords(t, logs.String(), msg)
+		got := testenv.Records(t, logs.String(), msg)
 		if len(got) >= n || time.Now().After(deadline) {
 			if len(got) != n {
 				t.Fatalf("%d %q records, want %d:\n%s", len(got), msg, n, logs.String())
@@ -212,7 +192,7 @@ func TestGatewayAccessLogSamplesSuccesses(t *testing.T) {
 			t.Fatalf("status %d", code)
 		}
 	}
-	if got := logRecords(t, logs.String(), accesslog.Message); len(got) != 0 {
+	if got := testenv.Records(t, logs.String(), accesslog.Message); len(got) != 0 {
 		t.Fatalf("successful requests logged at sample 0: %v", got)
 	}
 	for _, c := range []struct {
@@ -229,7 +209,7 @@ func TestGatewayAccessLogSamplesSuccesses(t *testing.T) {
 			t.Fatalf("%s: status %d, want %d", c.target, code, c.status)
 		}
 	}
-	got := logRecords(t, logs.String(), accesslog.Message)
+	got := testenv.Records(t, logs.String(), accesslog.Message)
 	var statuses []float64
 	for _, r := range got {
 		statuses = append(statuses, r["status"].(float64))
@@ -253,10 +233,10 @@ func TestGatewayAccessLogOffByDefault(t *testing.T) {
 	for _, target := range []string{"/open", "/nowhere", "/api/orders"} {
 		gw.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", target, nil))
 	}
-	if got := logRecords(t, logs.String(), accesslog.Message); len(got) != 0 {
+	if got := testenv.Records(t, logs.String(), accesslog.Message); len(got) != 0 {
 		t.Fatalf("access records without access_log: %v", got)
 	}
-	if got := logRecords(t, logs.String(), "authentication failed"); len(got) != 1 {
+	if got := testenv.Records(t, logs.String(), "authentication failed"); len(got) != 1 {
 		t.Fatalf("%d records of refused tokens, want 1:\n%s", len(got), logs.String())
 	}
 }
@@ -275,8 +255,8 @@ func TestGatewayAccessLogTraceID(t *testing.T) {
 		req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
 		gw.ServeHTTP(httptest.NewRecorder(), req)
 	}
-	access := logRecords(t, logs.String(), accesslog.Message)
-	auth := logRecords(t, logs.String(), "authentication failed")
+	access := testenv.Records(t, logs.String(), accesslog.Message)
+	auth := testenv.Records(t, logs.String(), "authentication failed")
 	if len(access) != 2 || len(auth) != 1 {
 		t.Fatalf("%d access and %d auth records, want 2 and 1:\n%s", len(access), len(auth), logs.String())
 	}
@@ -308,12 +288,12 @@ func TestGatewayAuthFailuresLoggedThrottled(t *testing.T) {
 	for range accesslog.ThrottleBurst + extra {
 		refuse()
 	}
-	if n := len(logRecords(t, logs.String(), "authentication failed")); n != accesslog.ThrottleBurst {
+	if n := len(testenv.Records(t, logs.String(), "authentication failed")); n != accesslog.ThrottleBurst {
 		t.Fatalf("%d records within one window, want the burst of %d", n, accesslog.ThrottleBurst)
 	}
 	now = now.Add(accesslog.ThrottleWindow)
 	refuse()
-	got := logRecords(t, logs.String(), "authentication failed")
+	got := testenv.Records(t, logs.String(), "authentication failed")
 	if len(got) != accesslog.ThrottleBurst+1 {
 		t.Fatalf("%d records after the window passed, want %d", len(got), accesslog.ThrottleBurst+1)
 	}
@@ -321,7 +301,7 @@ func TestGatewayAuthFailuresLoggedThrottled(t *testing.T) {
 		t.Errorf("suppressed_before = %v, want %d", s, extra)
 	}
 	// The access log is not throttled: every 401 has its record.
-	if n := len(logRecords(t, logs.String(), accesslog.Message)); n != accesslog.ThrottleBurst+extra+1 {
+	if n := len(testenv.Records(t, logs.String(), accesslog.Message)); n != accesslog.ThrottleBurst+extra+1 {
 		t.Errorf("%d access records, want one per request (%d)", n, accesslog.ThrottleBurst+extra+1)
 	}
 }
@@ -347,7 +327,7 @@ func TestGatewayAccessLogReloads(t *testing.T) {
 			t.Fatal(err)
 		}
 		get()
-		if n := len(logRecords(t, logs.String(), accesslog.Message)); n != c.want {
+		if n := len(testenv.Records(t, logs.String(), accesslog.Message)); n != c.want {
 			t.Fatalf("step %d: %d access records, want %d", i, n, c.want)
 		}
 	}

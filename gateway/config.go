@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/accesslog"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/middleware"
 )
@@ -41,11 +42,32 @@ type Config struct {
 	// TLS, if set, serves the listener over TLS.
 	TLS *TLSConfig `yaml:"tls"`
 
+	// AccessLog, when enabled, logs one record per request.
+	AccessLog AccessLogConfig `yaml:"access_log"`
+
 	TrustedProxies TrustedProxiesConfig `yaml:"trusted_proxies"`
 	CORS           *CORSConfig          `yaml:"cors"`
 	// JWT holds named token verifiers that routes refer to by name.
 	JWT    map[string]JWTConfig `yaml:"jwt"`
 	Routes []RouteConfig        `yaml:"routes"`
+}
+
+// AccessLogConfig turns on the access log: one JSON record per request,
+// message "access". Denials, errors and refused credentials (every status
+// of 400 and above) are always logged; successful requests are sampled.
+type AccessLogConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Sample is the fraction, 0 to 1, of successful requests logged
+	// (default 0.01).
+	Sample *float64 `yaml:"sample"`
+}
+
+// sample is the configured fraction, or the default.
+func (a AccessLogConfig) sample() float64 {
+	if a.Sample == nil {
+		return accesslog.DefaultSample
+	}
+	return *a.Sample
 }
 
 // ServerConfig holds the HTTP server's limits. A zero field takes its
@@ -428,6 +450,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Server.validate(); err != nil {
 		return err
+	}
+	if s := c.AccessLog.sample(); !(s >= 0 && s <= 1) {
+		return fmt.Errorf("access_log.sample: must be between 0 and 1 (the fraction of successful requests logged), got %v", s)
 	}
 	if err := validateAdminListen(c.AdminListen, c.Listen); err != nil {
 		return err

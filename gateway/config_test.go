@@ -32,6 +32,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"prefix_with_encoded_slash", "routes: [{name: a, path_prefix: /a%2fb, upstream: 'http://h'}]", "routes[0] (a).path_prefix"},
 		{"upstream_base_with_dotdot", "routes: [{name: a, path_prefix: /a, upstream: 'http://h/v1/../admin'}]", "routes[0] (a).upstream: the base path"},
 		{"upstream_base_with_encoded_dotdot", "routes: [{name: a, path_prefix: /a, upstream: 'http://h/v1/%2e%2e/admin'}]", "routes[0] (a).upstream: the base path"},
+		{"access_log_sample_over_one", "access_log: {enabled: true, sample: 1.5}\n" + route, "access_log.sample: must be between 0 and 1"},
+		{"access_log_sample_negative", "access_log: {enabled: true, sample: -0.1}\n" + route, "access_log.sample: must be between 0 and 1"},
 		{"negative_read_timeout", "server: {read_timeout: -1s}\n" + route, "server.read_timeout: must not be negative"},
 		{"header_timeout_over_read_timeout", "server: {read_header_timeout: 2m, read_timeout: 1m}\n" + route, "server.read_header_timeout"},
 		{"tiny_max_header_bytes", "server: {max_header_bytes: 100}\n" + route, "server.max_header_bytes"},

@@ -71,14 +71,16 @@ func (k *KeyConfig) validate(auth string) error {
 // keyFunc is what a route's limits count by: the configured claim or header,
 // else the token's sub; in every case the client IP when that is missing.
 func (r RouteConfig) keyFunc(trusted middleware.TrustedProxies) middleware.KeyFunc {
-	first := middleware.JWTClaim("sub")
+	first, kind := middleware.JWTClaim("sub"), "sub"
 	switch {
 	case r.Key != nil && r.Key.Claim != "":
-		first = middleware.JWTClaim(r.Key.Claim)
+		first, kind = middleware.JWTClaim(r.Key.Claim), "claim:"+r.Key.Claim
 	case r.Key != nil && r.Key.Header != "":
-		first = middleware.Header(r.Key.Header)
+		first, kind = middleware.Header(r.Key.Header), "header:"+http.CanonicalHeaderKey(r.Key.Header)
 	}
-	return middleware.FirstOf(first, middleware.ClientIP(trusted))
+	// The access log names the kind of key a request was counted by, never
+	// its value.
+	return middleware.FirstOf(notedKey(first, kind), notedKey(middleware.ClientIP(trusted), "ip"))
 }
 
 func validateClaimHeaders(claims map[string]string, auth string) error {

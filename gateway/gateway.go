@@ -40,6 +40,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/accesslog"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
@@ -89,6 +90,8 @@ type Gateway struct {
 	handler http.Handler
 	// adminListen is the admin listener's address; a reload cannot change it.
 	adminListen string
+	// authLog logs refused credentials, throttled across reloads.
+	authLog *authFailureLog
 }
 
 // RateLimitHeaders are exposed to browsers by the CORS policy, so scripts can
@@ -105,7 +108,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
 	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server, tls: cfg.TLS,
-		adminListen: cfg.AdminListen}
+		adminListen: cfg.AdminListen, authLog: &authFailureLog{log: opts.Logger, throttle: accesslog.NewThrottle()}}
 	g.handler = opts.Tracing.Handler(http.HandlerFunc(g.serve), "sluice-gateway")
 	var closeStore func() error
 	if cfg.Redis != "" {
@@ -279,6 +282,9 @@ type route struct {
 	proxy    *httputil.ReverseProxy
 	timeout  time.Duration
 	requests *metrics.GatewayRoute
+	// checked says the route has limits, rate or concurrency.
+	checked bool
+	authLog *authFailureLog
 }
 
 func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
@@ -305,7 +311,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	rt.unmatched = g.opts.Requests.Route(metrics.RouteUnmatched)
 	for _, rc := range cfg.Routes {
 		upstream, _ := url.Parse(rc.Upstream) // validated
-		rte := &route{cfg: rc, methods: rc.Methods, verifier: rt.verifiers[rc.Auth], timeout: time.Duration(rc.Timeout), requests: g.opts.Requests.Route(rc.Name)}
+		rte := &route{cfg: rc, methods: rc.Methods, verifier: rt.verifiers[rc.Auth], timeout: time.Duration(rc.Timeout), requests: g.opts.Requests.Route(rc.Name), authLog: g.authLog}
 		limits, err := rc.limits()
 		if err != nil {
 			return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
@@ -357,7 +363,9 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			}
 			rt.limiters = append(rt.limiters, conc)
 			rte.limited = conc.Handler(rte.limited)
+			rte.checked = true
 		}
+		rte.checked = rte.checked || rte.limiter != nil
 		rte.proxy = newProxy(upstream, rc, trusted, cfg.CORS != nil, g.opts.Tracing.Transport(transport), g.opts.Logger)
 		rt.routes = append(rt.routes, rte)
 	}
@@ -370,6 +378,10 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	rt.handler = normalisePaths(http.HandlerFunc(rt.serveRoute))
 	if cfg.CORS != nil {
 		rt.handler = newCORS(cfg.CORS).Handler(rt.handler)
+	}
+	// Outermost, so that preflights and refused paths are logged too.
+	if cfg.AccessLog.Enabled {
+		rt.handler = accessLog(rt.handler, g.opts.Logger, cfg.AccessLog.sample())
 	}
 	return rt, nil
 }
@@ -456,6 +468,9 @@ func (rt *runtime) serveRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nameSpan(r, rte)
+	if ex := exchangeFrom(r.Context()); ex != nil {
+		ex.route = rte.cfg.Name
+	}
 	if rte.requests != nil {
 		sw := &statusWriter{}
 		w = sw.wrap(w)
@@ -474,6 +489,9 @@ func (rte *route) serve(w http.ResponseWriter, r *http.Request, sw *statusWriter
 		if r, ok = authenticate(w, r, rte); !ok {
 			return
 		}
+	}
+	if ex := exchangeFrom(r.Context()); ex != nil {
+		ex.checked = rte.checked
 	}
 	if sw != nil {
 		// The limiters' handlers wrap w on the way to the proxy, so the
@@ -495,13 +513,20 @@ func (rte *route) proxyWithTimeout(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	sw, _ := r.Context().Value(statusWriterKey{}).(*statusWriter)
-	if sw == nil {
+	ex := exchangeFrom(r.Context())
+	if sw == nil && ex == nil {
 		rte.proxy.ServeHTTP(w, r)
 		return
 	}
 	start := time.Now()
 	rte.proxy.ServeHTTP(w, r)
-	rte.requests.Upstream(sw.code(), time.Since(start))
+	took := time.Since(start)
+	if sw != nil {
+		rte.requests.Upstream(sw.code(), took)
+	}
+	if ex != nil {
+		ex.proxied, ex.upstream = true, took
+	}
 }
 
 // maxCost is the largest cost every rate limit of limits can hold: a
@@ -523,6 +548,7 @@ func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Req
 		if rte.cfg.AuthOptional {
 			return r, true
 		}
+		rte.authLog.record(r, rte, "missing")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway"`)
 		middleware.WriteProblem(w, http.StatusUnauthorized, "A bearer token is required: send Authorization: Bearer <JWT>.", 0)
 		return r, false
@@ -530,6 +556,7 @@ func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Req
 	if len(raw) > rte.verifier.maxTokenBytes {
 		// Refused before parsing: decoding and verifying a token costs in
 		// proportion to its size, and no identity provider issues these.
+		rte.authLog.record(r, rte, "too_large")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway", error="invalid_token"`)
 		middleware.WriteProblem(w, http.StatusUnauthorized, fmt.Sprintf("The bearer token was rejected: it is %d bytes, over the %d this gateway accepts.", len(raw), rte.verifier.maxTokenBytes), 0)
 		return r, false
@@ -538,8 +565,10 @@ func authenticate(w http.ResponseWriter, r *http.Request, rte *route) (*http.Req
 	if err != nil {
 		// The reason (expired, wrong audience...) helps the caller fix its
 		// token; the token itself is never echoed or logged.
+		reason, words := tokenProblem(err)
+		rte.authLog.record(r, rte, reason)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-gateway", error="invalid_token"`)
-		middleware.WriteProblem(w, http.StatusUnauthorized, "The bearer token was rejected: "+tokenProblem(err)+".", 0)
+		middleware.WriteProblem(w, http.StatusUnauthorized, "The bearer token was rejected: "+words+".", 0)
 		return r, false
 	}
 	return r.WithContext(middleware.WithClaims(r.Context(), map[string]any(claims))), true
@@ -652,25 +681,31 @@ func validHost(h string) bool {
 	return true
 }
 
-// tokenProblem says in words why a token was refused.
-func tokenProblem(err error) string {
-	switch {
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return "it is not a well-formed JWT"
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
-		return "its signature or algorithm is not accepted"
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return "it has expired"
-	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return "it is not valid yet"
-	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return "it was issued in the future"
-	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return "its issuer is not accepted"
-	case errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return "it is not meant for this audience"
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return "a required claim (exp) is missing"
+// tokenProblems say why a token was refused: a short reason for the log,
+// and words for the caller. The first that matches wins.
+var tokenProblems = []struct {
+	errs          []error
+	reason, words string
+}{
+	{[]error{jwt.ErrTokenMalformed}, "malformed", "it is not a well-formed JWT"},
+	{[]error{jwt.ErrTokenSignatureInvalid, jwt.ErrTokenUnverifiable}, "signature", "its signature or algorithm is not accepted"},
+	{[]error{jwt.ErrTokenExpired}, "expired", "it has expired"},
+	{[]error{jwt.ErrTokenNotValidYet}, "not_yet_valid", "it is not valid yet"},
+	{[]error{jwt.ErrTokenUsedBeforeIssued}, "issued_in_future", "it was issued in the future"},
+	{[]error{jwt.ErrTokenInvalidIssuer}, "issuer", "its issuer is not accepted"},
+	{[]error{jwt.ErrTokenInvalidAudience}, "audience", "it is not meant for this audience"},
+	{[]error{jwt.ErrTokenRequiredClaimMissing}, "missing_claim", "a required claim (exp) is missing"},
+}
+
+// tokenProblem says why a token was refused: a reason for the log, and
+// words for the caller.
+func tokenProblem(err error) (reason, words string) {
+	for _, p := range tokenProblems {
+		for _, e := range p.errs {
+			if errors.Is(err, e) {
+				return p.reason, p.words
+			}
+		}
 	}
-	return "it is not valid"
+	return "invalid", "it is not valid"
 }

@@ -2,12 +2,12 @@ package httpapi
 
 import (
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/felixge/httpsnoop"
-	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicelabs/sluice/internal/accesslog"
 )
 
 // AccessLogOptions configure AccessLog.
@@ -47,7 +47,7 @@ func AccessLog(h http.Handler, opts AccessLogOptions) http.Handler {
 			if probes[route] {
 				return
 			}
-			if route == routeCheck && (sample == 0 || sample < 1 && rand.Float64() >= sample) {
+			if route == routeCheck && !accesslog.Keep(sample) {
 				return
 			}
 		}
@@ -59,16 +59,14 @@ func AccessLog(h http.Handler, opts AccessLogOptions) http.Handler {
 			slog.String("method", r.Method),
 			slog.String("route", route),
 			slog.Int("status", m.Code),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.Float64("duration_ms", accesslog.Milliseconds(time.Since(start))),
 			slog.Int64("bytes", m.Written),
-			slog.String("remote", remoteIP(r)),
+			slog.String("remote", accesslog.PeerIP(r)),
 		)
 		if route == routeCheck && m.Code < 300 {
 			attrs = append(attrs, slog.Float64("sampled", sample))
 		}
-		if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-		}
-		log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+		attrs = accesslog.AppendTrace(r.Context(), attrs)
+		log.LogAttrs(r.Context(), slog.LevelInfo, accesslog.Message, attrs...)
 	})
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,27 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice/internal/accesslog"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
-
-// records parses a JSON log, keeping the records whose message is msg.
-func records(t *testing.T, logs string, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
-		if line == "" {
-			continue
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("not a JSON record: %q", line)
-		}
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
 
 // TestFailedAuthenticationsAreLoggedRateLimited: each failed
 // authentication is a warning saying which API, why, how the credential was
@@ -39,13 +20,13 @@ func TestFailedAuthenticationsAreLoggedRateLimited(t *testing.T) {
 	var logs testenv.Buffer
 	h := newHarness(t, harnessOptions{logs: &logs})
 	now := time.Unix(1_800_000_000, 0)
-	h.api.authLog.now = func() time.Time { return now }
+	h.api.authLog.throttle.Now = func() time.Time { return now }
 	const wrong = "sk_wrong-secret-that-must-never-be-logged-0123"
 
 	h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
 	h.must(http.StatusUnauthorized, "GET", "/v1/tenants", testAdminToken+"x", nil)
 	h.must(http.StatusUnauthorized, "GET", "/v1/tenants", "", nil)
-	got := records(t, logs.String(), "authentication failed")
+	got := testenv.Records(t, logs.String(), "authentication failed")
 	if len(got) != 3 {
 		t.Fatalf("%d records of failed authentications, want 3:\n%s", len(got), logs.String())
 	}
@@ -61,21 +42,21 @@ func TestFailedAuthenticationsAreLoggedRateLimited(t *testing.T) {
 		}
 	}
 
-	for range 2 * authLogBurst {
+	for range 2 * accesslog.ThrottleBurst {
 		h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
 	}
-	if n := len(records(t, logs.String(), "authentication failed")); n != authLogBurst {
-		t.Fatalf("%d records within one window, want the burst of %d", n, authLogBurst)
+	if n := len(testenv.Records(t, logs.String(), "authentication failed")); n != accesslog.ThrottleBurst {
+		t.Fatalf("%d records within one window, want the burst of %d", n, accesslog.ThrottleBurst)
 	}
-	now = now.Add(authLogWindow)
+	now = now.Add(accesslog.ThrottleWindow)
 	h.must(http.StatusUnauthorized, "POST", "/v1/check", wrong, map[string]any{"route": "/x"})
-	got = records(t, logs.String(), "authentication failed")
-	if len(got) != authLogBurst+1 {
-		t.Fatalf("%d records after the window passed, want %d", len(got), authLogBurst+1)
+	got = testenv.Records(t, logs.String(), "authentication failed")
+	if len(got) != accesslog.ThrottleBurst+1 {
+		t.Fatalf("%d records after the window passed, want %d", len(got), accesslog.ThrottleBurst+1)
 	}
 	// 3 + 20 failures in the first window, 10 logged: 13 left out.
-	if s := got[len(got)-1]["suppressed_before"]; s != float64(3+2*authLogBurst-authLogBurst) {
-		t.Errorf("the next record says %v were left out, want %d", s, 3+2*authLogBurst-authLogBurst)
+	if s := got[len(got)-1]["suppressed_before"]; s != float64(3+2*accesslog.ThrottleBurst-accesslog.ThrottleBurst) {
+		t.Errorf("the next record says %v were left out, want %d", s, 3+2*accesslog.ThrottleBurst-accesslog.ThrottleBurst)
 	}
 	if strings.Contains(logs.String(), wrong) || strings.Contains(logs.String(), testAdminToken) {
 		t.Fatal("a credential reached the log")
@@ -110,7 +91,7 @@ func TestAccessLog(t *testing.T) {
 		l.must(http.StatusOK, "GET", "/v1/tenants", testAdminToken, nil)
 		l.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/api/subjects/secret-subject", testAdminToken, nil)
 		l.must(http.StatusNotFound, "GET", "/nowhere", "", nil)
-		got := records(t, logs.String(), "access")
+		got := testenv.Records(t, logs.String(), "access")
 		want := []struct {
 			route  string
 			status float64
@@ -143,7 +124,7 @@ func TestAccessLog(t *testing.T) {
 	t.Run("sample_all", func(t *testing.T) {
 		l, logs := logged(t, 1)
 		l.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/api/a", "subject": "other"})
-		got := records(t, logs.String(), "access")
+		got := testenv.Records(t, logs.String(), "access")
 		if len(got) != 1 || got[0]["status"] != float64(200) || got[0]["sampled"] != float64(1) {
 			t.Fatalf("allowed check at sample 1: %v, want one record saying it was sampled at 1", got)
 		}

@@ -3,23 +3,22 @@ package main
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/accesslog"
 )
 
 // defaultAccessLogSample is the fraction of allowed checks the access log
 // keeps: denials and errors are always kept.
-const defaultAccessLogSample = 0.01
+const defaultAccessLogSample = accesslog.DefaultSample
 
 // observeHTTP wraps the public listener's handler: the access log when
 // --access-log is on, inside tracing (so records carry the trace ID).
@@ -55,7 +54,7 @@ func grpcAccessLog(log *slog.Logger, sample float64) grpc.UnaryServerInterceptor
 			overall = rl.GetOverallCode().String()
 		}
 		if err == nil && overall != rlspb.RateLimitResponse_OVER_LIMIT.String() {
-			if overall == "" || sample == 0 || sample < 1 && rand.Float64() >= sample {
+			if overall == "" || !accesslog.Keep(sample) {
 				return resp, err
 			}
 		}
@@ -63,7 +62,7 @@ func grpcAccessLog(log *slog.Logger, sample float64) grpc.UnaryServerInterceptor
 		attrs = append(attrs,
 			slog.String("method", info.FullMethod),
 			slog.String("grpc_code", code.String()),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.Float64("duration_ms", accesslog.Milliseconds(time.Since(start))),
 		)
 		if overall != "" {
 			attrs = append(attrs, slog.String("overall_code", overall))
@@ -73,10 +72,8 @@ func grpcAccessLog(log *slog.Logger, sample float64) grpc.UnaryServerInterceptor
 				attrs = append(attrs, slog.String("remote", host))
 			}
 		}
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-		}
-		log.LogAttrs(ctx, slog.LevelInfo, "access", attrs...)
+		attrs = accesslog.AppendTrace(ctx, attrs)
+		log.LogAttrs(ctx, slog.LevelInfo, accesslog.Message, attrs...)
 		return resp, err
 	}
 }

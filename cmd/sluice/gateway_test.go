@@ -197,3 +197,75 @@ func TestGatewayCommandAppliesServerLimits(t *testing.T) {
 		t.Fatalf("a request with unfinished headers held its connection %v; read_header_timeout is 100ms", took)
 	}
 }
+
+// TestGatewayCommandAccessLog: with access_log in its file, sluice gateway
+// writes JSON access records on its log, and logs a refused token without
+// the token; no line holds a credential.
+func TestGatewayCommandAccessLog(t *testing.T) {
+	t.Setenv("GW_CMD_SECRET", "a-gateway-command-secret-of-32-bytes!")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	config := fmt.Sprintf(`listen: %q
+admin_listen: %q
+access_log: {enabled: true, sample: 1}
+jwt: {main: {hs256_secret_env: GW_CMD_SECRET}}
+routes:
+  - {name: private, path_prefix: /private, upstream: %[3]q, auth: main}
+  - {name: keyed, path_prefix: /keyed, upstream: %[3]q, key: {header: X-API-Key}, limits: [{name: m, algorithm: fixed_window, limit: 100, window: 1m}]}
+`, addr, adminAddr, up.URL)
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.Buffer
+	log, err := newLogger(&logs, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, gatewayFlags{Config: path, ShutdownTimeout: 5 * time.Second}, log, nil, nil)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runGateway: %v", err)
+		}
+	}()
+
+	const token, apiKey = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.bm90LWEtcmVhbC1zaWduYXR1cmU", "ak_cmd_key-never-in-a-log"
+	send := func(target, header, value string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+target, nil)
+		req.Header.Set(header, value)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	testenv.Eventually(t, 10*time.Second, "the gateway answers", func() bool {
+		return send("/keyed/a", "X-API-Key", apiKey) == http.StatusOK
+	})
+	if code := send("/private/b", "Authorization", "Bearer "+token); code != http.StatusUnauthorized {
+		t.Fatalf("a forged token: status %d, want 401", code)
+	}
+	testenv.Eventually(t, 10*time.Second, "the 401's access record", func() bool {
+		return strings.Contains(logs.String(), `"msg":"access","route":"private"`)
+	})
+	all := logs.String()
+	for _, want := range []string{`"msg":"access","route":"keyed","method":"GET","status":200`, `"key":"header:X-Api-Key"`,
+		`"msg":"authentication failed","api":"gateway","route":"private","method":"GET","reason":"signature","credential":"bearer"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the log lacks %s:\n%s", want, all)
+		}
+	}
+	for _, secret := range []string{token, token[strings.LastIndexByte(token, '.')+1:], apiKey, "/keyed/a", "/private/b"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, all)
+		}
+	}
+}

@@ -239,8 +239,10 @@ func TestStrictConcurrencyOverHTTP(t *testing.T) {
 	}
 
 	// The work a lease covers is long next to a round trip, since a holder
-	// stops counting itself before its release lands.
-	storetest.Holders(t, 300, limit, 20*time.Millisecond, func(w int) (func() error, bool, error) {
+	// stops counting itself before its release lands: with 300 workers'
+	// denied checks queued in front of it, a release can take tens of
+	// milliseconds, and the holders must overlap for the peak to show.
+	storetest.Holders(t, 300, limit, 150*time.Millisecond, func(w int) (func() error, bool, error) {
 		h := hs[w%len(hs)].with(t)
 		r := h.do("POST", "/v1/check", key, map[string]any{"route": "/upload", "subject": "hot"})
 		switch r.status {

@@ -283,7 +283,8 @@ func StrictConcurrency(t *testing.T, stores []sluice.Holder, workers int, n int6
 	t.Helper()
 	limits := []sluice.Limit{sluice.Concurrency(n, time.Minute).Named("inflight")}
 	ctx := context.Background()
-	Holders(t, workers, n, 5*time.Millisecond, func(w int) (func() error, bool, error) {
+	// The work is long next to a release's round trip (see Holders).
+	Holders(t, workers, n, 20*time.Millisecond, func(w int) (func() error, bool, error) {
 		store := stores[w%len(stores)]
 		d, err := store.Check(ctx, sluice.Request{Tenant: t.Name(), Rule: "strict", Subject: "hot", Limits: limits, Cost: 1})
 		if err != nil || !d.Allowed {

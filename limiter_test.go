@@ -11,7 +11,10 @@ import (
 )
 
 func TestLimiter(t *testing.T) {
-	store := memory.New(memory.Options{})
+	// A still clock: the exact retry_after below must not depend on a
+	// millisecond ticking between two calls.
+	now := time.Unix(1_700_000_000, 0)
+	store := memory.New(memory.Options{Clock: func() time.Time { return now }})
 	defer store.Close()
 	ctx := context.Background()
 	lim, err := sluice.NewLimiter(store, "api", sluice.TokenBucket(3, 1).Named("burst"), sluice.PerHour(100).Named("hourly"))

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/sluicelabs/sluice/check"
@@ -64,8 +63,6 @@ type envoyConfig struct {
 	MaxConnAge, MaxConnAgeGrace time.Duration
 	// DebugAddr serves /rlconfig (--debug-addr).
 	DebugAddr string
-	// Registry, if set, gets the configuration load metrics.
-	Registry prometheus.Registerer
 	// Server, if set, is given the server once started (for the console).
 	Server *atomic.Pointer[envoyrls.Server]
 	// GRPCOptions are added to the gRPC server's (tracing's stats handler).

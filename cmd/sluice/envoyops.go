@@ -12,7 +12,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -23,71 +22,6 @@ import (
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
-
-// Results of sluice_envoy_config_loads_total.
-const (
-	envoyLoadSuccess = "success"
-	envoyLoadFailure = "failure"
-)
-
-// envoyLoadMetrics counts loads of the Envoy rate-limit configuration, so a
-// broken file is an alert rather than one log line.
-type envoyLoadMetrics struct {
-	loads       *prometheus.CounterVec
-	lastSuccess prometheus.Gauge
-	// lastFailure after lastSuccess means the files in place do not load.
-	lastFailure prometheus.Gauge
-}
-
-func newEnvoyLoadMetrics(reg prometheus.Registerer) *envoyLoadMetrics {
-	m := &envoyLoadMetrics{
-		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_envoy_config_loads_total",
-			Help: "Loads of the Envoy rate-limit configuration (at start and on every change), by result: success, or failure (the last good configuration stays in force).",
-		}, []string{"result"}),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_envoy_config_last_success_timestamp_seconds",
-			Help: "Unix time of the last successful load of the Envoy rate-limit configuration.",
-		}),
-		lastFailure: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_envoy_config_last_failure_timestamp_seconds",
-			Help: "Unix time of the last failed load of the Envoy rate-limit configuration (0: none since start); later than the last success means the files in place do not load.",
-		}),
-	}
-	// Both results exist from the start, so increase() sees the first failure.
-	m.loads.WithLabelValues(envoyLoadSuccess)
-	m.loads.WithLabelValues(envoyLoadFailure)
-	if reg != nil {
-		m.loads = registerOrReuse(reg, m.loads)
-		m.lastSuccess = registerOrReuse(reg, m.lastSuccess)
-		m.lastFailure = registerOrReuse(reg, m.lastFailure)
-	}
-	return m
-}
-
-// registerOrReuse registers c, or returns the identical collector a previous
-// start of the server in this process registered.
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	var already prometheus.AlreadyRegisteredError
-	if errors.As(err, &already) {
-		if existing, ok := already.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	return c
-}
-
-// observe counts one load: cfg when it succeeded, err when it did not.
-func (m *envoyLoadMetrics) observe(_ *envoyrls.Config, err error) {
-	if err != nil {
-		m.loads.WithLabelValues(envoyLoadFailure).Inc()
-		m.lastFailure.SetToCurrentTime()
-		return
-	}
-	m.loads.WithLabelValues(envoyLoadSuccess).Inc()
-	m.lastSuccess.SetToCurrentTime()
-}
 
 // warnIfNoDomain warns when a load found no domain: every descriptor is then
 // answered OK, which is most often a mount at the wrong path.
@@ -106,9 +40,8 @@ func warnIfNoDomain(log *slog.Logger, dir string, cfg *envoyrls.Config) {
 // first load must succeed) or the xDS server, and keeps it current, counting
 // every load, until stop is called.
 func startEnvoyConfigSource(cfg envoyConfig, srv *envoyrls.Server, log *slog.Logger) (stop func(), err error) {
-	loads := newEnvoyLoadMetrics(cfg.Registry)
 	onLoad := func(c *envoyrls.Config, err error) {
-		loads.observe(c, err)
+		cfg.Metrics.EnvoyConfigLoaded(err == nil)
 		warnIfNoDomain(log, cfg.ConfigDir, c)
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -136,7 +69,7 @@ func startEnvoyConfigSource(cfg envoyConfig, srv *envoyrls.Server, log *slog.Log
 		loaded, err := envoyrls.Load(cfg.ConfigDir, envoyrls.LoadOptions{MergeDomains: cfg.Flags.MergeDomains, IgnoreDotfiles: cfg.Flags.IgnoreDotfiles})
 		if err != nil {
 			stopWatch()
-			loads.observe(nil, err)
+			cfg.Metrics.EnvoyConfigLoaded(false)
 			return nil, fmt.Errorf("load the Envoy rate limit configuration (--envoy-config): %w", err)
 		}
 		srv.SetConfig(loaded)

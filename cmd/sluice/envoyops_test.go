@@ -29,6 +29,7 @@ import (
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/internal/xdstest"
 	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
 )
 
 // startTestEnvoy starts the Envoy face on a memory store with cfg (Engine
@@ -239,7 +240,7 @@ func TestEnvoyDebugListenerAndLoadMetrics(t *testing.T) {
 	dir := envoyTestDir(t, envoyTestConfig)
 	debugAddr := freeAddr(t)
 	reg := prometheus.NewRegistry()
-	startTestEnvoy(t, envoyConfig{ConfigDir: dir, DebugAddr: debugAddr, Registry: reg})
+	startTestEnvoy(t, envoyConfig{ConfigDir: dir, DebugAddr: debugAddr, Metrics: metrics.New(reg)})
 
 	const want = "api.user: unit=HOUR requests_per_unit=2, shadow_mode: false, quota_mode: false\n"
 	if got := getText(t, "http://"+debugAddr+"/rlconfig"); got != want {
@@ -330,7 +331,7 @@ func TestEnvoyConfigFromXDS(t *testing.T) {
 	mgmt := xdstest.Start(t)
 	addr := freeAddr(t)
 	reg := prometheus.NewRegistry()
-	startTestEnvoy(t, envoyConfig{GRPCAddr: addr, XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Registry: reg})
+	startTestEnvoy(t, envoyConfig{GRPCAddr: addr, XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Metrics: metrics.New(reg)})
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -449,7 +450,7 @@ func TestEnvoyConfigFromXDSOverMutualTLS(t *testing.T) {
 		Key: "user", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1},
 	}}})
 	reg := prometheus.NewRegistry()
-	startTestEnvoy(t, envoyConfig{XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Registry: reg,
+	startTestEnvoy(t, envoyConfig{XDSServer: mgmt.Addr, XDSNodeID: "rls", XDSRetryInterval: 50 * time.Millisecond, Metrics: metrics.New(reg),
 		XDSTLS: &xdsTLSFiles{ca: f.caFile, cert: clientCert, key: clientKey, serverName: "localhost"}})
 	deadline := time.Now().Add(15 * time.Second) // generous: not what is tested
 	for gaugeOrCounter(t, reg, "sluice_envoy_config_loads_total", "success") != 1 {

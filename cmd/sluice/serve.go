@@ -576,7 +576,6 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		MaxConnAge:       cfg.GRPCMaxConnectionAge,
 		MaxConnAgeGrace:  cfg.GRPCMaxConnectionAgeGrace,
 		DebugAddr:        cfg.DebugAddr,
-		Registry:         registry,
 		JSONAddr:         cfg.EnvoyJSONAddr,
 		ConfigDir:        cfg.EnvoyConfig,
 		RatelimitKeys:    cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,

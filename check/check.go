@@ -6,8 +6,11 @@
 //
 //  1. the local deny cache: a subject that was denied and cannot have
 //     regained quota yet is denied in process, exactly, without a store call;
-//  2. load shedding: past MaxInFlight checks waiting for the store, a check
-//     is refused at once (ErrOverloaded) instead of queueing without bound;
+//  2. load shedding: checks wait for the store in a bounded queue; past
+//     MaxInFlight checks waiting, or once a check has waited the guard's
+//     MaxWait (1s by default, on the wall clock), it is shed
+//     (ErrOverloaded) instead of queueing without bound; inside those
+//     bounds it is answered by the store, late if need be;
 //  3. the guard (package guard): a deadline per store call, a circuit breaker
 //     and the rule's failure policy (closed, open, local);
 //  4. the store;
@@ -58,8 +61,9 @@ type Options struct {
 	// DefaultDenyCacheSize entries; negative disables it, as for a remote
 	// store whose counters can be reset behind this process's back).
 	DenyCacheSize int
-	// MaxInFlight bounds the checks waiting for the store at once (default
-	// DefaultMaxInFlight; negative: no bound). A check past it is shed.
+	// MaxInFlight bounds the checks waiting for the store at once: the
+	// queue's length (default DefaultMaxInFlight; negative: no bound). A
+	// check past it is shed. The queue's wait is Guard.MaxWait.
 	MaxInFlight int
 	// Clock is the deny cache's clock (default time.Now). Tests that give
 	// the store a clock give the engine the same one.
@@ -76,6 +80,7 @@ type Engine struct {
 	deny        *denyCache
 	metrics     *metrics.Metrics
 	maxInFlight int64
+	maxWait     time.Duration
 	inFlight    atomic.Int64
 	clock       func() time.Time
 	// resetEpoch counts subject resets; a check that saw another epoch when
@@ -107,9 +112,11 @@ func New(store sluice.Store, opts Options) *Engine {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	g := guard.New(store, opts.Guard)
 	return &Engine{
 		clock:       opts.Clock,
-		guard:       guard.New(store, opts.Guard),
+		guard:       g,
+		maxWait:     g.MaxWait(),
 		deny:        newDenyCache(size),
 		metrics:     opts.Metrics,
 		maxInFlight: maxInFlight,
@@ -274,7 +281,9 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.finish(r, q.Start, Result{Decision: d, Cached: true}), nil
 	}
 
-	if n := e.inFlight.Add(1); n > e.maxInFlight {
+	// The queue's bounds: its length, and the wait of a check that has
+	// already waited its fill for a CPU before it could be sent.
+	if n := e.inFlight.Add(1); n > e.maxInFlight || time.Since(q.Start) > e.maxWait {
 		e.inFlight.Add(-1)
 		return e.shed(ctx, r, q, req)
 	}
@@ -313,6 +322,7 @@ func exceedsCapacity(limits []sluice.Limit, cost int64) bool {
 // open or local says what to do when the limiter cannot decide, and that
 // applies here too; a rule that fails closed is refused with ErrOverloaded.
 func (e *Engine) shed(ctx context.Context, r *Rule, q Query, req sluice.Request) (Result, error) {
+	e.metrics.Shed()
 	switch r.Mode {
 	case sluice.FailOpen:
 		return e.finish(r, q.Start, Result{Decision: sluice.Decision{Allowed: true, Degraded: true}}), nil
@@ -323,7 +333,6 @@ func (e *Engine) shed(ctx context.Context, r *Rule, q Query, req sluice.Request)
 		}
 		return e.finish(r, q.Start, Result{Decision: d}), nil
 	}
-	e.metrics.Shed()
 	return e.fail(r, q.Start, metrics.ResultShed, ErrOverloaded)
 }
 

@@ -2,7 +2,11 @@
 //
 // A Guard wraps a sluice.Store. Every store call gets its own deadline
 // (Options.Timeout, 50ms by default), so a hung Redis costs a request at most
-// that long. Calls go through a circuit breaker: after FailureThreshold
+// that long. The deadline counts this process's running time, not the wall's
+// (see deadline.go): a process that is frozen, throttled or starved of CPU
+// waits for the store's answer instead of blaming the store, up to
+// Options.MaxWait (1s by default) on the wall clock, past which the call is
+// this process's overload (ErrOverloaded). Calls go through a circuit breaker: after FailureThreshold
 // consecutive failures the breaker opens and checks stop touching the store at
 // all, answering from the failure policy at once; after OpenTimeout one probe
 // call is let through, and its success closes the breaker again.
@@ -20,7 +24,8 @@
 // are; the caller's own context being cancelled or past its deadline, which
 // is returned to the caller without applying any failure policy; and a call
 // that missed its deadline while the store went on answering calls sent after
-// it, which says this process, not the store, is too busy to read answers in
+// it, or that waited MaxWait on the wall while this process could not run,
+// which says this process, not the store, is too busy to read answers in
 // time: that returns ErrOverloaded (see there).
 package guard
 
@@ -44,15 +49,18 @@ import (
 // circuit breaker is open.
 var ErrBreakerOpen = errors.New("circuit breaker open after repeated store failures; the store is not being called")
 
-// ErrOverloaded is returned for a store call that missed its deadline while
-// the store answered calls sent after it: the store is fine, and this process
-// is past its capacity (out of CPU, say). It never opens the breaker, and no
-// failure policy is applied: the caller sheds the check.
-var ErrOverloaded = errors.New("this instance is past its capacity: a store call missed its deadline while the store answered later calls")
+// ErrOverloaded is returned for a store call that waited past MaxWait on
+// the wall clock (this process could not run for most of it), or that missed
+// its deadline while the store answered calls sent after it: the store is
+// fine, and this process is past its capacity (out of CPU, say). It never
+// opens the breaker, and no failure policy is applied: the caller sheds the
+// check.
+var ErrOverloaded = errors.New("this instance is past its capacity")
 
 // Defaults for the zero Options.
 const (
 	DefaultTimeout          = 50 * time.Millisecond
+	DefaultMaxWait          = time.Second
 	DefaultFailureThreshold = 5
 	DefaultOpenTimeout      = time.Second
 	DefaultName             = "store"
@@ -63,8 +71,15 @@ type Options struct {
 	// Name names the breaker in OnStateChange and in the sluice_breaker_state
 	// metric (default "store").
 	Name string
-	// Timeout bounds each store call (default 50ms).
+	// Timeout bounds each store call (default 50ms), counted in this
+	// process's running time: a store that has not answered when the
+	// process has run that long since sending is failing. Time the process
+	// could not run (frozen, throttled, starved of CPU) does not count.
 	Timeout time.Duration
+	// MaxWait bounds each store call on the wall clock (default 1s, at
+	// least Timeout): a call still unanswered then is this process past its
+	// capacity, and returns ErrOverloaded.
+	MaxWait time.Duration
 	// Local is the store used by FailLocal checks while the primary store is
 	// unavailable. Default: an in-process memory store, created on first use
 	// and closed by Close.
@@ -89,6 +104,7 @@ type Options struct {
 type Guard struct {
 	primary sluice.Store
 	timeout time.Duration
+	maxWait time.Duration
 	metrics *metrics.Metrics
 	// shards are the breakers of the store's independent parts: one for a
 	// single server, one per master node of a Redis Cluster (see Sharded),
@@ -96,10 +112,9 @@ type Guard struct {
 	shards  []shard
 	sharded Sharded
 
-	// deadline is the deadline context shared by the calls that start
-	// within one deadlineGranularity: one timer per tick rather than one
-	// per call.
-	deadline atomic.Pointer[sharedDeadline]
+	// deadlines keeps this process's clock and expires the store calls'
+	// contexts on it (see deadline.go).
+	deadlines *deadlines
 
 	localOnce sync.Once
 	local     sluice.Store
@@ -134,13 +149,18 @@ func New(primary sluice.Store, opts Options) *Guard {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	opts.MaxWait = max(opts.MaxWait, opts.Timeout)
 	if opts.FailureThreshold <= 0 {
 		opts.FailureThreshold = DefaultFailureThreshold
 	}
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
-	g := &Guard{primary: primary, timeout: opts.Timeout, metrics: opts.Metrics, local: opts.Local}
+	g := &Guard{primary: primary, timeout: opts.Timeout, maxWait: opts.MaxWait, metrics: opts.Metrics, local: opts.Local,
+		deadlines: newDeadlines(opts.Timeout, opts.MaxWait)}
 	n := 1
 	if sh, ok := primary.(Sharded); ok && sh.Shards() > 1 {
 		g.sharded, n = sh, sh.Shards()
@@ -218,7 +238,7 @@ func (g *Guard) CheckVia(ctx context.Context, req sluice.Request, mode sluice.Fa
 
 func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
 	start := time.Now()
-	callCtx := g.callContext(ctx, start)
+	callCtx, deadline := g.callContext(ctx, start)
 	var d sluice.Decision
 	var err error
 	if ask != nil {
@@ -226,13 +246,13 @@ func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request,
 	} else {
 		d, err = g.primary.Check(callCtx, req)
 	}
-	return d, g.judge(ctx, sh, start, err)
+	return d, g.judge(ctx, deadline, sh, start, err)
 }
 
-// judge classifies the outcome of a store call started at start: nil, an
-// input error, the caller gone, this process overloaded, or a store failure
-// (the only kind the breaker counts).
-func (g *Guard) judge(ctx context.Context, sh *shard, start time.Time, err error) error {
+// judge classifies the outcome of a store call started at start under the
+// call context deadline: nil, an input error, the caller gone, this process
+// overloaded, or a store failure (the only kind the breaker counts).
+func (g *Guard) judge(ctx, deadline context.Context, sh *shard, start time.Time, err error) error {
 	if err == nil {
 		now := monotonic()
 		if now > sh.lastAnswered.Load() {
@@ -247,8 +267,16 @@ func (g *Guard) judge(ctx context.Context, sh *shard, start time.Time, err error
 	if ctx.Err() != nil {
 		return &callerGone{err: ctx.Err()}
 	}
-	if errors.Is(err, context.DeadlineExceeded) && g.selfInflicted(sh, start) {
-		return &overloaded{cause: err}
+	if deadline.Err() != nil {
+		switch context.Cause(deadline) {
+		case errMaxWait:
+			return &overloaded{cause: fmt.Errorf("no answer after %v, most of it spent unable to run", g.maxWait)}
+		case errStoreDeadline:
+			if g.selfInflicted(sh, start) {
+				return &overloaded{cause: errors.New("the store answered later calls while this one went unread")}
+			}
+			err = fmt.Errorf("the store did not answer within %v of this process's running time", g.timeout)
+		}
 	}
 	g.metrics.ObserveStore(time.Since(start), err)
 	return err
@@ -257,8 +285,8 @@ func (g *Guard) judge(ctx context.Context, sh *shard, start time.Time, err error
 // selfInflicted reports whether a call started at start that missed its
 // deadline did so because of this process: the shard answered other calls
 // while it waited, so the answer was there and this process did not read it
-// in time. (A process frozen for the whole deadline, answering nothing,
-// cannot be told from a hung store this way, and counts as a failure.)
+// in time. (A process frozen or starved is told apart by the deadline's own
+// clock, which does not run while the process cannot.)
 func (g *Guard) selfInflicted(sh *shard, start time.Time) bool {
 	return sh.lastAnswered.Load() > int64(start.Sub(clockBase))
 }
@@ -268,35 +296,18 @@ var clockBase = time.Now()
 
 func monotonic() int64 { return int64(time.Since(clockBase)) }
 
-// deadlineGranularity is how long one shared deadline context is handed to
-// new calls; each call gets between Timeout and Timeout+deadlineGranularity.
-const deadlineGranularity = time.Millisecond
-
-// sharedDeadline is a deadline context shared by the calls of one tick.
-type sharedDeadline struct {
-	ctx context.Context
-	// cancel is never called early: the context ends at its deadline,
-	// when its timer releases it.
-	cancel  context.CancelFunc
-	created time.Time
-}
-
-// callContext returns the context of a store call started at now: ctx's
-// values, and a deadline Timeout away shared with the other calls of the
-// same tick. The caller's own cancellation is not passed on (the call ends
-// at its deadline at the latest, and is then told apart by ctx.Err()); in
-// exchange no timer is created per call.
-func (g *Guard) callContext(ctx context.Context, now time.Time) context.Context {
-	sd := g.deadline.Load()
-	if sd == nil || now.Sub(sd.created) >= deadlineGranularity || now.Before(sd.created) {
-		c, cancel := context.WithDeadline(context.Background(), now.Add(g.timeout+deadlineGranularity))
-		sd = &sharedDeadline{ctx: c, cancel: cancel, created: now}
-		g.deadline.Store(sd)
-	}
+// callContext returns the context of a store call started at start: ctx's
+// values, with the shared call context of start's tick (see deadline.go),
+// which is also returned alone so the call's outcome can be judged by its
+// cause. The caller's own cancellation is not passed on (the call ends at its
+// deadline at the latest, and is then told apart by ctx.Err()); in exchange
+// no timer is created per call.
+func (g *Guard) callContext(ctx context.Context, start time.Time) (call, deadline context.Context) {
+	deadline = g.deadlines.context(int64(start.Sub(clockBase)))
 	if isBackground(ctx) {
-		return sd.ctx
+		return deadline, deadline
 	}
-	return &callContext{Context: sd.ctx, values: ctx}
+	return &callContext{Context: deadline, values: ctx}, deadline
 }
 
 // isBackground reports whether ctx carries nothing a store could read.
@@ -343,6 +354,14 @@ func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.Fa
 	return sluice.Decision{}, unavailable(cause)
 }
 
+// MaxWait is the longest a store call waits on the wall clock before it is
+// this process's overload.
+func (g *Guard) MaxWait() time.Duration { return g.maxWait }
+
+// Stalled returns the wall time this process was found unable to run while
+// store calls were pending: what the deadlines did not count.
+func (g *Guard) Stalled() time.Duration { return time.Duration(g.deadlines.stalled.Load()) }
+
 // CheckLocal decides req on the fallback store alone, marked Degraded: what
 // FailLocal answers when the primary store cannot be asked.
 func (g *Guard) CheckLocal(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
@@ -371,11 +390,9 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	}
 	sh := g.shardOf(tenant, rule, subject)
 	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		// A reset is rare: its own timer and the caller's cancellation.
-		callCtx, cancel := context.WithTimeout(ctx, g.timeout)
-		defer cancel()
 		start := time.Now()
-		return sluice.Decision{}, g.judge(ctx, sh, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
+		callCtx, deadline := g.callContext(ctx, start)
+		return sluice.Decision{}, g.judge(ctx, deadline, sh, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
 	})
 	if err == nil || errors.Is(err, sluice.ErrInvalid) || errors.Is(err, ErrOverloaded) {
 		return err

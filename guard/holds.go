@@ -39,8 +39,9 @@ func (g *Guard) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	_, err = sh.breaker.Execute(func() (sluice.Decision, error) {
 		start := time.Now()
 		var err error
-		res, err = holder.Hold(g.callContext(ctx, start), op)
-		return sluice.Decision{}, g.judge(ctx, sh, start, err)
+		callCtx, deadline := g.callContext(ctx, start)
+		res, err = holder.Hold(callCtx, op)
+		return sluice.Decision{}, g.judge(ctx, deadline, sh, start, err)
 	})
 	if err == nil {
 		return res, nil

@@ -137,7 +137,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 		}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_shed_total",
-			Help: "Checks refused because this process was past its capacity (too many checks in flight, or store calls missing their deadline while the store answered others).",
+			Help: "Checks this process was past its capacity for: the queue for the store full, a check's wait past --max-wait, or a store call missing its deadline while the store answered others. Fail-closed rules refuse them (503 overloaded, RESOURCE_EXHAUSTED); open and local rules answer them by their failure mode.",
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_checks_in_flight",

@@ -55,6 +55,7 @@ type serveConfig struct {
 	ShutdownTimeout      time.Duration
 	LogLevel             string
 	MaxInFlight          int
+	MaxWait              time.Duration
 	MaxMetricSeries      int
 	// MemoryMaxKeys and MemoryMaxKeysPerTenant bound the embedded memory
 	// store (see memory.Options).
@@ -174,7 +175,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.Envoy.HeaderReset, "envoy-header-reset", "RateLimit-Reset", "name of the reset header (seconds) of --envoy-header-style envoy (LIMIT_RESET_HEADER)")
 	f.BoolVar(&cfg.Envoy.Shadow, "envoy-shadow", false, "answer Envoy OK whatever the limits say, counting what would have been denied as shadow_denied (SHADOW_MODE)")
 	f.BoolVar(&cfg.Envoy.DynamicMetadata, "envoy-dynamic-metadata", false, "return the domain, descriptors and matched rules' metadata as Envoy dynamic metadata (RESPONSE_DYNAMIC_METADATA)")
-	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call")
+	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call, counted in this process's running time (time it cannot run, out of CPU or frozen, is not the store's)")
+	f.DurationVar(&cfg.MaxWait, "max-wait", guard.DefaultMaxWait, "longest a check waits for the store on the wall clock, queued or in flight, before it is shed (503 overloaded, gRPC RESOURCE_EXHAUSTED); at least --store-timeout")
 	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
@@ -278,6 +280,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
+	}
+	if cfg.MaxWait < cfg.StoreTimeout {
+		return fmt.Errorf("--max-wait %v is shorter than --store-timeout %v: a check must be able to wait at least the store's deadline", cfg.MaxWait, cfg.StoreTimeout)
 	}
 	if cfg.AccessLogSample < 0 || cfg.AccessLogSample > 1 {
 		return fmt.Errorf("--access-log-sample must be between 0 and 1 (a fraction of allowed checks), got %v", cfg.AccessLogSample)
@@ -527,6 +532,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	engine := check.New(store, check.Options{
 		Guard: guard.Options{
 			Timeout: cfg.StoreTimeout,
+			MaxWait: cfg.MaxWait,
 			OnStateChange: func(name, from, to string) {
 				log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
 			},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -142,7 +143,7 @@ func startEnvoyServe(t *testing.T) (httpAddr, grpcAddr string) {
 	grpcAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg := serveConfig{Addr: "127.0.0.1:0", GRPCAddr: grpcAddr, EnvoyConfig: envoyTestDir(t, envoyTestConfig),
 		Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"), AdminToken: "bench-test-admin-token-0123456789abcdef",
-		StoreTimeout: time.Second, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "warn"}
+		StoreTimeout: guard.DefaultTimeout, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "warn"}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := startService(ctx, cfg, &testenv.Buffer{})
 	if err != nil {

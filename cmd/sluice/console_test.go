@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestServeMountsTheConsole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
-				AdminToken: "console-serve-admin-token-0123456789", StoreTimeout: 5 * time.Second,
+				AdminToken: "console-serve-admin-token-0123456789", StoreTimeout: guard.DefaultTimeout,
 				DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "info",
 				Console: tc.console, ConsoleAddr: tc.consoleAddr}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -65,7 +66,7 @@ func TestServeMountsTheConsole(t *testing.T) {
 
 func TestServeRefusesConflictingConsoleFlags(t *testing.T) {
 	base := serveConfig{Addr: "127.0.0.1:18181", Database: "sqlite://" + filepath.Join(t.TempDir(), "x.db"),
-		StoreTimeout: 5 * time.Second, DefaultFailureMode: "closed", LogLevel: "info", Console: true}
+		StoreTimeout: guard.DefaultTimeout, DefaultFailureMode: "closed", LogLevel: "info", Console: true}
 	for _, tc := range []struct {
 		name    string
 		change  func(*serveConfig)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -24,7 +25,7 @@ func TestSecretsNeverReachLogsOrMetrics(t *testing.T) {
 	redis := testenv.Redis(t)
 	const token = "secrets-test-admin-token-0123456789"
 	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"),
-		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: 5 * time.Second,
+		Redis: redis.URL(), RedisPrefix: "sluice:", AdminToken: token, StoreTimeout: guard.DefaultTimeout,
 		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "debug"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -281,7 +281,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
 	}
-	if cfg.MaxWait < cfg.StoreTimeout {
+	if cfg.MaxWait < 0 || cfg.MaxWait > 0 && cfg.MaxWait < cfg.StoreTimeout {
 		return fmt.Errorf("--max-wait %v is shorter than --store-timeout %v: a check must be able to wait at least the store's deadline", cfg.MaxWait, cfg.StoreTimeout)
 	}
 	if cfg.AccessLogSample < 0 || cfg.AccessLogSample > 1 {

@@ -1,15 +1,19 @@
 // Package guard protects callers from a slow or dead rate-limit store.
 //
-// A Guard wraps a sluice.Store. Every store call gets its own deadline
-// (Options.Timeout, 50ms by default), so a hung Redis costs a request at most
-// that long. The deadline counts this process's running time, not the wall's
-// (see deadline.go): a process that is frozen, throttled or starved of CPU
-// waits for the store's answer instead of blaming the store, up to
-// Options.MaxWait (1s by default) on the wall clock, past which the call is
-// this process's overload (ErrOverloaded). Calls go through a circuit breaker: after FailureThreshold
-// consecutive failures the breaker opens and checks stop touching the store at
-// all, answering from the failure policy at once; after OpenTimeout one probe
-// call is let through, and its success closes the breaker again.
+// A Guard wraps a sluice.Store. A store call waits for the store's answer,
+// late if need be, while the store shows it is alive: a call that has waited
+// Options.Timeout (50ms by default) with no answer from its store makes the
+// store suspect and sends it a liveness probe (PING), and a store that then
+// answers nothing for another Timeout is unresponsive, failing every call
+// pending on it; so a hung Redis costs a request at most two Timeouts. Both
+// count this process's running time, not the wall's (see deadline.go): a
+// process that is frozen, throttled or starved of CPU does not blame the
+// store for it. Options.MaxWait (1s by default) bounds the wait on the wall
+// clock, past which the call is this process's overload (ErrOverloaded).
+// Calls go through a circuit breaker: after FailureThreshold consecutive
+// failures the breaker opens and checks stop touching the store at all,
+// answering from the failure policy at once; after OpenTimeout one probe call
+// is let through, and its success closes the breaker again.
 //
 // When the store cannot answer, the sluice.FailureMode of the check decides:
 //
@@ -23,10 +27,9 @@
 // the breaker: input errors (sluice.ErrInvalid), which are returned as they
 // are; the caller's own context being cancelled or past its deadline, which
 // is returned to the caller without applying any failure policy; and a call
-// that missed its deadline while the store went on answering calls sent after
-// it, or that waited MaxWait on the wall while this process could not run,
-// which says this process, not the store, is too busy to read answers in
-// time: that returns ErrOverloaded (see there).
+// that waited MaxWait on the wall clock, which says this process, not the
+// store, is too busy to read answers in time: that returns ErrOverloaded (see
+// there).
 package guard
 
 import (
@@ -34,7 +37,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -50,11 +52,10 @@ import (
 var ErrBreakerOpen = errors.New("circuit breaker open after repeated store failures; the store is not being called")
 
 // ErrOverloaded is returned for a store call that waited past MaxWait on
-// the wall clock (this process could not run for most of it), or that missed
-// its deadline while the store answered calls sent after it: the store is
-// fine, and this process is past its capacity (out of CPU, say). It never
-// opens the breaker, and no failure policy is applied: the caller sheds the
-// check.
+// the wall clock while its store was not unresponsive (it answered others, or
+// this process could not run to judge it): this process is past its capacity
+// (out of CPU, say). It never opens the breaker, and no failure policy is
+// applied: the caller sheds the check.
 var ErrOverloaded = errors.New("this instance is past its capacity")
 
 // Defaults for the zero Options.
@@ -71,10 +72,11 @@ type Options struct {
 	// Name names the breaker in OnStateChange and in the sluice_breaker_state
 	// metric (default "store").
 	Name string
-	// Timeout bounds each store call (default 50ms), counted in this
-	// process's running time: a store that has not answered when the
-	// process has run that long since sending is failing. Time the process
-	// could not run (frozen, throttled, starved of CPU) does not count.
+	// Timeout (default 50ms) is how long a call waits with no answer from
+	// its store before the store is sent a liveness probe, and how long the
+	// store then has to answer anything before it is unresponsive and its
+	// pending calls fail. Both count this process's running time: time the
+	// process could not run (frozen, throttled, starved of CPU) does not.
 	Timeout time.Duration
 	// MaxWait bounds each store call on the wall clock (default 1s, at
 	// least Timeout): a call still unanswered then is this process past its
@@ -134,11 +136,9 @@ type Sharded interface {
 // shard is the breaker of one part of the store.
 type shard struct {
 	breaker *gobreaker.CircuitBreaker[sluice.Decision]
-	// lastAnswered is when (monotonic nanoseconds since clockBase) this
-	// shard's latest successful call returned: a call that times out
-	// although the shard answered others while it waited was not the
-	// store's fault.
-	lastAnswered atomic.Int64
+	// shardWait is what the deadlines keep of the shard: its calls'
+	// cohorts, when it last answered, whether it is suspect.
+	shardWait
 }
 
 // New returns a Guard over primary.
@@ -159,8 +159,7 @@ func New(primary sluice.Store, opts Options) *Guard {
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
-	g := &Guard{primary: primary, timeout: opts.Timeout, maxWait: opts.MaxWait, metrics: opts.Metrics, local: opts.Local,
-		deadlines: newDeadlines(opts.Timeout, opts.MaxWait)}
+	g := &Guard{primary: primary, timeout: opts.Timeout, maxWait: opts.MaxWait, metrics: opts.Metrics, local: opts.Local}
 	n := 1
 	if sh, ok := primary.(Sharded); ok && sh.Shards() > 1 {
 		g.sharded, n = sh, sh.Shards()
@@ -187,6 +186,13 @@ func New(primary sluice.Store, opts Options) *Guard {
 			},
 		})
 		g.metrics.SetBreakerState(name, metrics.BreakerClosed)
+	}
+	g.deadlines = &deadlines{timeout: opts.Timeout, maxWait: opts.MaxWait}
+	for i := range g.shards {
+		g.deadlines.shards = append(g.deadlines.shards, &g.shards[i])
+	}
+	if p, ok := primary.(pinger); ok {
+		g.deadlines.ping = p.Ping
 	}
 	return g
 }
@@ -238,7 +244,7 @@ func (g *Guard) CheckVia(ctx context.Context, req sluice.Request, mode sluice.Fa
 
 func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
 	start := time.Now()
-	callCtx, deadline := g.callContext(ctx, start)
+	callCtx, c := g.callContext(ctx, sh, start)
 	var d sluice.Decision
 	var err error
 	if ask != nil {
@@ -246,7 +252,13 @@ func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request,
 	} else {
 		d, err = g.primary.Check(callCtx, req)
 	}
-	return d, g.judge(ctx, deadline, sh, start, err)
+	c.leave()
+	return d, g.judge(ctx, c.ctx, sh, start, err)
+}
+
+// pinger is a store with a liveness probe of its own.
+type pinger interface {
+	Ping(ctx context.Context) error
 }
 
 // judge classifies the outcome of a store call started at start under the
@@ -254,10 +266,7 @@ func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request,
 // overloaded, or a store failure (the only kind the breaker counts).
 func (g *Guard) judge(ctx, deadline context.Context, sh *shard, start time.Time, err error) error {
 	if err == nil {
-		now := monotonic()
-		if now > sh.lastAnswered.Load() {
-			sh.lastAnswered.Store(now) // a lost race stores a time just as recent
-		}
+		g.deadlines.answered(sh)
 		g.metrics.ObserveStore(time.Since(start), nil)
 		return nil
 	}
@@ -270,25 +279,13 @@ func (g *Guard) judge(ctx, deadline context.Context, sh *shard, start time.Time,
 	if deadline.Err() != nil {
 		switch context.Cause(deadline) {
 		case errMaxWait:
-			return &overloaded{cause: fmt.Errorf("no answer after %v, most of it spent unable to run", g.maxWait)}
-		case errStoreDeadline:
-			if g.selfInflicted(sh, start) {
-				return &overloaded{cause: errors.New("the store answered later calls while this one went unread")}
-			}
-			err = fmt.Errorf("the store did not answer within %v of this process's running time", g.timeout)
+			return &overloaded{cause: fmt.Errorf("no answer after waiting %v while the store went on answering or this process could not run", g.maxWait)}
+		case errUnresponsive:
+			err = fmt.Errorf("the store answered nothing, not even a liveness probe, for %v of this process's running time", 2*g.timeout)
 		}
 	}
 	g.metrics.ObserveStore(time.Since(start), err)
 	return err
-}
-
-// selfInflicted reports whether a call started at start that missed its
-// deadline did so because of this process: the shard answered other calls
-// while it waited, so the answer was there and this process did not read it
-// in time. (A process frozen or starved is told apart by the deadline's own
-// clock, which does not run while the process cannot.)
-func (g *Guard) selfInflicted(sh *shard, start time.Time) bool {
-	return sh.lastAnswered.Load() > int64(start.Sub(clockBase))
 }
 
 // clockBase anchors monotonic: durations since it use the monotonic clock.
@@ -296,18 +293,19 @@ var clockBase = time.Now()
 
 func monotonic() int64 { return int64(time.Since(clockBase)) }
 
-// callContext returns the context of a store call started at start: ctx's
-// values, with the shared call context of start's tick (see deadline.go),
-// which is also returned alone so the call's outcome can be judged by its
-// cause. The caller's own cancellation is not passed on (the call ends at its
-// deadline at the latest, and is then told apart by ctx.Err()); in exchange
-// no timer is created per call.
-func (g *Guard) callContext(ctx context.Context, start time.Time) (call, deadline context.Context) {
-	deadline = g.deadlines.context(int64(start.Sub(clockBase)))
+// callContext returns the context of a store call to sh started at start:
+// ctx's values, with the shared context of start's cohort (see deadline.go),
+// which is also returned so the call can leave it and be judged by its
+// cause. The caller's own cancellation is not passed on (the call ends when
+// the store answers, is judged unresponsive, or the maximum wait passes, and
+// is then told apart by ctx.Err()); in exchange no timer is created per
+// call.
+func (g *Guard) callContext(ctx context.Context, sh *shard, start time.Time) (context.Context, *cohort) {
+	c := g.deadlines.join(sh, int64(start.Sub(clockBase)))
 	if isBackground(ctx) {
-		return deadline, deadline
+		return c.ctx, c
 	}
-	return &callContext{Context: deadline, values: ctx}, deadline
+	return &callContext{Context: c.ctx, values: ctx}, c
 }
 
 // isBackground reports whether ctx carries nothing a store could read.
@@ -391,8 +389,10 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	sh := g.shardOf(tenant, rule, subject)
 	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
 		start := time.Now()
-		callCtx, deadline := g.callContext(ctx, start)
-		return sluice.Decision{}, g.judge(ctx, deadline, sh, start, g.primary.Reset(callCtx, tenant, rule, subject, limits))
+		callCtx, c := g.callContext(ctx, sh, start)
+		err := g.primary.Reset(callCtx, tenant, rule, subject, limits)
+		c.leave()
+		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
 	})
 	if err == nil || errors.Is(err, sluice.ErrInvalid) || errors.Is(err, ErrOverloaded) {
 		return err

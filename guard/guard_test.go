@@ -465,17 +465,18 @@ func (s *unreadStore) Reset(ctx context.Context, tenant, rule, subject string, l
 	return s.inner.Reset(ctx, tenant, rule, subject, limits)
 }
 
-// TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure: a call that
-// misses its deadline while the store answered other calls meanwhile says
-// this process is overloaded; it returns ErrOverloaded, applies no failure
-// policy and never opens the breaker. The same timeouts with nothing
-// answered meanwhile are store failures and do open it.
+// TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure: a call left
+// unanswered while the store answered other calls meanwhile is not the
+// store's failure: the store is alive, so the call waits out the maximum wait
+// and returns ErrOverloaded, applies no failure policy and never opens the
+// breaker. The same calls with nothing answered meanwhile make the store
+// unresponsive: store failures that do open it.
 func TestGuardTimeoutsWhileTheStoreAnswersAreOverloadNotFailure(t *testing.T) {
 	inner := memory.New(memory.Options{})
 	t.Cleanup(func() { inner.Close() })
 	store := &unreadStore{inner: inner, waiting: make(chan struct{}, 1)}
 	var trips atomic.Int64
-	g := guard.New(store, guard.Options{Timeout: 30 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour,
+	g := guard.New(store, guard.Options{Timeout: 30 * time.Millisecond, MaxWait: 150 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour,
 		OnStateChange: func(_, _, to string) {
 			if to == "open" {
 				trips.Add(1)

@@ -39,9 +39,10 @@ func (g *Guard) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	_, err = sh.breaker.Execute(func() (sluice.Decision, error) {
 		start := time.Now()
 		var err error
-		callCtx, deadline := g.callContext(ctx, start)
+		callCtx, c := g.callContext(ctx, sh, start)
 		res, err = holder.Hold(callCtx, op)
-		return sluice.Decision{}, g.judge(ctx, deadline, sh, start, err)
+		c.leave()
+		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
 	})
 	if err == nil {
 		return res, nil

@@ -107,7 +107,6 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 			a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		case http.StatusServiceUnavailable:
 			a.log.Warn("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
-			w.Header().Set("Retry-After", "1")
 		}
 		a.fail(w, e)
 		return
@@ -149,51 +148,6 @@ func validatePath(r *http.Request) *apiError {
 		return aerr
 	}
 	return validText("subject", r.PathValue("subject"), MaxSubjectBytes)
-}
-
-// Per-tenant caps. They are counted in the catalog before the create, so
-// creates racing on several instances may pass a cap by as many as race;
-// exact enforcement would need the catalog to count inside its transaction.
-// 409 rather than 422: the request is valid and conflicts with the tenant's
-// current state, and succeeds once a rule or key is deleted (RFC 9110 15.5.10),
-// like a name already taken.
-
-func (a *API) checkRuleCap(ctx context.Context, tenant string) error {
-	if a.maxRules < 0 {
-		return nil
-	}
-	rules, err := a.catalog.Rules(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	if len(rules) >= a.maxRules {
-		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
-			"Tenant %q already has %d rules, the most this server allows per tenant (%d); delete one or ask the operator to raise the cap.",
-			tenant, len(rules), a.maxRules)}
-	}
-	return nil
-}
-
-func (a *API) checkKeyCap(ctx context.Context, tenant string) error {
-	if a.maxKeys < 0 {
-		return nil
-	}
-	keys, err := a.catalog.Keys(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	active := 0
-	for _, k := range keys {
-		if k.RevokedAt == nil { // revoked keys are history, not capacity
-			active++
-		}
-	}
-	if active >= a.maxKeys {
-		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
-			"Tenant %q already has %d active API keys, the most this server allows per tenant (%d); revoke one or ask the operator to raise the cap.",
-			tenant, active, a.maxKeys)}
-	}
-	return nil
 }
 
 // --- tenants
@@ -345,9 +299,6 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 			in.Name = DefaultKeyName(role)
 		}
 		if err := sluice.KeyName(in.Name).Validate(); err != nil {
-			return 0, nil, err
-		}
-		if err := a.checkKeyCap(ctx, r.PathValue("tenant")); err != nil {
 			return 0, nil, err
 		}
 		secret, hash := sluice.NewAPIKeySecret()
@@ -536,10 +487,6 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusOK
 		if _, err := a.catalog.Rule(ctx, rule.Tenant, rule.Name); errors.Is(err, sluice.ErrNotFound) {
 			status = http.StatusCreated
-			// Only a create counts: replacing a rule at the cap is fine.
-			if err := a.checkRuleCap(ctx, rule.Tenant); err != nil {
-				return 0, nil, err
-			}
 		} else if err != nil {
 			return 0, nil, err
 		}

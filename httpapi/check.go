@@ -3,7 +3,6 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -133,7 +132,6 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
 	if rule == nil { // cannot happen: rules is built from the same snapshot
-		w.Header().Set("Retry-After", "1") // every 503 says when to retry
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
@@ -161,34 +159,33 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 // failCheck answers a check the engine could not decide.
 func (a *API) failCheck(w http.ResponseWriter, r *http.Request, tenant, rule string, err error) {
-	a.failEngine(w, r, err, errStoreUnavailable, "check failed", "tenant", tenant, "rule", rule)
+	a.failEngine(w, r, err, errRuleFailsClosed, "check failed", "tenant", tenant, "rule", rule)
 }
 
-// failEngine answers a call the engine could not serve: bad input, this
-// instance shedding, or unavailable (the store, or an unexpected error,
-// logged as logMsg with logArgs).
+// failEngine answers a call the engine could not serve, through errorFor.
+// The store being unavailable, or an error errorFor does not know (which
+// only the store call can have made, and is logged as logMsg with logArgs),
+// answers unavailable: 503, with the face's own sentence.
 func (a *API) failEngine(w http.ResponseWriter, r *http.Request, err error, unavailable *apiError, logMsg string, logArgs ...any) {
-	switch {
-	case errors.Is(err, sluice.ErrInvalid):
-		a.fail(w, errorFor(err))
-	case errors.Is(err, check.ErrOverloaded):
-		w.Header().Set("Retry-After", "1")
-		a.fail(w, errOverloaded)
-	default:
-		if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
+	e := errorFor(err)
+	switch e {
+	case errInternal:
+		if r.Context().Err() == nil {
 			a.log.Error(logMsg, append(logArgs, "error", err)...)
 		}
-		w.Header().Set("Retry-After", "1")
-		a.fail(w, unavailable)
+		e = unavailable
+	case errStoreUnavailable:
+		e = unavailable
+	default:
+		if e.code == "catalog_unavailable" { // a network error of the store call
+			e = unavailable
+		}
 	}
+	a.fail(w, e)
 }
 
-var (
-	errOverloaded = &apiError{http.StatusServiceUnavailable, "overloaded",
-		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
-	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
-		"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
-)
+var errRuleFailsClosed = &apiError{http.StatusServiceUnavailable, "store_unavailable",
+	"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
 
 // validateCheck checks the fields of a check request that no rule is needed
 // for.
@@ -210,7 +207,11 @@ func validateCheck(req checkapi.Request) *apiError {
 	return nil
 }
 
-// fail writes an error answer.
+// fail writes an error answer. Every 503 says when to retry: Retry-After 1
+// unless the caller set another.
 func (a *API) fail(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeError(w, e.status, e.code, e.message)
 }

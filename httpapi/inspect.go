@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/sluicelabs/sluice"
@@ -47,9 +46,6 @@ func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
 		}
 		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: r.PathValue("subject"), Cost: 0})
 		if err != nil {
-			if errors.Is(err, check.ErrOverloaded) {
-				return 0, nil, errOverloaded
-			}
 			return 0, nil, err
 		}
 		return http.StatusOK, checkapi.NewDecision(rule.Name, res.Decision, rule.Shadow), nil

@@ -329,6 +329,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Key:         rc.keyFunc(trusted),
 				Cost:        func(*http.Request) int64 { return cost },
 				FailureMode: rc.FailureMode,
+				Shadow:      rc.Shadow,
 				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,

@@ -140,17 +140,13 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.failCheck(w, r, grant.Tenant, rule.Name, err)
 		return
 	}
-	d := res.Decision
+	d := res.Decision // the answer: a shadow rule's deny is already an allow
 	status := http.StatusOK
-	headerDecision := d
-	if rule.Shadow {
-		// A shadow rule never denies, so it never asks the client to wait.
-		headerDecision.Allowed = true
-	} else if !res.Pass() {
+	if !d.Allowed {
 		status = http.StatusTooManyRequests
 	}
-	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
-	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
+	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, d)
+	if !d.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}

@@ -69,5 +69,5 @@ func (a *API) subjectRule(ctx context.Context, tenant, name string) (sluice.Rule
 	if mode == "" {
 		mode = a.defaultMode
 	}
-	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode}, nil
+	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode, Shadow: rule.Shadow}, nil
 }

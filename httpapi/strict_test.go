@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/memory"
@@ -44,7 +45,7 @@ func TestStrictJSONOnAdminBodies(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var in putRuleRequest
+			var in adminapi.RuleSpec
 			aerr := decodeBytes([]byte(c.body), &in)
 			if c.code == "" {
 				if aerr != nil {

@@ -72,6 +72,7 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"watch_returns_when_catalog_closes", testWatchReturnsOnClose},
 		{"migrate_is_idempotent", testMigrate},
 		{"audit_records_every_change", testAudit},
+		{"audit_keeps_every_field_of_a_limit", testAuditKeepsEveryLimitField},
 		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
 		{"audit_filters_and_pages", testAuditQueries},
 	}

@@ -241,6 +241,18 @@ type Result struct {
 // Pass reports whether the request may go on: Decision.Allowed.
 func (r Result) Pass() bool { return r.Decision.Allowed }
 
+// Check decides q. Errors: sluice.ErrInvalid for input that can never be
+// valid (a cost no limit can hold), ErrOverloaded when the check is shed,
+// sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
+// closed, and the caller's own context error when it gave up.
+func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
+	res, err := e.decide(ctx, q)
+	if o := e.observer.fn.Load(); o != nil && err == nil && q.Rule.series != nil {
+		(*o)(q.Rule.series.Labels(), q.Subject, res.Outcome)
+	}
+	return res, err
+}
+
 // decide is Check without the observer.
 func (e *Engine) decide(ctx context.Context, q Query) (Result, error) {
 	if e.tracer != nil {

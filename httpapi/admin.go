@@ -146,7 +146,7 @@ func validatePath(r *http.Request) *apiError {
 	if aerr := validText("key ID", r.PathValue("id"), sluice.MaxNameBytes); aerr != nil {
 		return aerr
 	}
-	return validText("subject", r.PathValue("subject"), MaxSubjectBytes)
+	return validText("subject", r.PathValue("subject"), MaxRequestSubjectBytes)
 }
 
 // --- tenants

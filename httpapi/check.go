@@ -14,8 +14,10 @@ import (
 	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
-// MaxSubjectBytes bounds the subject of a check.
-const MaxSubjectBytes = 1024
+// MaxRequestSubjectBytes bounds the subject a request to this API carries (a
+// check's, or one in an admin path): far below sluice.MaxSubjectBytes, what
+// a store accepts from any face, since this one faces the network.
+const MaxRequestSubjectBytes = 1024
 
 // credential returns the secret the caller presented: X-API-Key, else an
 // Authorization Bearer token.
@@ -195,8 +197,8 @@ func validateCheck(req checkapi.Request) *apiError {
 		// Rule patterns are paths: a route without its leading slash
 		// would match no rule and pass unlimited, hiding a client bug.
 		return badRequest("Field \"route\" must be a path starting with '/', like /api/orders/17; got %q.", req.Route)
-	case len(req.Subject) > MaxSubjectBytes:
-		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
+	case len(req.Subject) > MaxRequestSubjectBytes:
+		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxRequestSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:
 		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
 	}

@@ -230,7 +230,7 @@ func TestResetValidatesBeforeTouchingAnything(t *testing.T) {
 	for _, c := range []struct{ name, path, says string }{
 		{"nul_subject", "/v1/tenants/acme/rules/payments/subjects/u%00", "The subject contains a NUL"},
 		{"invalid_utf8_subject", "/v1/tenants/acme/rules/payments/subjects/u%FF", "The subject is not valid UTF-8"},
-		{"long_subject", "/v1/tenants/acme/rules/payments/subjects/" + strings.Repeat("u", MaxSubjectBytes+1), "at most 1024"},
+		{"long_subject", "/v1/tenants/acme/rules/payments/subjects/" + strings.Repeat("u", MaxRequestSubjectBytes+1), "at most 1024"},
 		{"nul_tenant", "/v1/tenants/acme%00/rules/payments/subjects/u", "Tenant name"},
 		{"nul_rule", "/v1/tenants/acme/rules/pay%00ments/subjects/u", "Rule name"},
 		{"invalid_utf8_rule", "/v1/tenants/acme/rules/pay%C3/subjects/u", "Rule name"},

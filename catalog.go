@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/base64"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -243,13 +244,68 @@ func (r Rule) Validate() error {
 	return nil
 }
 
+// Default per-tenant caps: every rule is in every instance's memory and every
+// key in every snapshot, so one tenant must not grow them unbounded.
+const (
+	DefaultMaxRulesPerTenant = 1000
+	DefaultMaxKeysPerTenant  = 100
+)
+
+// TenantCaps bound what one tenant may hold in a catalog: Rules its rules,
+// Keys its active (unrevoked) API keys. 0 means the default
+// (DefaultMaxRulesPerTenant, DefaultMaxKeysPerTenant), a negative value no
+// cap. The catalog counts inside the transaction that creates, so creates
+// racing on any number of instances never pass a cap; replacing a rule or
+// revoking a key is never refused.
+type TenantCaps struct {
+	Rules int
+	Keys  int
+}
+
+// WithDefaults returns the caps with defaults filled in and every negative value -1.
+func (c TenantCaps) WithDefaults() TenantCaps {
+	norm := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return -1
+		}
+		return v
+	}
+	return TenantCaps{Rules: norm(c.Rules, DefaultMaxRulesPerTenant), Keys: norm(c.Keys, DefaultMaxKeysPerTenant)}
+}
+
+// TenantCapError is a create refused by a TenantCaps cap. It matches
+// ErrTenantCap.
+type TenantCapError struct {
+	Tenant string
+	// What is counted ("rules", "active API keys"), Have how many the
+	// tenant has, Cap the cap.
+	What      string
+	Have, Cap int
+}
+
+func (e *TenantCapError) Error() string {
+	undo := "delete one"
+	if e.What != "rules" {
+		undo = "revoke one"
+	}
+	return fmt.Sprintf("tenant %q already has %d %s, the most this server allows per tenant (%d); %s or ask the operator to raise the cap",
+		e.Tenant, e.Have, e.What, e.Cap, undo)
+}
+
+// Is makes errors.Is(err, ErrTenantCap) true.
+func (e *TenantCapError) Is(target error) bool { return target == ErrTenantCap }
+
 // Catalog stores tenants, API keys and rules. Implementations: package
 // postgres and package sqlite; both pass the same contract tests
 // (internal/catalogtest).
 //
 // Errors wrap ErrNotFound for a missing tenant, key or rule, ErrConflict for
-// a name already taken, and ErrInvalid (with a sentence saying what is wrong)
-// for bad input. A failed call changes nothing. Every successful change bumps
+// a name already taken, ErrTenantCap for a create past the catalog's
+// TenantCaps, and ErrInvalid (with a sentence saying what is wrong) for bad
+// input. A failed call changes nothing. Every successful change bumps
 // Version and is reported by Watch on every instance within a second.
 type Catalog interface {
 	// CreateTenant creates an active tenant.

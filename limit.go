@@ -384,6 +384,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict marks a name that is already taken.
 	ErrConflict = errors.New("already exists")
+	// ErrTenantCap marks a create that would take a tenant past one of the
+	// catalog's TenantCaps; it succeeds once something is deleted.
+	ErrTenantCap = errors.New("tenant cap reached")
 )
 
 // PolicyWindow is the time window a limit's quota refers to: the window, or for

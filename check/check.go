@@ -14,9 +14,11 @@
 //  3. the guard (package guard): a deadline per store call, a circuit breaker
 //     and the rule's failure policy (closed, open, local);
 //  4. the store;
-//  5. shadow mode and metrics: a shadow rule's deny lets the request through
-//     and is counted as shadow_denied; every decision is counted once, under
-//     its source, tenant or domain, and rule.
+//  5. shadow mode and metrics: a shadow rule's deny (the store's, or a
+//     local failure mode's fallback's) lets the request through, and the
+//     Result says so in its Decision, which is the answer every face
+//     renders; every decision is counted once, under its source, tenant or
+//     domain, and rule (a store deny of a shadow rule as shadow_denied).
 //
 // One Engine serves one store: it holds that store's breaker, deny cache and
 // in-flight count, so every face of a process shares them.
@@ -224,26 +226,38 @@ const (
 	Degraded
 )
 
-// Result is the engine's answer to a Query.
+// Result is the engine's answer to a Query: the answer the client sees, so
+// a face renders it as it is and decides nothing.
 type Result struct {
-	// Decision is what the store (or the failure policy) decided; for a
-	// shadow rule's deny it still says denied, with the figures.
+	// Decision is that answer. Its Allowed is final: the store's verdict,
+	// or the failure policy's (Degraded), and a shadow rule's deny already
+	// turned into an allow, whether the store or the fallback of a local
+	// failure mode denied. Its figures are what was decided: for a
+	// shadowed deny they still say what would have been denied (Shadowed
+	// is set), so a face that shows them does; headers built from Decision
+	// ask nobody to wait.
 	Decision sluice.Decision
 	Outcome  Outcome
+	// Shadowed: a shadow rule let through what its limits, or its failure
+	// policy's fallback, denied.
+	Shadowed bool
 	// Cached says the deny came from the deny cache, without a store call.
 	Cached bool
 }
 
-// Pass reports whether the request may go on: allowed, shadow-denied, or
-// allowed by the failure policy.
-func (r Result) Pass() bool {
-	switch r.Outcome {
-	case Allowed, ShadowDenied:
-		return true
-	case Degraded:
-		return r.Decision.Allowed
+// Pass reports whether the request may go on: Decision.Allowed.
+func (r Result) Pass() bool { return r.Decision.Allowed }
+
+// Check decides q. Errors: sluice.ErrInvalid for input that can never be
+// valid (a cost no limit can hold), ErrOverloaded when the check is shed,
+// sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
+// closed, and the caller's own context error when it gave up.
+func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
+	res, err := e.decide(ctx, q)
+	if o := e.observer.fn.Load(); o != nil && err == nil && q.Rule.series != nil {
+		(*o)(q.Rule.series.Labels(), q.Subject, res.Outcome)
 	}
-	return false
+	return res, err
 }
 
 // decide is Check without the observer.
@@ -342,7 +356,8 @@ func (e *Engine) fail(r *Rule, start time.Time, result string, err error) (Resul
 	return Result{}, err
 }
 
-// finish classifies and counts a decision.
+// finish classifies and counts a decision, and makes it the answer: a shadow
+// rule never denies, however the decision was taken.
 func (e *Engine) finish(r *Rule, start time.Time, res Result) Result {
 	d := res.Decision
 	var result string
@@ -355,6 +370,9 @@ func (e *Engine) finish(r *Rule, start time.Time, res Result) Result {
 		res.Outcome, result = ShadowDenied, metrics.ResultShadowDenied
 	default:
 		res.Outcome, result = Denied, metrics.ResultDenied
+	}
+	if !d.Allowed && r.Shadow {
+		res.Decision.Allowed, res.Shadowed = true, true
 	}
 	r.series.Count(result)
 	r.series.ObserveCheck(time.Since(start))

@@ -1,7 +1,6 @@
 package check
 
 import (
-	"context"
 	"sync/atomic"
 
 	"github.com/sluicelabs/sluice/metrics"
@@ -27,16 +26,4 @@ func (e *Engine) SetObserver(o Observer) {
 		return
 	}
 	e.observer.fn.Store(&o)
-}
-
-// Check decides q. Errors: sluice.ErrInvalid for input that can never be
-// valid (a cost no limit can hold), ErrOverloaded when the check is shed,
-// sluice.ErrStoreUnavailable when the store cannot answer and the rule fails
-// closed, and the caller's own context error when it gave up.
-func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
-	res, err := e.decide(ctx, q)
-	if o := e.observer.fn.Load(); o != nil && err == nil && q.Rule.series != nil {
-		(*o)(q.Rule.series.Labels(), q.Subject, res.Outcome)
-	}
-	return res, err
 }

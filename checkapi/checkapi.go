@@ -95,12 +95,12 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-// NewDecision is the answer to a check of the named rule ("" when no rule
-// matched) that the store decided d. A shadow rule's answer is allowed
-// whatever d says.
+// NewDecision is the answer d (the check engine's Result.Decision, in which
+// a shadow rule's deny is already an allow) to a check of the named rule (""
+// when no rule matched); shadow says the rule only observes.
 func NewDecision(rule string, d sluice.Decision, shadow bool) Decision {
 	b := Decision{
-		Allowed:      d.Allowed || shadow,
+		Allowed:      d.Allowed,
 		Limit:        d.Limit,
 		Remaining:    d.Remaining,
 		ResetAfterMs: sluice.CeilMilliseconds(d.ResetAfter),

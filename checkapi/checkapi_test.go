@@ -98,7 +98,8 @@ func TestDecisionWithoutRuleOrHold(t *testing.T) {
 }
 
 func TestShadowIsAllowedWithTheFiguresOfTheDeny(t *testing.T) {
-	d := sluice.Decision{Limit: 1, RetryAfter: time.Second, Limits: []sluice.LimitDecision{
+	// As the engine answers a shadow rule's deny: allowed, with the figures.
+	d := sluice.Decision{Allowed: true, Limit: 1, RetryAfter: time.Second, Limits: []sluice.LimitDecision{
 		{Name: "day", Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, RetryAfter: time.Second}}}
 	w := checkapi.NewDecision("r", d, true)
 	if !w.Allowed || !w.Shadow || w.RetryAfterMs != 1000 || w.Limits[0].RetryAfterMs != 1000 {

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // Admin calls the admin API of a Sluice service (/v1/tenants/...) with the
@@ -52,65 +54,29 @@ func NewAdmin(baseURL, token string, opts ...Option) (*Admin, error) {
 // writes the catalog database.
 const DefaultAdminTimeout = 15 * time.Second
 
-// Tenant is a tenant as the admin API spells it.
-type Tenant struct {
-	Name      string    `json:"name" yaml:"name"`
-	Status    string    `json:"status" yaml:"status"`
-	CreatedAt time.Time `json:"created_at" yaml:"created_at"`
-}
-
-// Key is an API key as the admin API spells it. Secret is set only in the
+// The admin API's types, from package adminapi (shared with the service, so
+// the two cannot drift apart). An empty Rule.FailureMode (in PutRule and in
+// what the server answers) means the rule has none: each serving instance
+// applies its own --default-failure-mode. Key.Secret is set only in the
 // answer of CreateKey.
-type Key struct {
-	ID        string     `json:"id" yaml:"id"`
-	Tenant    string     `json:"tenant" yaml:"tenant"`
-	Name      string     `json:"name" yaml:"name"`
-	Role      string     `json:"role" yaml:"role"`
-	CreatedAt time.Time  `json:"created_at" yaml:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at" yaml:"revoked_at"`
-	Secret    string     `json:"secret,omitempty" yaml:"secret,omitempty"`
-}
-
-// Limit is one limit of a rule as the admin API spells it: a token_bucket
-// has Capacity and RefillPerSecond; a sliding_window or fixed_window has
-// Limit and Window (a Go duration, like "1m" or "168h").
-type Limit struct {
-	Name            string   `json:"name" yaml:"name"`
-	Algorithm       string   `json:"algorithm" yaml:"algorithm"`
-	Capacity        *int64   `json:"capacity,omitempty" yaml:"capacity,omitempty"`
-	RefillPerSecond *float64 `json:"refill_per_second,omitempty" yaml:"refill_per_second,omitempty"`
-	Limit           *int64   `json:"limit,omitempty" yaml:"limit,omitempty"`
-	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
-	// TTL is a concurrency limit's lease time, like "30s" (with Limit).
-	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
-}
-
-// Rule is a rule as the admin API spells it. An empty FailureMode (in PutRule
-// and in what the server answers) means the rule has none: each serving
-// instance applies its own --default-failure-mode.
-type Rule struct {
-	Tenant      string    `json:"tenant" yaml:"tenant"`
-	Name        string    `json:"name" yaml:"name"`
-	Route       string    `json:"route" yaml:"route"`
-	Limits      []Limit   `json:"limits" yaml:"limits"`
-	FailureMode string    `json:"failure_mode" yaml:"failure_mode"`
-	Shadow      bool      `json:"shadow" yaml:"shadow"`
-	UpdatedAt   time.Time `json:"updated_at" yaml:"updated_at"`
-}
+type (
+	Tenant = adminapi.Tenant
+	Key    = adminapi.Key
+	Limit  = adminapi.Limit
+	Rule   = adminapi.Rule
+)
 
 // CreateTenant creates an active tenant (operator only).
 func (a *Admin) CreateTenant(ctx context.Context, name string) (Tenant, error) {
 	var t Tenant
-	err := a.do(ctx, http.MethodPost, []string{"tenants"}, map[string]string{"name": name}, &t)
+	err := a.do(ctx, http.MethodPost, []string{"tenants"}, adminapi.CreateTenant{Name: name}, &t)
 	return t, err
 }
 
 // Tenants lists the tenants: all of them for the operator, its own for a
 // tenant key.
 func (a *Admin) Tenants(ctx context.Context) ([]Tenant, error) {
-	var out struct {
-		Tenants []Tenant `json:"tenants"`
-	}
+	var out adminapi.TenantList
 	err := a.do(ctx, http.MethodGet, []string{"tenants"}, nil, &out)
 	return out.Tenants, err
 }
@@ -126,7 +92,7 @@ func (a *Admin) Tenant(ctx context.Context, name string) (Tenant, error) {
 // (operator only).
 func (a *Admin) SetTenantStatus(ctx context.Context, name, status string) (Tenant, error) {
 	var t Tenant
-	err := a.do(ctx, http.MethodPatch, []string{"tenants", name}, map[string]string{"status": status}, &t)
+	err := a.do(ctx, http.MethodPatch, []string{"tenants", name}, adminapi.SetTenantStatus{Status: &status}, &t)
 	return t, err
 }
 
@@ -139,15 +105,13 @@ func (a *Admin) DeleteTenant(ctx context.Context, name string) error {
 // lets the server choose one. The answer holds the secret, shown only once.
 func (a *Admin) CreateKey(ctx context.Context, tenant, name, role string) (Key, error) {
 	var k Key
-	err := a.do(ctx, http.MethodPost, []string{"tenants", tenant, "keys"}, map[string]string{"name": name, "role": role}, &k)
+	err := a.do(ctx, http.MethodPost, []string{"tenants", tenant, "keys"}, adminapi.CreateKey{Name: name, Role: role}, &k)
 	return k, err
 }
 
 // Keys lists a tenant's keys, revoked ones included, never their secrets.
 func (a *Admin) Keys(ctx context.Context, tenant string) ([]Key, error) {
-	var out struct {
-		Keys []Key `json:"keys"`
-	}
+	var out adminapi.KeyList
 	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "keys"}, nil, &out)
 	return out.Keys, err
 }
@@ -161,22 +125,14 @@ func (a *Admin) RevokeKey(ctx context.Context, tenant, id string) error {
 // limits, failure mode (none when empty: the server's default) and shadow
 // flag, and returns the rule stored.
 func (a *Admin) PutRule(ctx context.Context, r Rule) (Rule, error) {
-	in := struct {
-		Route       string  `json:"route"`
-		Limits      []Limit `json:"limits"`
-		FailureMode string  `json:"failure_mode,omitempty"`
-		Shadow      bool    `json:"shadow"`
-	}{r.Route, r.Limits, r.FailureMode, r.Shadow}
 	var out Rule
-	err := a.do(ctx, http.MethodPut, []string{"tenants", r.Tenant, "rules", r.Name}, in, &out)
+	err := a.do(ctx, http.MethodPut, []string{"tenants", r.Tenant, "rules", r.Name}, r.Spec(), &out)
 	return out, err
 }
 
 // Rules lists a tenant's rules.
 func (a *Admin) Rules(ctx context.Context, tenant string) ([]Rule, error) {
-	var out struct {
-		Rules []Rule `json:"rules"`
-	}
+	var out adminapi.RuleList
 	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules"}, nil, &out)
 	return out.Rules, err
 }

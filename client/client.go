@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/checkapi"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // DefaultTimeout bounds a whole check call unless WithHTTPClient or
@@ -166,7 +167,7 @@ func (c *Client) check(ctx context.Context, creq checkapi.Request) (Result, erro
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return Result{}, fmt.Errorf("sluice client: the service answered %d with a body that is not a decision: %w", resp.StatusCode, err)
 	}
-	return Result{Decision: d.StoreDecision(), Rule: d.RuleName(), Shadow: d.Shadow, Header: rateLimitHeaders(resp.Header)}, nil
+	return Result{Decision: d.StoreDecision(), Rule: d.RuleName(), Shadow: d.Shadow, Header: ratelimitheader.Copy(resp.Header)}, nil
 }
 
 // send makes one call of the service with the API key and returns the
@@ -212,15 +213,4 @@ func errorFrom(resp *http.Response, raw []byte) *Error {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	return e
-}
-
-// rateLimitHeaders copies the rate-limit fields of h.
-func rateLimitHeaders(h http.Header) http.Header {
-	out := http.Header{}
-	for _, name := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
-		for _, v := range h.Values(name) {
-			out.Add(name, v)
-		}
-	}
-	return out
 }

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -274,20 +275,14 @@ func (c *Console) handleLiveJSON(w http.ResponseWriter, r *http.Request, sess *s
 
 // --- tenants
 
-type tenantRow struct {
-	Name      string    `json:"name"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
 type tenantsPage struct {
-	Tenants []tenantRow
+	Tenants []adminapi.Tenant
 	// Error and Name are a refused create's message and input.
 	Error, Name string
 }
 
 func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p tenantsPage) {
-	var body struct{ Tenants []tenantRow }
+	var body struct{ Tenants []adminapi.Tenant }
 	if !c.get(w, r, sess, "/v1/tenants", &body) {
 		return
 	}
@@ -301,7 +296,7 @@ func (c *Console) handleTenants(w http.ResponseWriter, r *http.Request, sess *se
 
 func (c *Console) handleCreateTenant(w http.ResponseWriter, r *http.Request, sess *session) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
-	a := c.call(r, sess, http.MethodPost, "/v1/tenants", map[string]string{"name": name})
+	a := c.call(r, sess, http.MethodPost, "/v1/tenants", adminapi.CreateTenant{Name: name})
 	if !a.ok() {
 		c.tenantsPage(w, r, sess, a.Status, tenantsPage{Error: a.Message, Name: name})
 		return
@@ -311,7 +306,7 @@ func (c *Console) handleCreateTenant(w http.ResponseWriter, r *http.Request, ses
 
 func (c *Console) handleTenantStatus(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, status := r.PathValue("tenant"), r.PostFormValue("status")
-	if !c.change(w, r, sess, http.MethodPatch, apiPath("tenants", tenant), map[string]string{"status": status}) {
+	if !c.change(w, r, sess, http.MethodPatch, apiPath("tenants", tenant), adminapi.SetTenantStatus{Status: &status}) {
 		return
 	}
 	c.redirect(w, r, sess, Prefix+"tenants", fmt.Sprintf("Tenant %s is now %s.", tenant, status))
@@ -346,16 +341,8 @@ func (c *Console) handleDeleteTenant(w http.ResponseWriter, r *http.Request, ses
 
 // --- keys
 
-type keyRow struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at"`
-}
-
 type keysPage struct {
-	Keys   []keyRow
+	Keys   []adminapi.Key
 	NewKey *createdKey
 	Flash  string
 	// Error and Name, Role are a refused create's message and input.
@@ -364,7 +351,7 @@ type keysPage struct {
 
 func (c *Console) keysPage(w http.ResponseWriter, r *http.Request, sess *session, status int, p keysPage) {
 	tenant := r.PathValue("tenant")
-	var body struct{ Keys []keyRow }
+	var body struct{ Keys []adminapi.Key }
 	if !c.get(w, r, sess, apiPath("tenants", tenant, "keys"), &body) {
 		return
 	}
@@ -388,12 +375,12 @@ func (c *Console) handleKeys(w http.ResponseWriter, r *http.Request, sess *sessi
 func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant := r.PathValue("tenant")
 	name, role := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("role")
-	a := c.call(r, sess, http.MethodPost, apiPath("tenants", tenant, "keys"), map[string]string{"name": name, "role": role})
+	a := c.call(r, sess, http.MethodPost, apiPath("tenants", tenant, "keys"), adminapi.CreateKey{Name: name, Role: role})
 	if !a.ok() {
 		c.keysPage(w, r, sess, a.Status, keysPage{Error: a.Message, Name: name, Role: role})
 		return
 	}
-	var k struct{ ID, Name, Secret string }
+	var k adminapi.Key
 	if err := a.decode(&k); err != nil {
 		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
 		return
@@ -423,10 +410,10 @@ func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *
 
 // --- rules
 
-type rulesPage struct{ Rules []httpapi.RuleBody }
+type rulesPage struct{ Rules []adminapi.Rule }
 
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
-	var body struct{ Rules []httpapi.RuleBody }
+	var body struct{ Rules []adminapi.Rule }
 	if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules"), &body) {
 		return
 	}
@@ -456,7 +443,7 @@ type ruleForm struct {
 func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := ruleForm{Errors: map[string]string{}}
 	if name := r.PathValue("name"); name != "" {
-		var rule httpapi.RuleBody
+		var rule adminapi.Rule
 		if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules", name), &rule) {
 			return
 		}
@@ -630,26 +617,13 @@ func (c *Console) handleDeleteRule(w http.ResponseWriter, r *http.Request, sess 
 type inspectPage struct {
 	Rules         []string
 	Rule, Subject string
-	Result        *peekResult
+	Result        *checkapi.Decision
 	Error         string
-}
-
-// peekResult is the API's answer to a peek: a decision body.
-type peekResult struct {
-	Allowed  bool `json:"allowed"`
-	Degraded bool `json:"degraded"`
-	Limits   []struct {
-		Name         string `json:"name"`
-		Algorithm    string `json:"algorithm"`
-		Limit        int64  `json:"limit"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMs int64  `json:"reset_after_ms"`
-	} `json:"limits"`
 }
 
 func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant := r.PathValue("tenant")
-	var rules struct{ Rules []httpapi.RuleBody }
+	var rules struct{ Rules []adminapi.Rule }
 	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules"), &rules) {
 		return
 	}
@@ -661,7 +635,7 @@ func (c *Console) handleInspect(w http.ResponseWriter, r *http.Request, sess *se
 	status := http.StatusOK
 	if p.Rule != "" {
 		a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", p.Rule, "subjects", p.Subject), nil)
-		var res peekResult
+		var res checkapi.Decision
 		switch {
 		case !a.ok():
 			p.Error, status = a.Message, a.Status

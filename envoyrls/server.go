@@ -571,7 +571,7 @@ func (s *Server) checkOne(ctx context.Context, d *Domain, cd *compiledDomain, it
 	if len(res.Decision.Limits) > 0 {
 		ld = res.Decision.Limits[0]
 	}
-	s.setStatus(it, res.Decision.Allowed, res.Outcome == check.Degraded, ld)
+	s.setStatus(it, res, ld)
 	return nil
 }
 
@@ -601,8 +601,8 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		window := ruleWindow(r)
 		reset := untilWindowEnd(r, s.clock())
 		ld := sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
-		s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
-		s.setStatus(it, false, false, ld)
+		res := s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
+		s.setStatus(it, res, ld)
 	case r.Limit.Capacity == 0:
 		// requests_per_unit: 0 with hits 0: a look at a limit that admits
 		// nothing. The engine has no empty limit to ask, and there is
@@ -611,8 +611,8 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		window := ruleWindow(r)
 		reset := untilWindowEnd(r, s.clock())
 		ld := sluice.LimitDecision{Allowed: true, Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Window: window, ResetAfter: reset}
-		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true, Limits: []sluice.LimitDecision{ld}, ResetAfter: reset})
-		s.setStatus(it, true, false, ld)
+		res := s.engine.Decided(it.check, start, sluice.Decision{Allowed: true, Limits: []sluice.LimitDecision{ld}, ResetAfter: reset})
+		s.setStatus(it, res, ld)
 	default:
 		return false
 	}
@@ -649,23 +649,32 @@ func ruleWindow(r *Rule) time.Duration {
 	return r.Limit.Window
 }
 
-// setStatus sets a decided descriptor's status: OVER_LIMIT when denied,
-// unless the rule is in shadow mode (the engine has counted it as
-// shadow_denied); a failure policy's local deny is a deny too.
-func (s *Server) setStatus(it *item, allowed, degraded bool, ld sluice.LimitDecision) {
+// setStatus sets a decided descriptor's status from the engine's answer:
+// OVER_LIMIT when denied. A shadow_mode descriptor is never denied (the
+// engine has turned its deny, the store's or a local fallback's, into an
+// allow, counted as shadow_denied or degraded); under the service-wide
+// SHADOW_MODE the statuses still say what would have been denied, and only
+// the overall code is OK (see ShouldRateLimit).
+func (s *Server) setStatus(it *item, res check.Result, ld sluice.LimitDecision) {
+	s.setLimitStatus(it, res.Decision.Allowed, res.Shadowed, ld)
+}
+
+// setLimitStatus is setStatus for one limit of a joint check: allowed is
+// that limit's answer.
+func (s *Server) setLimitStatus(it *item, allowed, shadowed bool, ld sluice.LimitDecision) {
 	r := it.rule
 	st := &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:         rlspb.RateLimitResponse_OK,
 		CurrentLimit: currentLimit(r),
 	}
-	if !allowed && (degraded || !r.Shadow) {
+	if !allowed || shadowed && !r.Shadow {
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	if len(ld.Name) > 0 || ld.Limit > 0 {
 		st.LimitRemaining = uint32(min(max(ld.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = wholeSeconds(ld.ResetAfter)
 		ld.Name = policyName(r)
-		if r.Shadow && !allowed {
+		if shadowed && r.Shadow {
 			// The client is let through, so its headers must not say no.
 			ld.Allowed, ld.RetryAfter = true, 0
 		}
@@ -784,7 +793,7 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledD
 				allowed = true
 			}
 		}
-		s.setStatus(it, allowed, res.Outcome == check.Degraded, ld)
+		s.setLimitStatus(it, allowed, res.Shadowed, ld)
 	}
 	for i := range items {
 		if j, ok := dupOf[&items[i]]; ok {

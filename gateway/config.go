@@ -213,6 +213,9 @@ type RouteConfig struct {
 	// else per client IP. None: not limited.
 	Limits      []LimitConfig      `yaml:"limits"`
 	FailureMode sluice.FailureMode `yaml:"failure_mode"`
+	// Shadow checks and counts the limits but never denies (see
+	// middleware.Options.Shadow).
+	Shadow bool `yaml:"shadow"`
 	// Cost is what one request takes from the limits (default 1). With
 	// cost_by: response_bytes it is the estimate reserved before proxying.
 	Cost *int64 `yaml:"cost"`

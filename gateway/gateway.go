@@ -45,6 +45,7 @@ import (
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/middleware"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 	"github.com/sluicelabs/sluice/tracing"
 )
@@ -93,10 +94,6 @@ type Gateway struct {
 	// authLog logs refused credentials, throttled across reloads.
 	authLog *authFailureLog
 }
-
-// RateLimitHeaders are exposed to browsers by the CORS policy, so scripts can
-// read their limits.
-var RateLimitHeaders = []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 
 // New opens the store named by cfg (Redis, or in process) and returns a
 // Gateway serving cfg. Close releases it.
@@ -329,6 +326,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Key:         rc.keyFunc(trusted),
 				Cost:        func(*http.Request) int64 { return cost },
 				FailureMode: rc.FailureMode,
+				Shadow:      rc.Shadow,
 				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,
@@ -405,7 +403,9 @@ func newCORS(c *CORSConfig) *cors.Cors {
 	if len(headers) == 0 {
 		headers = []string{"Authorization", "Content-Type"}
 	}
-	exposed := append(slices.Clone(RateLimitHeaders), c.ExposedHeaders...)
+	// The rate-limit headers are exposed to browsers, so scripts can read
+	// their limits.
+	exposed := append(ratelimitheader.Names(), c.ExposedHeaders...)
 	return cors.New(cors.Options{
 		AllowedOrigins:   c.AllowedOrigins,
 		AllowedMethods:   methods,

@@ -14,9 +14,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/sluicelabs/sluice/gateway"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/middleware"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 func TestGatewayJWT(t *testing.T) {
@@ -268,7 +268,7 @@ routes:
 			t.Fatalf("simple: %d %v", r.status, r.header)
 		}
 		exposed := strings.ToLower(r.header.Get("Access-Control-Expose-Headers"))
-		for _, h := range gateway.RateLimitHeaders {
+		for _, h := range ratelimitheader.Names() {
 			if !strings.Contains(exposed, strings.ToLower(h)) {
 				t.Fatalf("Access-Control-Expose-Headers %q lacks %s", exposed, h)
 			}

@@ -6,11 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // principal is who an admin call comes from: the operator (admin token), or
@@ -107,7 +106,6 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 			a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		case http.StatusServiceUnavailable:
 			a.log.Warn("admin call failed", "method", r.Method, "path", r.URL.Path, "error", err)
-			w.Header().Set("Retry-After", "1")
 		}
 		a.fail(w, e)
 		return
@@ -148,71 +146,14 @@ func validatePath(r *http.Request) *apiError {
 	if aerr := validText("key ID", r.PathValue("id"), sluice.MaxNameBytes); aerr != nil {
 		return aerr
 	}
-	return validText("subject", r.PathValue("subject"), MaxSubjectBytes)
-}
-
-// Per-tenant caps. They are counted in the catalog before the create, so
-// creates racing on several instances may pass a cap by as many as race;
-// exact enforcement would need the catalog to count inside its transaction.
-// 409 rather than 422: the request is valid and conflicts with the tenant's
-// current state, and succeeds once a rule or key is deleted (RFC 9110 15.5.10),
-// like a name already taken.
-
-func (a *API) checkRuleCap(ctx context.Context, tenant string) error {
-	if a.maxRules < 0 {
-		return nil
-	}
-	rules, err := a.catalog.Rules(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	if len(rules) >= a.maxRules {
-		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
-			"Tenant %q already has %d rules, the most this server allows per tenant (%d); delete one or ask the operator to raise the cap.",
-			tenant, len(rules), a.maxRules)}
-	}
-	return nil
-}
-
-func (a *API) checkKeyCap(ctx context.Context, tenant string) error {
-	if a.maxKeys < 0 {
-		return nil
-	}
-	keys, err := a.catalog.Keys(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	active := 0
-	for _, k := range keys {
-		if k.RevokedAt == nil { // revoked keys are history, not capacity
-			active++
-		}
-	}
-	if active >= a.maxKeys {
-		return &apiError{http.StatusConflict, "tenant_cap_reached", fmt.Sprintf(
-			"Tenant %q already has %d active API keys, the most this server allows per tenant (%d); revoke one or ask the operator to raise the cap.",
-			tenant, active, a.maxKeys)}
-	}
-	return nil
+	return validText("subject", r.PathValue("subject"), MaxRequestSubjectBytes)
 }
 
 // --- tenants
 
-type tenantBody struct {
-	Name      string    `json:"name"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func newTenantBody(t sluice.Tenant) tenantBody {
-	return tenantBody{Name: t.Name, Status: string(t.Status), CreatedAt: t.CreatedAt.UTC()}
-}
-
 func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, true, func(ctx context.Context, _ principal) (int, any, error) {
-		var in struct {
-			Name string `json:"name"`
-		}
+		var in adminapi.CreateTenant
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
 		}
@@ -223,7 +164,7 @@ func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusCreated, newTenantBody(t), nil
+		return http.StatusCreated, adminapi.NewTenant(t), nil
 	})
 }
 
@@ -243,11 +184,11 @@ func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
 			}
 			ts = []sluice.Tenant{t}
 		}
-		out := make([]tenantBody, 0, len(ts))
+		out := adminapi.TenantList{Tenants: make([]adminapi.Tenant, 0, len(ts))}
 		for _, t := range ts {
-			out = append(out, newTenantBody(t))
+			out.Tenants = append(out.Tenants, adminapi.NewTenant(t))
 		}
-		return http.StatusOK, map[string]any{"tenants": out}, nil
+		return http.StatusOK, out, nil
 	})
 }
 
@@ -257,15 +198,13 @@ func (a *API) handleGetTenant(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, newTenantBody(t), nil
+		return http.StatusOK, adminapi.NewTenant(t), nil
 	})
 }
 
 func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, true, func(ctx context.Context, _ principal) (int, any, error) {
-		var in struct {
-			Status *string `json:"status"`
-		}
+		var in adminapi.SetTenantStatus
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
 		}
@@ -280,7 +219,7 @@ func (a *API) handlePatchTenant(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, newTenantBody(t), nil
+		return http.StatusOK, adminapi.NewTenant(t), nil
 	})
 }
 
@@ -300,26 +239,6 @@ func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 
 // --- keys
 
-type keyBody struct {
-	ID        string     `json:"id"`
-	Tenant    string     `json:"tenant"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at"`
-	// Secret is set only in the answer that creates the key.
-	Secret string `json:"secret,omitempty"`
-}
-
-func newKeyBody(k sluice.APIKey) keyBody {
-	b := keyBody{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: string(k.Role), CreatedAt: k.CreatedAt.UTC()}
-	if k.RevokedAt != nil {
-		t := k.RevokedAt.UTC()
-		b.RevokedAt = &t
-	}
-	return b
-}
-
 // DefaultKeyName names a key created without a name: its role and a random
 // suffix, since names of active keys are unique within a tenant.
 func DefaultKeyName(role sluice.Role) string {
@@ -330,10 +249,7 @@ func DefaultKeyName(role sluice.Role) string {
 
 func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		var in struct {
-			Name string `json:"name"`
-			Role string `json:"role"`
-		}
+		var in adminapi.CreateKey
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
 		}
@@ -347,15 +263,12 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 		if err := sluice.KeyName(in.Name).Validate(); err != nil {
 			return 0, nil, err
 		}
-		if err := a.checkKeyCap(ctx, r.PathValue("tenant")); err != nil {
-			return 0, nil, err
-		}
 		secret, hash := sluice.NewAPIKeySecret()
 		k, err := a.catalog.CreateKey(ctx, r.PathValue("tenant"), in.Name, role, hash)
 		if err != nil {
 			return 0, nil, err
 		}
-		b := newKeyBody(k)
+		b := adminapi.NewKey(k)
 		b.Secret = secret
 		return http.StatusCreated, b, nil
 	})
@@ -367,11 +280,11 @@ func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := make([]keyBody, 0, len(ks))
+		out := adminapi.KeyList{Keys: make([]adminapi.Key, 0, len(ks))}
 		for _, k := range ks {
-			out = append(out, newKeyBody(k))
+			out.Keys = append(out.Keys, adminapi.NewKey(k))
 		}
-		return http.StatusOK, map[string]any{"keys": out}, nil
+		return http.StatusOK, out, nil
 	})
 }
 
@@ -386,133 +299,17 @@ func (a *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 
 // --- rules
 
-// LimitJSON is a limit as the API and the configuration files spell it:
-// {"name", "algorithm": "token_bucket", "capacity", "refill_per_second"} or
-// {"name", "algorithm": "sliding_window"|"fixed_window", "limit", "window": "1m"}.
-type LimitJSON struct {
-	Name            string   `json:"name"`
-	Algorithm       string   `json:"algorithm"`
-	Capacity        *int64   `json:"capacity,omitempty"`
-	RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
-	Limit           *int64   `json:"limit,omitempty"`
-	Window          string   `json:"window,omitempty"`
-	// TTL is a concurrency limit's lease time (with limit).
-	TTL string `json:"ttl,omitempty"`
-}
-
-// NewLimitJSON spells l for the API.
-func NewLimitJSON(l sluice.Limit) LimitJSON {
-	out := LimitJSON{Name: l.Name, Algorithm: string(l.Algorithm)}
-	capacity := l.Capacity
-	if l.Algorithm == sluice.AlgorithmTokenBucket {
-		refill := l.RefillPerSecond
-		out.Capacity, out.RefillPerSecond = &capacity, &refill
-	} else if l.Algorithm == sluice.AlgorithmConcurrency {
-		out.Limit, out.TTL = &capacity, sluice.FormatWindow(l.TTL)
-	} else {
-		out.Limit, out.Window = &capacity, sluice.FormatWindow(l.Window)
-	}
-	return out
-}
-
-// ToLimit reads the limit. A missing name defaults to the algorithm's name.
-// Fields of the other algorithm are refused, so a typo cannot be ignored.
-func (j LimitJSON) ToLimit() (sluice.Limit, error) {
-	l := sluice.Limit{Name: j.Name, Algorithm: sluice.Algorithm(j.Algorithm)}
-	if l.Name == "" {
-		l.Name = j.Algorithm
-	}
-	if j.TTL != "" && l.Algorithm != sluice.AlgorithmConcurrency {
-		return l, badRequest("Limit %q: only a concurrency limit takes a ttl.", l.Name)
-	}
-	switch l.Algorithm {
-	case sluice.AlgorithmConcurrency:
-		if j.Capacity != nil || j.RefillPerSecond != nil || j.Window != "" {
-			return l, badRequest("Limit %q: a concurrency limit takes limit and ttl, not capacity, refill_per_second or window.", l.Name)
-		}
-		if j.Limit == nil || j.TTL == "" {
-			return l, badRequest("Limit %q: a concurrency limit needs limit and ttl (like \"30s\").", l.Name)
-		}
-		ttl, err := sluice.ParseWindow(j.TTL)
-		if err != nil {
-			return l, badRequest("Limit %q: ttl %s.", l.Name, err)
-		}
-		l.Capacity, l.TTL = *j.Limit, ttl
-	case sluice.AlgorithmTokenBucket:
-		if j.Limit != nil || j.Window != "" {
-			return l, badRequest("Limit %q: a token_bucket takes capacity and refill_per_second, not limit or window.", l.Name)
-		}
-		if j.Capacity == nil || j.RefillPerSecond == nil {
-			return l, badRequest("Limit %q: a token_bucket needs capacity and refill_per_second.", l.Name)
-		}
-		l.Capacity, l.RefillPerSecond = *j.Capacity, *j.RefillPerSecond
-		if math.IsNaN(l.RefillPerSecond) {
-			return l, badRequest("Limit %q: refill_per_second must be a positive number.", l.Name)
-		}
-	case sluice.AlgorithmSlidingWindow, sluice.AlgorithmFixedWindow:
-		if j.Capacity != nil || j.RefillPerSecond != nil {
-			return l, badRequest("Limit %q: a %s takes limit and window, not capacity or refill_per_second.", l.Name, l.Algorithm)
-		}
-		if j.Limit == nil || j.Window == "" {
-			return l, badRequest("Limit %q: a %s needs limit and window (like \"1m\").", l.Name, l.Algorithm)
-		}
-		w, err := sluice.ParseWindow(j.Window)
-		if err != nil {
-			return l, badRequest("Limit %q: window %s.", l.Name, err)
-		}
-		l.Capacity, l.Window = *j.Limit, w
-	}
-	if err := l.Validate(); err != nil {
-		return l, err
-	}
-	return l, nil
-}
-
-// RuleBody is a rule as the API spells it.
-type RuleBody struct {
-	Tenant      string      `json:"tenant"`
-	Name        string      `json:"name"`
-	Route       string      `json:"route"`
-	Limits      []LimitJSON `json:"limits"`
-	FailureMode string      `json:"failure_mode"`
-	Shadow      bool        `json:"shadow"`
-	UpdatedAt   time.Time   `json:"updated_at"`
-}
-
-// NewRuleBody spells r for the API.
-func NewRuleBody(r sluice.Rule) RuleBody {
-	b := RuleBody{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode),
-		Shadow: r.Shadow, UpdatedAt: r.UpdatedAt.UTC(), Limits: make([]LimitJSON, 0, len(r.Limits))}
-	for _, l := range r.Limits {
-		b.Limits = append(b.Limits, NewLimitJSON(l))
-	}
-	return b
-}
-
-// putRuleRequest is the body of PUT /v1/tenants/{tenant}/rules/{name}.
-type putRuleRequest struct {
-	Route       string      `json:"route"`
-	Limits      []LimitJSON `json:"limits"`
-	FailureMode string      `json:"failure_mode"`
-	Shadow      bool        `json:"shadow"`
-}
-
 // ruleFromRequest builds the rule to store. No failure mode is stored as
 // none, not as this server's default: every instance then applies its own
 // --default-failure-mode at check time, as it does for a rule written
 // through the catalog database directly, so omitted has one meaning.
-func (a *API) ruleFromRequest(tenant, name string, in putRuleRequest) (sluice.Rule, error) {
-	rule := sluice.Rule{Tenant: tenant, Name: name, Route: in.Route,
-		FailureMode: sluice.FailureMode(in.FailureMode), Shadow: in.Shadow}
+func (a *API) ruleFromRequest(tenant, name string, in adminapi.RuleSpec) (sluice.Rule, error) {
 	if len(in.Limits) == 0 {
-		return rule, badRequest("Field \"limits\" needs at least one limit, like {\"algorithm\": \"token_bucket\", \"capacity\": 10, \"refill_per_second\": 2}.")
+		return sluice.Rule{}, badRequest("Field \"limits\" needs at least one limit, like {\"algorithm\": \"token_bucket\", \"capacity\": 10, \"refill_per_second\": 2}.")
 	}
-	for _, lj := range in.Limits {
-		l, err := lj.ToLimit()
-		if err != nil {
-			return rule, err
-		}
-		rule.Limits = append(rule.Limits, l)
+	rule, err := in.ToRule(tenant, name)
+	if err != nil {
+		return rule, err
 	}
 	if err := rule.Validate(); err != nil {
 		return rule, err
@@ -522,7 +319,7 @@ func (a *API) ruleFromRequest(tenant, name string, in putRuleRequest) (sluice.Ru
 
 func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		var in putRuleRequest
+		var in adminapi.RuleSpec
 		if aerr := decodeBody(w, r, &in); aerr != nil {
 			return 0, nil, aerr
 		}
@@ -536,10 +333,6 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusOK
 		if _, err := a.catalog.Rule(ctx, rule.Tenant, rule.Name); errors.Is(err, sluice.ErrNotFound) {
 			status = http.StatusCreated
-			// Only a create counts: replacing a rule at the cap is fine.
-			if err := a.checkRuleCap(ctx, rule.Tenant); err != nil {
-				return 0, nil, err
-			}
 		} else if err != nil {
 			return 0, nil, err
 		}
@@ -547,7 +340,7 @@ func (a *API) handlePutRule(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return status, NewRuleBody(stored), nil
+		return status, adminapi.NewRule(stored), nil
 	})
 }
 
@@ -557,11 +350,11 @@ func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := make([]RuleBody, 0, len(rs))
+		out := adminapi.RuleList{Rules: make([]adminapi.Rule, 0, len(rs))}
 		for _, rule := range rs {
-			out = append(out, NewRuleBody(rule))
+			out.Rules = append(out.Rules, adminapi.NewRule(rule))
 		}
-		return http.StatusOK, map[string]any{"rules": out}, nil
+		return http.StatusOK, out, nil
 	})
 }
 
@@ -571,7 +364,7 @@ func (a *API) handleGetRule(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, NewRuleBody(rule), nil
+		return http.StatusOK, adminapi.NewRule(rule), nil
 	})
 }
 

@@ -46,20 +46,7 @@ type Options struct {
 	// catalog_unavailable. Keep it below the server's write timeout, or a
 	// slow call ends in an empty reply.
 	AdminTimeout time.Duration
-	// MaxRulesPerTenant and MaxKeysPerTenant cap what one tenant may
-	// create: rules, and active (unrevoked) API keys. 0 means the default
-	// (DefaultMaxRulesPerTenant, DefaultMaxKeysPerTenant); a negative
-	// value, no cap. Past a cap a create answers 409 tenant_cap_reached.
-	MaxRulesPerTenant int
-	MaxKeysPerTenant  int
 }
-
-// Default per-tenant caps: every rule is in every instance's memory and
-// every key in every snapshot, so one tenant must not grow them unbounded.
-const (
-	DefaultMaxRulesPerTenant = 1000
-	DefaultMaxKeysPerTenant  = 100
-)
 
 // DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
 const DefaultAdminTimeout = 5 * time.Second
@@ -74,8 +61,6 @@ type API struct {
 	defaultMode  sluice.FailureMode
 	storePing    func(context.Context) error
 	adminTimeout time.Duration
-	maxRules     int
-	maxKeys      int
 
 	state atomic.Pointer[state]
 	// confirmedAt is when the served snapshot was last known to be the
@@ -125,8 +110,6 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		defaultMode:  opts.DefaultFailureMode,
 		storePing:    opts.StorePing,
 		adminTimeout: opts.AdminTimeout,
-		maxRules:     capOrDefault(opts.MaxRulesPerTenant, DefaultMaxRulesPerTenant),
-		maxKeys:      capOrDefault(opts.MaxKeysPerTenant, DefaultMaxKeysPerTenant),
 	}
 	if a.adminTimeout <= 0 {
 		a.adminTimeout = DefaultAdminTimeout
@@ -148,23 +131,12 @@ func New(ctx context.Context, opts Options) (*API, error) {
 	return a, nil
 }
 
-// capOrDefault reads a cap option: 0 is the default, negative is no cap (-1).
-func capOrDefault(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return -1
-	}
-	return v
-}
+// snapshotReloadTimeout bounds one catalog snapshot read.
+const snapshotReloadTimeout = 5 * time.Second
 
 // Run follows catalog changes until ctx ends: it reloads the snapshot when
 // the catalog version moves and drops deny-cache entries of reset subjects.
 // It returns nil when ctx ends, or an error if the catalog cannot be watched.
-// snapshotReloadTimeout bounds one catalog snapshot read.
-const snapshotReloadTimeout = 5 * time.Second
-
 func (a *API) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,8 +14,10 @@ import (
 	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
-// MaxSubjectBytes bounds the subject of a check.
-const MaxSubjectBytes = 1024
+// MaxRequestSubjectBytes bounds the subject a request to this API carries (a
+// check's, or one in an admin path): far below sluice.MaxSubjectBytes, what
+// a store accepts from any face, since this one faces the network.
+const MaxRequestSubjectBytes = 1024
 
 // credential returns the secret the caller presented: X-API-Key, else an
 // Authorization Bearer token.
@@ -133,7 +134,6 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
 	if rule == nil { // cannot happen: rules is built from the same snapshot
-		w.Header().Set("Retry-After", "1") // every 503 says when to retry
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
@@ -142,17 +142,13 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.failCheck(w, r, grant.Tenant, rule.Name, err)
 		return
 	}
-	d := res.Decision
+	d := res.Decision // the answer: a shadow rule's deny is already an allow
 	status := http.StatusOK
-	headerDecision := d
-	if rule.Shadow {
-		// A shadow rule never denies, so it never asks the client to wait.
-		headerDecision.Allowed = true
-	} else if !res.Pass() {
+	if !d.Allowed {
 		status = http.StatusTooManyRequests
 	}
-	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, headerDecision)
-	if !headerDecision.Allowed && w.Header().Get("Retry-After") == "" {
+	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, d)
+	if !d.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}
@@ -161,34 +157,33 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 // failCheck answers a check the engine could not decide.
 func (a *API) failCheck(w http.ResponseWriter, r *http.Request, tenant, rule string, err error) {
-	a.failEngine(w, r, err, errStoreUnavailable, "check failed", "tenant", tenant, "rule", rule)
+	a.failEngine(w, r, err, errRuleFailsClosed, "check failed", "tenant", tenant, "rule", rule)
 }
 
-// failEngine answers a call the engine could not serve: bad input, this
-// instance shedding, or unavailable (the store, or an unexpected error,
-// logged as logMsg with logArgs).
+// failEngine answers a call the engine could not serve, through errorFor.
+// The store being unavailable, or an error errorFor does not know (which
+// only the store call can have made, and is logged as logMsg with logArgs),
+// answers unavailable: 503, with the face's own sentence.
 func (a *API) failEngine(w http.ResponseWriter, r *http.Request, err error, unavailable *apiError, logMsg string, logArgs ...any) {
-	switch {
-	case errors.Is(err, sluice.ErrInvalid):
-		a.fail(w, errorFor(err))
-	case errors.Is(err, check.ErrOverloaded):
-		w.Header().Set("Retry-After", "1")
-		a.fail(w, errOverloaded)
-	default:
-		if !errors.Is(err, sluice.ErrStoreUnavailable) && r.Context().Err() == nil {
+	e := errorFor(err)
+	switch e {
+	case errInternal:
+		if r.Context().Err() == nil {
 			a.log.Error(logMsg, append(logArgs, "error", err)...)
 		}
-		w.Header().Set("Retry-After", "1")
-		a.fail(w, unavailable)
+		e = unavailable
+	case errStoreUnavailable:
+		e = unavailable
+	default:
+		if e.code == "catalog_unavailable" { // a network error of the store call
+			e = unavailable
+		}
 	}
+	a.fail(w, e)
 }
 
-var (
-	errOverloaded = &apiError{http.StatusServiceUnavailable, "overloaded",
-		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
-	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
-		"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
-)
+var errRuleFailsClosed = &apiError{http.StatusServiceUnavailable, "store_unavailable",
+	"The rate-limit store is unavailable and this rule fails closed; retry shortly."}
 
 // validateCheck checks the fields of a check request that no rule is needed
 // for.
@@ -202,15 +197,19 @@ func validateCheck(req checkapi.Request) *apiError {
 		// Rule patterns are paths: a route without its leading slash
 		// would match no rule and pass unlimited, hiding a client bug.
 		return badRequest("Field \"route\" must be a path starting with '/', like /api/orders/17; got %q.", req.Route)
-	case len(req.Subject) > MaxSubjectBytes:
-		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxSubjectBytes)
+	case len(req.Subject) > MaxRequestSubjectBytes:
+		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxRequestSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:
 		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
 	}
 	return nil
 }
 
-// fail writes an error answer.
+// fail writes an error answer. Every 503 says when to retry: Retry-After 1
+// unless the caller set another.
 func (a *API) fail(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeError(w, e.status, e.code, e.message)
 }

@@ -432,7 +432,7 @@ func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Deci
 // checkapi.Decision's.
 func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) []byte {
 	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, d.Allowed || shadow) // a shadow rule never denies
+	b = strconv.AppendBool(b, d.Allowed) // the engine's answer: a shadow rule's deny is an allow
 	b = append(b, `,"rule":`...)
 	if rule == "" {
 		b = append(b, "null"...)

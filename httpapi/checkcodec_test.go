@@ -325,7 +325,7 @@ func TestAppendDecisionJSON(t *testing.T) {
 			`{"allowed":false,"rule":"orders","limit":60,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2,"degraded":false,"shadow":false,` +
 				`"limits":[{"name":"burst","algorithm":"token_bucket","limit":10,"remaining":9,"reset_after_ms":100,"retry_after_ms":0},` +
 				`{"name":"minute","algorithm":"sliding_window","limit":60,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2}]}` + "\n"},
-		{"shadow_deny_is_allowed", "r", sluice.Decision{Allowed: false, Degraded: true}, true,
+		{"shadow_answer", "r", sluice.Decision{Allowed: true, Degraded: true}, true,
 			`{"allowed":true,"rule":"r","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"shadow":true,"limits":[]}` + "\n"},
 		{"negative_and_extreme_numbers", "r", sluice.Decision{Allowed: true, Limit: math.MinInt64, Remaining: math.MaxInt64, ResetAfter: -time.Second, RetryAfter: math.MaxInt64,
 			Limits: []sluice.LimitDecision{{Limit: -1, Remaining: math.MinInt64, ResetAfter: math.MinInt64, RetryAfter: 1}}}, false, ""},

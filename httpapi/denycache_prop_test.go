@@ -22,6 +22,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/guard"
@@ -146,10 +147,7 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		}
 		rulePath := func(r *propRule) string { return "/v1/tenants/acme/rules/" + r.name }
 		put := func(r *propRule) {
-			body := putRuleRequest{Route: r.route}
-			for _, l := range r.limits {
-				body.Limits = append(body.Limits, NewLimitJSON(l))
-			}
+			body := adminapi.RuleSpec{Route: r.route, Limits: adminapi.NewLimits(r.limits)}
 			data, err := json.Marshal(body)
 			if err != nil {
 				t.Fatal(err)

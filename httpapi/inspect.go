@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/sluicelabs/sluice"
@@ -47,9 +46,6 @@ func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
 		}
 		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: r.PathValue("subject"), Cost: 0})
 		if err != nil {
-			if errors.Is(err, check.ErrOverloaded) {
-				return 0, nil, errOverloaded
-			}
 			return 0, nil, err
 		}
 		return http.StatusOK, checkapi.NewDecision(rule.Name, res.Decision, rule.Shadow), nil
@@ -73,5 +69,5 @@ func (a *API) subjectRule(ctx context.Context, tenant, name string) (sluice.Rule
 	if mode == "" {
 		mode = a.defaultMode
 	}
-	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode}, nil
+	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode, Shadow: rule.Shadow}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/checkapi"
 )
 
@@ -156,8 +157,10 @@ type badFieldError struct{ msg string }
 
 func (e *badFieldError) Error() string { return e.msg }
 
-// errorFor maps an error from the catalog or the store to its answer: the
-// one place domain errors become status codes.
+// errorFor maps an error from the catalog, the store or the check engine to
+// its answer: the one place errors become status codes. An error it does not
+// know is a 500; a face that knows better (a failed store call) says so with
+// unavailable (see failEngine).
 func errorFor(err error) *apiError {
 	var ae *apiError
 	switch {
@@ -167,15 +170,30 @@ func errorFor(err error) *apiError {
 		return badRequest("%s", sentence(err.Error()))
 	case errors.Is(err, sluice.ErrNotFound):
 		return &apiError{http.StatusNotFound, "not_found", sentence(err.Error())}
+	case errors.Is(err, sluice.ErrTenantCap):
+		// 409 rather than 422: the request is valid and conflicts with the
+		// tenant's current state, and succeeds once a rule or key is
+		// deleted (RFC 9110 15.5.10), like a name already taken.
+		return &apiError{http.StatusConflict, "tenant_cap_reached", sentence(err.Error())}
 	case errors.Is(err, sluice.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", sentence(err.Error())}
+	case errors.Is(err, check.ErrOverloaded):
+		return errOverloaded
 	case errors.Is(err, sluice.ErrStoreUnavailable):
-		return &apiError{http.StatusServiceUnavailable, "store_unavailable", "The rate-limit store is unavailable; retry shortly."}
+		return errStoreUnavailable
 	case catalogUnavailable(err):
 		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", msgCatalogUnavailable}
 	}
-	return &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
+	return errInternal
 }
+
+var (
+	errOverloaded = &apiError{http.StatusServiceUnavailable, "overloaded",
+		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
+	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
+		"The rate-limit store is unavailable; retry shortly."}
+	errInternal = &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
+)
 
 const msgCatalogUnavailable = "The catalog database is unavailable or did not answer in time; retry shortly."
 

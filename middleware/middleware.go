@@ -90,6 +90,11 @@ type Options struct {
 	// FailureMode applies while the store is unavailable (default
 	// sluice.FailOpen).
 	FailureMode sluice.FailureMode
+	// Shadow checks and counts the limits but never denies: a request over
+	// them (or denied by FailLocal's fallback) goes on, counted as
+	// shadow_denied, with headers that ask nobody to wait. With Client the
+	// remote rule's own shadow flag decides.
+	Shadow bool
 	// Engine, if set, is the check engine of Store, shared with other
 	// limiters over the same store (one breaker and deny cache per store,
 	// as the gateway does); Guard is then ignored. Default: an engine of
@@ -204,7 +209,7 @@ func NewLimiter(opts Options) (*Limiter, error) {
 		name = "remote"
 	}
 	l.rule = l.engine.NewRule(metrics.Labels{Source: opts.Source, Rule: opts.Name},
-		check.Rule{Namespace: opts.Tenant, Name: name, Limits: opts.Limits, Mode: opts.FailureMode})
+		check.Rule{Namespace: opts.Tenant, Name: name, Limits: opts.Limits, Mode: opts.FailureMode, Shadow: opts.Shadow})
 	return l, nil
 }
 
@@ -287,7 +292,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request) (bool, *sluice.H
 	} else {
 		ratelimitheader.Set(w.Header(), l.opts.Name, out.res.Decision)
 	}
-	if out.res.Pass() || out.shadow {
+	if out.res.Decision.Allowed || out.shadow {
 		return true, out.res.Decision.Hold
 	}
 	l.opts.DenyHandler(w, r, out.res.Decision)

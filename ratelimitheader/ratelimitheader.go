@@ -12,6 +12,7 @@ package ratelimitheader
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -115,6 +116,24 @@ var (
 	headerXReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
 	headerRetryAfter = http.CanonicalHeaderKey("Retry-After")
 )
+
+// Names returns the names of every header Set may write, in canonical form:
+// for a CORS policy to expose them, or a client to copy them from an answer.
+func Names() []string {
+	return []string{headerRateLimit, headerPolicy, headerXLimit, headerXRemaining, headerXReset, headerRetryAfter}
+}
+
+// Copy returns the rate-limit headers of h (those of Names), as a remote
+// service's answer carried them.
+func Copy(h http.Header) http.Header {
+	out := http.Header{}
+	for _, name := range Names() {
+		if v := h.Values(name); len(v) > 0 {
+			out[name] = slices.Clone(v)
+		}
+	}
+	return out
+}
 
 // RetryAfterSeconds is the Retry-After value for a wait of d: rounded up, and
 // at least 1, because "retry after 0 seconds" on a deny invites a busy loop.

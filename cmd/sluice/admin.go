@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/httpapi"
 )
 
@@ -335,7 +336,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, toAPIRule(r))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, adminapi.NewRule(r))
 			})
 		}),
 		&cobra.Command{

@@ -248,3 +248,33 @@ func TestAdminCommands(t *testing.T) {
 	}
 	mustRun("tenant", "delete", "acme")
 }
+
+// TestDatabasePathEnforcesTenantCaps: the command line's --database path
+// writes the catalog directly, and the catalog enforces the caps serve is
+// given, from the same environment variables.
+func TestDatabasePathEnforcesTenantCaps(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "sluice.db")
+	t.Setenv("SLUICE_MAX_RULES_PER_TENANT", "1")
+	t.Setenv("SLUICE_MAX_KEYS_PER_TENANT", "1")
+	run := func(args ...string) error {
+		t.Helper()
+		_, _, err := runCLI(t, append(args, "--database", db)...)
+		return err
+	}
+	for _, args := range [][]string{{"tenant", "create", "acme"}, {"key", "create", "acme", "--role", "check"},
+		{"rule", "set", "acme", "a", "--route", "/a", "--token-bucket", "10:2/s"}} {
+		if err := run(args...); err != nil {
+			t.Fatalf("sluice %s: %v", strings.Join(args, " "), err)
+		}
+	}
+	err := run("rule", "set", "acme", "b", "--route", "/b", "--token-bucket", "10:2/s")
+	if !errors.Is(err, sluice.ErrTenantCap) || !strings.Contains(err.Error(), `tenant "acme" already has 1 rules`) {
+		t.Errorf("a second rule past a cap of 1: %v, want ErrTenantCap", err)
+	}
+	if err := run("key", "create", "acme", "--role", "admin", "--name", "ops"); !errors.Is(err, sluice.ErrTenantCap) {
+		t.Errorf("a second key past a cap of 1: %v, want ErrTenantCap", err)
+	}
+	if err := run("rule", "set", "acme", "a", "--route", "/a2", "--token-bucket", "10:2/s"); err != nil {
+		t.Errorf("replacing the rule at the cap: %v", err)
+	}
+}

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/client"
-	"github.com/sluicelabs/sluice/httpapi"
 )
 
 // remote holds the persistent root flags that send the catalog commands to
@@ -132,21 +132,21 @@ type remoteBackend struct{ a *client.Admin }
 
 func (b remoteBackend) CreateTenant(ctx context.Context, name string) (sluice.Tenant, error) {
 	t, err := b.a.CreateTenant(ctx, name)
-	return fromAPITenant(t), err
+	return t.ToTenant(), err
 }
 
 func (b remoteBackend) Tenants(ctx context.Context) ([]sluice.Tenant, error) {
 	ts, err := b.a.Tenants(ctx)
 	out := make([]sluice.Tenant, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, fromAPITenant(t))
+		out = append(out, t.ToTenant())
 	}
 	return out, err
 }
 
 func (b remoteBackend) SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error) {
 	t, err := b.a.SetTenantStatus(ctx, name, string(status))
-	return fromAPITenant(t), err
+	return t.ToTenant(), err
 }
 
 func (b remoteBackend) DeleteTenant(ctx context.Context, name string) error {
@@ -155,14 +155,14 @@ func (b remoteBackend) DeleteTenant(ctx context.Context, name string) error {
 
 func (b remoteBackend) NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
 	k, err := b.a.CreateKey(ctx, tenant, name, string(role))
-	return fromAPIKey(k), k.Secret, err
+	return k.ToKey(), k.Secret, err
 }
 
 func (b remoteBackend) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error) {
 	ks, err := b.a.Keys(ctx, tenant)
 	out := make([]sluice.APIKey, 0, len(ks))
 	for _, k := range ks {
-		out = append(out, fromAPIKey(k))
+		out = append(out, k.ToKey())
 	}
 	return out, err
 }
@@ -172,7 +172,7 @@ func (b remoteBackend) Revoke(ctx context.Context, tenant, id string) error {
 }
 
 func (b remoteBackend) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error) {
-	stored, err := b.a.PutRule(ctx, toAPIRule(r))
+	stored, err := b.a.PutRule(ctx, adminapi.NewRule(r))
 	if err != nil {
 		return sluice.Rule{}, err
 	}
@@ -207,50 +207,11 @@ func (b remoteBackend) DeleteRule(ctx context.Context, tenant, name string) erro
 	return b.a.DeleteRule(ctx, tenant, name)
 }
 
-// --- between the domain types and the API's spelling of them
-
-func fromAPITenant(t client.Tenant) sluice.Tenant {
-	return sluice.Tenant{Name: t.Name, Status: sluice.TenantStatus(t.Status), CreatedAt: t.CreatedAt}
-}
-
-func toAPITenant(t sluice.Tenant) client.Tenant {
-	return client.Tenant{Name: t.Name, Status: string(t.Status), CreatedAt: t.CreatedAt.UTC()}
-}
-
-func fromAPIKey(k client.Key) sluice.APIKey {
-	return sluice.APIKey{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: sluice.Role(k.Role), CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
-}
-
-func toAPIKey(k sluice.APIKey) client.Key {
-	out := client.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: string(k.Role), CreatedAt: k.CreatedAt.UTC()}
-	if k.RevokedAt != nil {
-		t := k.RevokedAt.UTC()
-		out.RevokedAt = &t
-	}
-	return out
-}
-
-// toAPIRule spells r as the API does, through httpapi's own spelling so the
-// two cannot drift apart.
-func toAPIRule(r sluice.Rule) client.Rule {
-	b := httpapi.NewRuleBody(r)
-	out := client.Rule{Tenant: b.Tenant, Name: b.Name, Route: b.Route, FailureMode: b.FailureMode,
-		Shadow: b.Shadow, UpdatedAt: b.UpdatedAt, Limits: make([]client.Limit, 0, len(b.Limits))}
-	for _, l := range b.Limits {
-		out.Limits = append(out.Limits, client.Limit(l))
-	}
-	return out
-}
-
+// fromAPIRule reads a rule the server sent.
 func fromAPIRule(r client.Rule) (sluice.Rule, error) {
-	out := sluice.Rule{Tenant: r.Tenant, Name: r.Name, Route: r.Route,
-		FailureMode: sluice.FailureMode(r.FailureMode), Shadow: r.Shadow, UpdatedAt: r.UpdatedAt}
-	for _, l := range r.Limits {
-		dl, err := httpapi.LimitJSON(l).ToLimit()
-		if err != nil {
-			return out, fmt.Errorf("the server sent rule %s with a limit this sluice cannot read: %w", r.Name, err)
-		}
-		out.Limits = append(out.Limits, dl)
+	out, err := r.ToRule()
+	if err != nil {
+		return out, fmt.Errorf("the server sent rule %s with a limit this sluice cannot read: %w", r.Name, err)
 	}
 	return out, nil
 }

@@ -2,8 +2,9 @@ package main
 
 // A catalog file is the declarative form of tenants, their keys and rules
 // (docs/catalog-files.md): sluice export writes one, sluice apply makes the
-// catalog match one. Limits are spelled as in the admin API and read by the
-// API's own code, so a file means what the same PUT would.
+// catalog match one. Rules are spelled as the admin API's PUT body
+// (adminapi.RuleSpec) and read by the same code, so a file means what the
+// same PUT would.
 
 import (
 	"bytes"
@@ -16,8 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/client"
-	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // catalogFile is the document: every tenant it manages.
@@ -39,18 +39,12 @@ type keyEntry struct {
 	Role string `yaml:"role"`
 }
 
+// ruleEntry is a rule: its name, and what the admin API's PUT of it sets
+// (a failure mode of none, and shadow false, are left out on export).
 type ruleEntry struct {
-	Name   string       `yaml:"name"`
-	Route  string       `yaml:"route"`
-	Limits []limitEntry `yaml:"limits"`
-	// FailureMode left out means each server's --default-failure-mode.
-	FailureMode string `yaml:"failure_mode,omitempty"`
-	Shadow      bool   `yaml:"shadow,omitempty"`
+	Name              string `yaml:"name"`
+	adminapi.RuleSpec `yaml:",inline"`
 }
-
-// limitEntry is a limit as the admin API spells it (client.Limit, which has
-// the YAML names too).
-type limitEntry = client.Limit
 
 // desiredTenant is a tenant of a file, validated, in domain types.
 type desiredTenant struct {
@@ -144,7 +138,7 @@ func (re ruleEntry) rule(tenant, where string) (sluice.Rule, error) {
 		return r, fmt.Errorf("%s.limits: a rule needs at least one limit", where)
 	}
 	for k, le := range re.Limits {
-		l, err := httpapi.LimitJSON(le).ToLimit()
+		l, err := le.ToLimit()
 		if err != nil {
 			return r, fmt.Errorf("%s.limits[%d]: %w", where, k, err)
 		}
@@ -183,10 +177,7 @@ func catalogFileOf(ts []currentTenant) catalogFile {
 		}
 		slices.SortFunc(te.Keys, func(a, b keyEntry) int { return cmp.Compare(a.Name, b.Name) })
 		for _, r := range t.Rules {
-			re := ruleEntry{Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode), Shadow: r.Shadow}
-			for _, l := range r.Limits {
-				re.Limits = append(re.Limits, limitEntry(httpapi.NewLimitJSON(l)))
-			}
+			re := ruleEntry{Name: r.Name, RuleSpec: adminapi.NewRule(r).Spec()}
 			te.Rules = append(te.Rules, re)
 		}
 		slices.SortFunc(te.Rules, func(a, b ruleEntry) int { return cmp.Compare(a.Name, b.Name) })

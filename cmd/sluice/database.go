@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/sluicelabs/sluice"
@@ -21,12 +23,49 @@ type migratingCatalog interface {
 	sluice.Catalog
 	Migrate(ctx context.Context) error
 	ReportWatchErrors(log *slog.Logger, count func())
+	SetTenantCaps(sluice.TenantCaps)
+}
+
+// envTenantCaps are the per-tenant caps of a catalog opened outside sluice
+// serve (the command line's --database path, apply): those of
+// SLUICE_MAX_RULES_PER_TENANT and SLUICE_MAX_KEYS_PER_TENANT, as serve reads
+// them, else the defaults. The catalog enforces them, whoever writes.
+func envTenantCaps() (sluice.TenantCaps, error) {
+	var caps sluice.TenantCaps
+	for _, c := range []struct {
+		flag string
+		to   *int
+	}{{"max-rules-per-tenant", &caps.Rules}, {"max-keys-per-tenant", &caps.Keys}} {
+		v, ok := os.LookupEnv(envName(c.flag))
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return caps, fmt.Errorf("environment variable %s=%q is not a number", envName(c.flag), v)
+		}
+		*c.to = n
+	}
+	return caps, nil
 }
 
 // openCatalog opens the catalog named by a database URL: postgres://...
 // (or postgresql://...) or sqlite://path (sqlite:///abs/path for an
 // absolute path).
 func openCatalog(ctx context.Context, url string) (migratingCatalog, error) {
+	caps, err := envTenantCaps()
+	if err != nil {
+		return nil, err
+	}
+	c, err := openCatalogURL(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	c.SetTenantCaps(caps)
+	return c, nil
+}
+
+func openCatalogURL(ctx context.Context, url string) (migratingCatalog, error) {
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		c, err := postgres.Open(ctx, url)

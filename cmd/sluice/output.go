@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/client"
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // outputFormat is the value of -o: table, json or yaml.
@@ -59,25 +59,25 @@ func render(w io.Writer, format outputFormat, table func(io.Writer), api any) er
 // The list bodies of the admin API, so -o json prints what GET prints.
 
 func tenantsBody(ts []sluice.Tenant) any {
-	out := make([]client.Tenant, 0, len(ts))
+	out := adminapi.TenantList{Tenants: make([]adminapi.Tenant, 0, len(ts))}
 	for _, t := range ts {
-		out = append(out, toAPITenant(t))
+		out.Tenants = append(out.Tenants, adminapi.NewTenant(t))
 	}
-	return map[string]any{"tenants": out}
+	return out
 }
 
 func keysBody(ks []sluice.APIKey) any {
-	out := make([]client.Key, 0, len(ks))
+	out := adminapi.KeyList{Keys: make([]adminapi.Key, 0, len(ks))}
 	for _, k := range ks {
-		out = append(out, toAPIKey(k))
+		out.Keys = append(out.Keys, adminapi.NewKey(k))
 	}
-	return map[string]any{"keys": out}
+	return out
 }
 
 func rulesBody(rs []sluice.Rule) any {
-	out := make([]client.Rule, 0, len(rs))
+	out := adminapi.RuleList{Rules: make([]adminapi.Rule, 0, len(rs))}
 	for _, r := range rs {
-		out = append(out, toAPIRule(r))
+		out.Rules = append(out.Rules, adminapi.NewRule(r))
 	}
-	return map[string]any{"rules": out}
+	return out
 }

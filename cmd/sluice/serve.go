@@ -186,8 +186,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
-	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", httpapi.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
-	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", httpapi.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
+	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
+	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (then intermediates) of every HTTP listener: --addr, --metrics-addr, --envoy-json-addr, --pprof-addr (plain HTTP when empty); reloaded when the file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -485,6 +485,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, err
 	}
 	closers = append(closers, catalog.Close)
+	catalog.SetTenantCaps(sluice.TenantCaps{Rules: cfg.MaxRulesPerTenant, Keys: cfg.MaxKeysPerTenant})
 	givenToken, err := cfg.adminToken()
 	if err != nil {
 		return nil, err
@@ -547,8 +548,6 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		Catalog:            catalog,
 		Engine:             engine,
 		AdminTimeout:       cfg.AdminTimeout,
-		MaxRulesPerTenant:  cfg.MaxRulesPerTenant,
-		MaxKeysPerTenant:   cfg.MaxKeysPerTenant,
 		Metrics:            m,
 		Logger:             log,
 		DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // testAudit: every change leaves one entry, made by the context's actor, in
@@ -212,4 +214,54 @@ func testAuditQueries(t *testing.T, c Catalog, _ Open) {
 	}
 	_, err := c.Audit(ctx, sluice.AuditQuery{Tenant: "gone", CurrentTenantOnly: true})
 	wantErr(t, "current generation of a missing tenant", err, sluice.ErrNotFound)
+}
+
+// testAuditKeepsEveryLimitField: the audit log records a rule in the admin
+// API's form (package adminapi), and reading an entry back gives the limits
+// as they were stored, every field of every algorithm (a concurrency
+// limit's lease TTL included), before and after a replace.
+func testAuditKeepsEveryLimitField(t *testing.T, c Catalog, _ Open) {
+	ctx := t.Context()
+	must(c.CreateTenant(ctx, "acme"))(t)
+	limits := []sluice.Limit{
+		sluice.TokenBucket(10, 2.5).Named("burst"),
+		sluice.SlidingWindow(600, time.Minute).Named("minute"),
+		sluice.FixedWindow(1000, 24*time.Hour).Named("day"),
+		sluice.Concurrency(5, 30*time.Second).Named("inflight"),
+	}
+	// Every field of a limit is set by one of them, so a field added to
+	// sluice.Limit must be added here, and so to the wire form too.
+	lt := reflect.TypeFor[sluice.Limit]()
+	for i := range lt.NumField() {
+		if !slices.ContainsFunc(limits, func(l sluice.Limit) bool { return !reflect.ValueOf(l).Field(i).IsZero() }) {
+			t.Fatalf("no limit of the test sets sluice.Limit.%s: add one that does", lt.Field(i).Name)
+		}
+	}
+	first := must(c.PutRule(ctx, sluice.Rule{Tenant: "acme", Name: "api", Route: "/api*", Limits: limits, FailureMode: sluice.FailLocal, Shadow: true}))(t)
+	replaced := first
+	replaced.Limits = slices.Clone(limits[2:])
+	replaced = must(c.PutRule(ctx, replaced))(t)
+
+	entries := must(c.Audit(ctx, sluice.AuditQuery{Tenant: "acme", Action: sluice.AuditRuleReplace}))(t)
+	if len(entries) != 1 {
+		t.Fatalf("%d rule.replace entries, want 1", len(entries))
+	}
+	for _, side := range []struct {
+		name string
+		raw  json.RawMessage
+		want sluice.Rule
+	}{{"before", entries[0].Before, first}, {"after", entries[0].After, replaced}} {
+		var wire adminapi.Rule
+		if err := json.Unmarshal(side.raw, &wire); err != nil {
+			t.Fatalf("%s: %v in %s", side.name, err, side.raw)
+		}
+		got, err := wire.ToRule()
+		if err != nil {
+			t.Fatalf("%s: %v in %s", side.name, err, side.raw)
+		}
+		if !slices.Equal(got.Limits, side.want.Limits) || got.Route != side.want.Route || got.FailureMode != side.want.FailureMode ||
+			got.Shadow != side.want.Shadow || got.Tenant != side.want.Tenant || got.Name != side.want.Name || !got.UpdatedAt.Equal(side.want.UpdatedAt) {
+			t.Errorf("%s reads back as %+v\nwant %+v\n(recorded %s)", side.name, got, side.want, side.raw)
+		}
+	}
 }

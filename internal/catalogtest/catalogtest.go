@@ -18,11 +18,12 @@ import (
 	"github.com/sluicelabs/sluice"
 )
 
-// Catalog is a sluice.Catalog that can migrate its schema, as both
-// implementations do.
+// Catalog is a sluice.Catalog that can migrate its schema and enforce
+// per-tenant caps, as both implementations do.
 type Catalog interface {
 	sluice.Catalog
 	Migrate(ctx context.Context) error
+	SetTenantCaps(sluice.TenantCaps)
 }
 
 // Open opens a new, unmigrated Catalog instance on one database; each call
@@ -61,6 +62,7 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"admin_token_hash", testAdminToken},
 		{"admin_token_hash_if_absent_stores_exactly_one", testAdminTokenIfAbsent},
 		{"concurrent_writers_on_two_instances", testConcurrentWriters},
+		{"tenant_caps_hold_under_concurrent_creates", testTenantCaps},
 		{"lists_are_in_byte_order_of_names", testListOrder},
 		{"snapshot_holds_what_checks_need", testSnapshot},
 		{"version_increments_on_every_change", testVersion},
@@ -70,6 +72,7 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"watch_returns_when_catalog_closes", testWatchReturnsOnClose},
 		{"migrate_is_idempotent", testMigrate},
 		{"audit_records_every_change", testAudit},
+		{"audit_keeps_every_field_of_a_limit", testAuditKeepsEveryLimitField},
 		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
 		{"audit_filters_and_pages", testAuditQueries},
 	}
@@ -777,6 +780,70 @@ func testConcurrentWriters(t *testing.T, c Catalog, open Open) {
 	if n := len(must(c.Tenants(ctx))(t)); n != 1+len(errs) {
 		t.Fatalf("%d tenants; want %d", n, 1+len(errs))
 	}
+}
+
+// testTenantCaps races creates on three instances sharing the database, each
+// enforcing the same caps: exactly the cap's number succeed, every other
+// fails with ErrTenantCap (never a raw driver error), and replacing a rule
+// or revoking a key is never refused.
+func testTenantCaps(t *testing.T, c Catalog, open Open) {
+	ctx := t.Context()
+	const maxRules, maxKeys = 3, 2
+	insts := []sluice.Catalog{c, open(t), open(t)}
+	for _, inst := range insts {
+		inst.(Catalog).SetTenantCaps(sluice.TenantCaps{Rules: maxRules, Keys: maxKeys})
+	}
+	must(c.CreateTenant(ctx, "acme"))(t)
+	must(c.CreateTenant(ctx, "other"))(t)
+	capped := func(what string, errs []error, want int) {
+		t.Helper()
+		won := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, sluice.ErrTenantCap):
+				var ce *sluice.TenantCapError
+				if !errors.As(err, &ce) || ce.Tenant != "acme" || ce.Cap != want || ce.Have != want {
+					t.Fatalf("%s: call %d: %v; want a TenantCapError of acme at %d", what, i, err, want)
+				}
+			default:
+				t.Fatalf("%s: call %d failed with %v; want success or ErrTenantCap", what, i, err)
+			}
+		}
+		if won != want {
+			t.Fatalf("%s: %d creates succeeded; want exactly the cap, %d", what, won, want)
+		}
+	}
+	const each = 4
+	capped("PutRule of distinct rules", race(insts, each, func(c sluice.Catalog, i int) error {
+		_, err := c.PutRule(ctx, rule("acme", fmt.Sprintf("r%d", i), fmt.Sprintf("/r%d", i)))
+		return err
+	}), maxRules)
+	capped("CreateKey of distinct names", race(insts, each, func(c sluice.Catalog, i int) error {
+		_, hash := sluice.NewAPIKeySecret()
+		_, err := c.CreateKey(ctx, "acme", fmt.Sprintf("k%d", i), sluice.RoleCheck, hash)
+		return err
+	}), maxKeys)
+	rules := must(c.Rules(ctx, "acme"))(t)
+	keys := must(c.Keys(ctx, "acme"))(t)
+	if len(rules) != maxRules || len(keys) != maxKeys {
+		t.Fatalf("%d rules and %d keys after the races; want exactly %d and %d", len(rules), len(keys), maxRules, maxKeys)
+	}
+
+	// At the cap: replacing is not creating, another tenant has its own
+	// caps, and a revoked key no longer counts.
+	replaced := rules[0]
+	replaced.Route = "/replaced"
+	must(c.PutRule(ctx, replaced))(t)
+	must(c.PutRule(ctx, rule("other", "r", "/r")))(t)
+	must(c.RevokeKey(ctx, "acme", keys[0].ID))(t)
+	_, hash := sluice.NewAPIKeySecret()
+	must(c.CreateKey(ctx, "acme", "after-revoke", sluice.RoleCheck, hash))(t)
+
+	// A negative cap is no cap.
+	c.SetTenantCaps(sluice.TenantCaps{Rules: -1, Keys: -1})
+	must(c.PutRule(ctx, rule("acme", "uncapped", "/uncapped")))(t)
 }
 
 // testAdminTokenIfAbsent: instances starting at once on a fresh database

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // record is what one change did, for the audit log.
@@ -51,11 +51,11 @@ func auditJSON(v any) (*string, error) {
 	case nil:
 		return nil, nil
 	case sluice.Tenant:
-		doc = tenantDoc{Name: v.Name, Status: string(v.Status), CreatedAt: v.CreatedAt.UTC()}
+		doc = adminapi.NewTenant(v)
 	case sluice.APIKey:
-		doc = keyDoc{ID: v.ID, Tenant: v.Tenant, Name: v.Name, Role: string(v.Role), CreatedAt: v.CreatedAt.UTC(), RevokedAt: v.RevokedAt}
+		doc = adminapi.NewKey(v)
 	case sluice.Rule:
-		doc = newRuleDoc(v)
+		doc = adminapi.NewRule(v)
 	case sluice.SubjectReset:
 		doc = resetDoc{Rule: v.Rule, Subject: v.Subject}
 	default:
@@ -69,64 +69,13 @@ func auditJSON(v any) (*string, error) {
 	return &s, nil
 }
 
-// The admin API's forms of what changed, as the audit log records them. They
-// are stored, so they are declared here apart from the API's own types: a
-// later change of the API must not change what old entries say.
-type (
-	tenantDoc struct {
-		Name      string    `json:"name"`
-		Status    string    `json:"status"`
-		CreatedAt time.Time `json:"created_at"`
-	}
-	keyDoc struct {
-		ID        string     `json:"id"`
-		Tenant    string     `json:"tenant"`
-		Name      string     `json:"name"`
-		Role      string     `json:"role"`
-		CreatedAt time.Time  `json:"created_at"`
-		RevokedAt *time.Time `json:"revoked_at"`
-	}
-	ruleDoc struct {
-		Tenant      string     `json:"tenant"`
-		Name        string     `json:"name"`
-		Route       string     `json:"route"`
-		Limits      []limitDoc `json:"limits"`
-		FailureMode string     `json:"failure_mode"`
-		Shadow      bool       `json:"shadow"`
-		UpdatedAt   time.Time  `json:"updated_at"`
-	}
-	// limitDoc: a token bucket has capacity and refill_per_second, every
-	// other algorithm a limit and, if it has one, a window.
-	limitDoc struct {
-		Name            string   `json:"name"`
-		Algorithm       string   `json:"algorithm"`
-		Capacity        *int64   `json:"capacity,omitempty"`
-		RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
-		Limit           *int64   `json:"limit,omitempty"`
-		Window          string   `json:"window,omitempty"`
-	}
-	resetDoc struct {
-		Rule    string `json:"rule"`
-		Subject string `json:"subject"`
-	}
-)
-
-func newRuleDoc(r sluice.Rule) ruleDoc {
-	d := ruleDoc{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode), Shadow: r.Shadow,
-		UpdatedAt: r.UpdatedAt.UTC(), Limits: make([]limitDoc, 0, len(r.Limits))}
-	for _, l := range r.Limits {
-		ld := limitDoc{Name: l.Name, Algorithm: string(l.Algorithm)}
-		if l.Algorithm == sluice.AlgorithmTokenBucket {
-			ld.Capacity, ld.RefillPerSecond = &l.Capacity, &l.RefillPerSecond
-		} else {
-			ld.Limit = &l.Capacity
-			if l.Window > 0 {
-				ld.Window = sluice.FormatWindow(l.Window)
-			}
-		}
-		d.Limits = append(d.Limits, ld)
-	}
-	return d
+// resetDoc is a subject reset as the audit log records it (the admin API has
+// no body for it); every other change is recorded in its admin API form
+// (package adminapi), which only ever gains fields, so old entries keep
+// reading as they did.
+type resetDoc struct {
+	Rule    string `json:"rule"`
+	Subject string `json:"subject"`
 }
 
 // tenantGeneration returns the tenant's generation, or ErrNotFound.

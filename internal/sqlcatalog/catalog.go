@@ -152,6 +152,11 @@ func (c *Catalog) CreateKey(ctx context.Context, tenant, name string, role sluic
 		if taken > 0 {
 			return record{}, fmt.Errorf("tenant %q already has an active key named %q: %w", tenant, name, sluice.ErrConflict)
 		}
+		err = underCap(ctx, tx, tenant, "active API keys", c.caps.Keys,
+			"SELECT count(*) FROM api_keys WHERE tenant = $1 AND revoked_at_ms IS NULL")
+		if err != nil {
+			return record{}, err
+		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, name, role, key_hash, created_at_ms, created_version)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, tenant, name, string(role), hex.EncodeToString(hash), k.CreatedAt.UnixMilli(), version)
 		if err != nil && c.dialect.IsUniqueViolation(err) {
@@ -246,6 +251,8 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 		}
 		if len(before) > 0 {
 			rec.action, rec.before = sluice.AuditRuleReplace, before[0]
+		} else if err := underCap(ctx, tx, r.Tenant, "rules", c.caps.Rules, "SELECT count(*) FROM rules WHERE tenant = $1"); err != nil {
+			return record{}, err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO rules (tenant, name, route, failure_mode, shadow, updated_at_ms)
 			VALUES ($1, $2, $3, $4, $5, $6)

@@ -69,6 +69,7 @@ type Catalog struct {
 	closed  chan struct{}
 	close   sync.Once
 	now     func() time.Time
+	caps    sluice.TenantCaps
 
 	reportMu sync.Mutex
 	watchLog *slog.Logger
@@ -80,7 +81,33 @@ var _ sluice.Catalog = (*Catalog)(nil)
 // New returns a catalog writing through write and reading through read
 // (which may be the same pool). Close closes both.
 func New(d Dialect, write, read *sql.DB) *Catalog {
-	return &Catalog{dialect: d, write: write, read: read, closed: make(chan struct{}), now: time.Now}
+	return &Catalog{dialect: d, write: write, read: read, closed: make(chan struct{}), now: time.Now,
+		caps: sluice.TenantCaps{}.WithDefaults()}
+}
+
+// SetTenantCaps sets the caps CreateKey and PutRule enforce (zero values:
+// the defaults). Call it before the catalog is used. Every instance on one
+// database should be given the same caps; each enforces its own on the
+// creates it makes.
+func (c *Catalog) SetTenantCaps(caps sluice.TenantCaps) { c.caps = caps.WithDefaults() }
+
+// underCap returns a TenantCapError when the tenant already holds cap of
+// what (counted by query, with the tenant as $1). It runs inside a change,
+// after the version bump that serialises changes on every dialect (a row
+// lock on PostgreSQL, the write lock on SQLite), so the count cannot go
+// stale before the create commits, whatever runs on other instances.
+func underCap(ctx context.Context, tx *sql.Tx, tenant, what string, limit int, query string) error {
+	if limit < 0 {
+		return nil
+	}
+	var have int
+	if err := tx.QueryRowContext(ctx, query, tenant).Scan(&have); err != nil {
+		return err
+	}
+	if have >= limit {
+		return &sluice.TenantCapError{Tenant: tenant, What: what, Have: have, Cap: limit}
+	}
+	return nil
 }
 
 // Close closes the database handles; running Watch calls return.
@@ -116,7 +143,8 @@ func (c *Catalog) ReportWatchErrors(log *slog.Logger, count func()) {
 // fail wraps err with what was being done, unless it is a domain error,
 // which already says what is wrong in a sentence meant for the caller.
 func fail(what string, err error) error {
-	if err == nil || errors.Is(err, sluice.ErrNotFound) || errors.Is(err, sluice.ErrConflict) || errors.Is(err, sluice.ErrInvalid) {
+	if err == nil || errors.Is(err, sluice.ErrNotFound) || errors.Is(err, sluice.ErrConflict) || errors.Is(err, sluice.ErrInvalid) ||
+		errors.Is(err, sluice.ErrTenantCap) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)

@@ -1,0 +1,268 @@
+// Package adminapi holds the wire types of Sluice's admin API (tenants, API
+// keys, rules and their limits under /v1/tenants), as package checkapi holds
+// those of POST /v1/check. The service (package httpapi), the Go client
+// (package client), the web console, the catalog's audit log and the command
+// line's catalog files all encode and decode these types, so none can drift
+// from the others; the contract itself is docs/service.md and httpapi's
+// OpenAPI document.
+//
+// The audit log stores a change's before and after in these forms, so a field
+// is only ever added, never renamed or dropped: old entries must keep
+// reading as they did.
+//
+// Durations on the wire are Go durations with Sluice's day and week units
+// ("30s", "1m", "7d"); times are RFC 3339 in UTC. The yaml tags give the
+// command line's -o yaml the same names.
+package adminapi
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// Tenant is a tenant: the body of GET /v1/tenants/{tenant}.
+type Tenant struct {
+	Name      string    `json:"name" yaml:"name"`
+	Status    string    `json:"status" yaml:"status"`
+	CreatedAt time.Time `json:"created_at" yaml:"created_at"`
+}
+
+// NewTenant spells t for the API.
+func NewTenant(t sluice.Tenant) Tenant {
+	return Tenant{Name: t.Name, Status: string(t.Status), CreatedAt: t.CreatedAt.UTC()}
+}
+
+// ToTenant reads t back (its counter generation is not on the wire).
+func (t Tenant) ToTenant() sluice.Tenant {
+	return sluice.Tenant{Name: t.Name, Status: sluice.TenantStatus(t.Status), CreatedAt: t.CreatedAt}
+}
+
+// Key is an API key, never with its hash. Secret is set only in the answer
+// that creates the key.
+type Key struct {
+	ID        string     `json:"id" yaml:"id"`
+	Tenant    string     `json:"tenant" yaml:"tenant"`
+	Name      string     `json:"name" yaml:"name"`
+	Role      string     `json:"role" yaml:"role"`
+	CreatedAt time.Time  `json:"created_at" yaml:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at" yaml:"revoked_at"`
+	Secret    string     `json:"secret,omitempty" yaml:"secret,omitempty"`
+}
+
+// NewKey spells k for the API, without a secret.
+func NewKey(k sluice.APIKey) Key {
+	out := Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: string(k.Role), CreatedAt: k.CreatedAt.UTC()}
+	if k.RevokedAt != nil {
+		t := k.RevokedAt.UTC()
+		out.RevokedAt = &t
+	}
+	return out
+}
+
+// ToKey reads k back.
+func (k Key) ToKey() sluice.APIKey {
+	return sluice.APIKey{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Role: sluice.Role(k.Role), CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+}
+
+// Limit is one limit of a rule:
+// {"name", "algorithm": "token_bucket", "capacity", "refill_per_second"},
+// {"name", "algorithm": "sliding_window"|"fixed_window", "limit", "window": "1m"}
+// or {"name", "algorithm": "concurrency", "limit", "ttl": "30s"}.
+type Limit struct {
+	Name            string   `json:"name" yaml:"name"`
+	Algorithm       string   `json:"algorithm" yaml:"algorithm"`
+	Capacity        *int64   `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	RefillPerSecond *float64 `json:"refill_per_second,omitempty" yaml:"refill_per_second,omitempty"`
+	Limit           *int64   `json:"limit,omitempty" yaml:"limit,omitempty"`
+	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
+	// TTL is a concurrency limit's lease time (with Limit).
+	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
+}
+
+// NewLimit spells l for the API: every field of its algorithm.
+func NewLimit(l sluice.Limit) Limit {
+	out := Limit{Name: l.Name, Algorithm: string(l.Algorithm)}
+	capacity := l.Capacity
+	switch l.Algorithm {
+	case sluice.AlgorithmTokenBucket:
+		refill := l.RefillPerSecond
+		out.Capacity, out.RefillPerSecond = &capacity, &refill
+	case sluice.AlgorithmConcurrency:
+		out.Limit, out.TTL = &capacity, sluice.FormatWindow(l.TTL)
+	default:
+		out.Limit, out.Window = &capacity, sluice.FormatWindow(l.Window)
+	}
+	return out
+}
+
+// ToLimit reads the limit. A missing name defaults to the algorithm's name.
+// Fields of another algorithm are refused, so a typo cannot be ignored.
+// Errors wrap sluice.ErrInvalid.
+func (j Limit) ToLimit() (sluice.Limit, error) {
+	l := sluice.Limit{Name: j.Name, Algorithm: sluice.Algorithm(j.Algorithm)}
+	if l.Name == "" {
+		l.Name = j.Algorithm
+	}
+	if j.TTL != "" && l.Algorithm != sluice.AlgorithmConcurrency {
+		return l, invalidf("Limit %q: only a concurrency limit takes a ttl", l.Name)
+	}
+	switch l.Algorithm {
+	case sluice.AlgorithmConcurrency:
+		if j.Capacity != nil || j.RefillPerSecond != nil || j.Window != "" {
+			return l, invalidf("Limit %q: a concurrency limit takes limit and ttl, not capacity, refill_per_second or window", l.Name)
+		}
+		if j.Limit == nil || j.TTL == "" {
+			return l, invalidf("Limit %q: a concurrency limit needs limit and ttl (like \"30s\")", l.Name)
+		}
+		ttl, err := sluice.ParseWindow(j.TTL)
+		if err != nil {
+			return l, invalidf("Limit %q: ttl %s", l.Name, err)
+		}
+		l.Capacity, l.TTL = *j.Limit, ttl
+	case sluice.AlgorithmTokenBucket:
+		if j.Limit != nil || j.Window != "" {
+			return l, invalidf("Limit %q: a token_bucket takes capacity and refill_per_second, not limit or window", l.Name)
+		}
+		if j.Capacity == nil || j.RefillPerSecond == nil {
+			return l, invalidf("Limit %q: a token_bucket needs capacity and refill_per_second", l.Name)
+		}
+		l.Capacity, l.RefillPerSecond = *j.Capacity, *j.RefillPerSecond
+		if math.IsNaN(l.RefillPerSecond) {
+			return l, invalidf("Limit %q: refill_per_second must be a positive number", l.Name)
+		}
+	case sluice.AlgorithmSlidingWindow, sluice.AlgorithmFixedWindow:
+		if j.Capacity != nil || j.RefillPerSecond != nil {
+			return l, invalidf("Limit %q: a %s takes limit and window, not capacity or refill_per_second", l.Name, l.Algorithm)
+		}
+		if j.Limit == nil || j.Window == "" {
+			return l, invalidf("Limit %q: a %s needs limit and window (like \"1m\")", l.Name, l.Algorithm)
+		}
+		w, err := sluice.ParseWindow(j.Window)
+		if err != nil {
+			return l, invalidf("Limit %q: window %s", l.Name, err)
+		}
+		l.Capacity, l.Window = *j.Limit, w
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// Rule is a rule: the body of GET /v1/tenants/{tenant}/rules/{name}. An
+// empty FailureMode means the rule has none: each serving instance applies
+// its own --default-failure-mode.
+type Rule struct {
+	Tenant      string    `json:"tenant" yaml:"tenant"`
+	Name        string    `json:"name" yaml:"name"`
+	Route       string    `json:"route" yaml:"route"`
+	Limits      []Limit   `json:"limits" yaml:"limits"`
+	FailureMode string    `json:"failure_mode" yaml:"failure_mode"`
+	Shadow      bool      `json:"shadow" yaml:"shadow"`
+	UpdatedAt   time.Time `json:"updated_at" yaml:"updated_at"`
+}
+
+// NewRule spells r for the API.
+func NewRule(r sluice.Rule) Rule {
+	return Rule{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode),
+		Shadow: r.Shadow, UpdatedAt: r.UpdatedAt.UTC(), Limits: NewLimits(r.Limits)}
+}
+
+// ToRule reads r back, its limits checked as ToLimit does.
+func (r Rule) ToRule() (sluice.Rule, error) {
+	out, err := r.Spec().ToRule(r.Tenant, r.Name)
+	out.UpdatedAt = r.UpdatedAt
+	return out, err
+}
+
+// Spec is what a client sets of r.
+func (r Rule) Spec() RuleSpec {
+	return RuleSpec{Route: r.Route, Limits: r.Limits, FailureMode: r.FailureMode, Shadow: r.Shadow}
+}
+
+// RuleSpec is what a client sets on a rule: the body of PUT
+// /v1/tenants/{tenant}/rules/{name}, and a rule of a catalog file (whose
+// YAML leaves out a failure mode of none and shadow false).
+type RuleSpec struct {
+	Route       string  `json:"route" yaml:"route"`
+	Limits      []Limit `json:"limits" yaml:"limits"`
+	FailureMode string  `json:"failure_mode" yaml:"failure_mode,omitempty"`
+	Shadow      bool    `json:"shadow" yaml:"shadow,omitempty"`
+}
+
+// ToRule is the rule tenant/name of s, not validated as a whole (see
+// sluice.Rule.Validate). Errors wrap sluice.ErrInvalid.
+func (s RuleSpec) ToRule(tenant, name string) (sluice.Rule, error) {
+	rule := sluice.Rule{Tenant: tenant, Name: name, Route: s.Route,
+		FailureMode: sluice.FailureMode(s.FailureMode), Shadow: s.Shadow}
+	limits, err := ToLimits(s.Limits)
+	rule.Limits = limits
+	return rule, err
+}
+
+// NewLimits spells ls for the API.
+func NewLimits(ls []sluice.Limit) []Limit {
+	out := make([]Limit, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, NewLimit(l))
+	}
+	return out
+}
+
+// ToLimits reads ls with ToLimit; the first error stops it.
+func ToLimits(ls []Limit) ([]sluice.Limit, error) {
+	out := make([]sluice.Limit, 0, len(ls))
+	for _, j := range ls {
+		l, err := j.ToLimit()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// The bodies of the list calls.
+type (
+	TenantList struct {
+		Tenants []Tenant `json:"tenants" yaml:"tenants"`
+	}
+	KeyList struct {
+		Keys []Key `json:"keys" yaml:"keys"`
+	}
+	RuleList struct {
+		Rules []Rule `json:"rules" yaml:"rules"`
+	}
+)
+
+// The bodies of the other calls that send one.
+type (
+	// CreateTenant is the body of POST /v1/tenants.
+	CreateTenant struct {
+		Name string `json:"name"`
+	}
+	// SetTenantStatus is the body of PATCH /v1/tenants/{tenant}: active or
+	// suspended; a pointer, so a missing status is told from an empty one.
+	SetTenantStatus struct {
+		Status *string `json:"status"`
+	}
+	// CreateKey is the body of POST /v1/tenants/{tenant}/keys; an empty
+	// Name lets the server choose one.
+	CreateKey struct {
+		Name string `json:"name"`
+		Role string `json:"role"`
+	}
+)
+
+// invalidError is bad input: it matches sluice.ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return sluice.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}

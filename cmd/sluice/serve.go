@@ -175,7 +175,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.Envoy.HeaderReset, "envoy-header-reset", "RateLimit-Reset", "name of the reset header (seconds) of --envoy-header-style envoy (LIMIT_RESET_HEADER)")
 	f.BoolVar(&cfg.Envoy.Shadow, "envoy-shadow", false, "answer Envoy OK whatever the limits say, counting what would have been denied as shadow_denied (SHADOW_MODE)")
 	f.BoolVar(&cfg.Envoy.DynamicMetadata, "envoy-dynamic-metadata", false, "return the domain, descriptors and matched rules' metadata as Envoy dynamic metadata (RESPONSE_DYNAMIC_METADATA)")
-	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "deadline of each rate-limit store call, counted in this process's running time (time it cannot run, out of CPU or frozen, is not the store's)")
+	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "how long a check waits with no answer from the store before the store is sent a liveness probe, and how long it then has to answer anything before it is judged unresponsive (checks fail by their failure mode); counted in this process's running time")
 	f.DurationVar(&cfg.MaxWait, "max-wait", guard.DefaultMaxWait, "longest a check waits for the store on the wall clock, queued or in flight, before it is shed (503 overloaded, gRPC RESOURCE_EXHAUSTED); at least --store-timeout")
 	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")

@@ -51,13 +51,16 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 	}
 
 	redis.Start()
+	came := time.Now()
 	testenv.Eventually(t, recoverBound, "/readyz 200 once Redis answers", func() bool {
 		return rig.in.do("GET", "/readyz", "", nil).status == http.StatusOK
 	})
+	t.Logf("/readyz 200 %v after Redis listened", time.Since(came).Round(time.Millisecond))
 	for _, mode := range faultModes {
 		testenv.Eventually(t, recoverBound, "rule "+mode+" decided by Redis", func() bool {
 			return rig.check(mode, "probe-"+mode).storeAnswer()
 		})
+		t.Logf("rule %s decided by Redis %v after Redis listened", mode, time.Since(came).Round(time.Millisecond))
 		// Exactly the limit on a fresh subject, counted by Redis.
 		for i := range faultLimit + 1 {
 			s := rig.check(mode, "counted")
@@ -115,9 +118,11 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	in.must(http.StatusOK, "GET", "/healthz", "", nil)
 
 	proxy.setMode(proxyPass)
+	came := time.Now()
 	testenv.Eventually(t, recoverBound, "/readyz 200 once the database answers", func() bool {
 		return in.do("GET", "/readyz", "", nil).status == http.StatusOK
 	})
+	t.Logf("/readyz 200 %v after the database answered", time.Since(came).Round(time.Millisecond))
 	key := setupTenant(in, adminToken, "acme")
 	in.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/all", adminToken, countedRule("*", "closed", 1))
 	waitForRule(t, in, key, "/x", "all")
@@ -142,8 +147,10 @@ func TestServeStopsPromptlyWhileWaitingForPostgres(t *testing.T) {
 		return strings.Contains(in.stderr.String(), "waiting for the catalog database to answer")
 	})
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	sent := time.Now()
 	select {
 	case <-in.exited:
+		t.Logf("exited %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("SIGTERM while waiting for the database did not stop the process within 10 s")
 	}
@@ -266,12 +273,14 @@ routes:
 	}
 
 	redis.Start()
+	came := time.Now()
 	testenv.Eventually(t, recoverBound, "/readyz 200 once Redis answers", func() bool {
 		return status("http://"+adminAddr+"/readyz") == http.StatusOK
 	})
 	testenv.Eventually(t, recoverBound, "the fail-closed route decided by Redis", func() bool {
 		return status("http://"+listenAddr+"/closed") == http.StatusOK
 	})
+	t.Logf("the fail-closed route decided by Redis %v after Redis listened", time.Since(came).Round(time.Millisecond))
 	if s := status("http://" + listenAddr + "/closed"); s != http.StatusOK {
 		t.Fatalf("second request once Redis answers: %d", s)
 	}

@@ -242,3 +242,13 @@ func (c *Connecting) Close() error {
 	}
 	return nil
 }
+
+// Client is the rueidis client of the connected Store, nil before it
+// connects: for a caller that sends commands of its own on the same Redis.
+// The store keeps owning it.
+func (c *Connecting) Client() rueidis.Client {
+	if s := c.store.Load(); s != nil {
+		return s.client
+	}
+	return nil
+}

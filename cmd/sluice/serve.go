@@ -514,7 +514,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, rs.Close)
 		store, storePing = rs, rs.Ping
 		if cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
-			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix)
+			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix, log)
 			if err != nil {
 				return nil, err
 			}

@@ -380,6 +380,10 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrStoreUnavailable marks a store that could not answer in time.
 	ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+	// ErrStoreConnecting marks, beside ErrStoreUnavailable, a store that has
+	// not connected since the process started: it keeps trying in the
+	// background.
+	ErrStoreConnecting = errors.New("not connected yet")
 	// ErrNotFound marks a missing tenant, key or rule.
 	ErrNotFound = errors.New("not found")
 	// ErrConflict marks a name that is already taken.

@@ -19,6 +19,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,7 +110,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g.handler = opts.Tracing.Handler(http.HandlerFunc(g.serve), "sluice-gateway")
 	var closeStore func() error
 	if cfg.Redis != "" {
-		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
+		// A Redis that does not answer yet is connected to in the
+		// background; routes get their failure modes meanwhile.
+		rs, err := sluiceredis.Connect(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, opts.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -242,17 +245,57 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	g.current.Load().handler.ServeHTTP(w, r)
 }
 
-// AdminHandler serves /healthz and /metrics, for the admin listener: never
-// on the public one, where they would shadow the upstreams' own paths and
-// publish the metrics.
+// AdminHandler serves /healthz, /readyz and /metrics, for the admin
+// listener: never on the public one, where they would shadow the upstreams'
+// own paths and publish the metrics.
 func (g *Gateway) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /readyz", g.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.opts.Gatherer, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// readyPingTimeout bounds the store ping of one /readyz.
+const readyPingTimeout = 500 * time.Millisecond
+
+// handleReady answers whether the gateway can answer as its routes say: the
+// store answers, or every limited route's failure mode (open, local) covers
+// its absence. The body says the store's state: "ok", "unavailable", or
+// "connecting" (not connected since the start, being connected to).
+func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
+	state := "ok"
+	if p, ok := g.store.(interface{ Ping(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), readyPingTimeout)
+		err := p.Ping(ctx)
+		cancel()
+		switch {
+		case errors.Is(err, sluice.ErrStoreConnecting):
+			state = "connecting"
+		case err != nil:
+			state = "unavailable"
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if state != "ok" {
+		var closed []string
+		for _, rte := range g.current.Load().routes {
+			if rte.checked && rte.cfg.FailureMode == sluice.FailClosed {
+				closed = append(closed, rte.cfg.Name)
+			}
+		}
+		if len(closed) > 0 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": "not_ready", "store": state,
+				"reason": fmt.Sprintf("the rate-limit store is %s and %d routes fail closed", state, len(closed)), "routes_fail_closed": closed})
+			return
+		}
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "ready", "store": state})
 }
 
 // runtime is everything built from one Config.

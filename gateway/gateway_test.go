@@ -586,3 +586,53 @@ routes:
 		}
 	})
 }
+
+// TestGatewayStartsWithoutRedis: a gateway started while Redis is down
+// starts, answers each route by its failure mode, says so on /readyz, and
+// has its checks decided by Redis once Redis comes.
+func TestGatewayStartsWithoutRedis(t *testing.T) {
+	redis := testenv.Redis(t)
+	redis.Stop() // nothing listens on its port until Start
+	up := newUpstream(t, "a")
+	gw, srv := startGateway(t, fmt.Sprintf(`
+redis: %s
+store_timeout: 5s
+routes:
+  - {name: open, path_prefix: /open, upstream: %s, failure_mode: open, limits: [{name: h, algorithm: fixed_window, limit: 2, window: 1h}]}
+  - {name: closed, path_prefix: /closed, upstream: %s, failure_mode: closed, limits: [{name: h, algorithm: fixed_window, limit: 2, window: 1h}]}
+`, redis.URL(), up.URL, up.URL))
+	admin := httptest.NewServer(gw.AdminHandler())
+	t.Cleanup(admin.Close)
+
+	for range 5 { // more than the limit: nothing is counted
+		if r := do(t, "GET", srv.URL+"/open", nil); r.status != 200 || r.echo.Upstream != "a" {
+			t.Fatalf("fail-open route before Redis answers: %d %s", r.status, r.body)
+		}
+		if r := do(t, "GET", srv.URL+"/closed", nil); r.status != 503 || r.header.Get("Retry-After") == "" {
+			t.Fatalf("fail-closed route before Redis answers: %d %v %s", r.status, r.header, r.body)
+		}
+	}
+	r := do(t, "GET", admin.URL+"/readyz", nil)
+	if r.status != 503 || !strings.Contains(r.body, `"store":"connecting"`) || !strings.Contains(r.body, `"closed"`) {
+		t.Errorf("/readyz before Redis answers: %d %s, want 503 naming the store connecting and the fail-closed route", r.status, r.body)
+	}
+
+	redis.Start()
+	testenv.Eventually(t, 30*time.Second, "/readyz 200 once Redis answers", func() bool {
+		return do(t, "GET", admin.URL+"/readyz", nil).status == 200
+	})
+	// The breaker may still be open from the failures before: wait for
+	// its probe, then the counts are Redis's, exactly.
+	testenv.Eventually(t, 30*time.Second, "the fail-closed route decided by Redis", func() bool {
+		return do(t, "GET", srv.URL+"/closed", nil).status == 200
+	})
+	if r := do(t, "GET", srv.URL+"/closed", nil); r.status != 200 {
+		t.Fatalf("second request once Redis answers: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", srv.URL+"/closed", nil); r.status != 429 {
+		t.Fatalf("third request once Redis answers: %d %s, want 429 (limit 2, counted by Redis)", r.status, r.body)
+	}
+	if n, err := redis.Do("DBSIZE"); err != nil || n == "0" {
+		t.Errorf("Redis holds no counters: %q %v", n, err)
+	}
+}

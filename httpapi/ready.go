@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -42,8 +43,9 @@ type readyCache struct {
 // readyBody is the answer of a ready instance.
 type readyBody struct {
 	Status string `json:"status"` // "ready"
-	// Store is "ok", or "unavailable" when every rule's failure mode
-	// covers it.
+	// Store is "ok", or when every rule's failure mode covers its absence
+	// "unavailable" (it stopped answering) or "connecting" (it has not
+	// connected since this instance started, and is being connected to).
 	Store string `json:"store"`
 	// Catalog is "current" when the catalog answered and the snapshot
 	// served is its latest, "stale" otherwise.
@@ -112,13 +114,17 @@ func (a *API) readiness(ctx context.Context) (int, any) {
 	if storeErr != nil {
 		// /readyz needs no credentials: the answer counts the rules, the
 		// log names them.
-		if closed := failClosedRules(st); len(closed) > 0 {
-			a.log.Warn("not ready: the rate-limit store does not answer and some rules fail closed", "error", storeErr, "rules", closed[:min(len(closed), 10)], "count", len(closed))
-			return http.StatusServiceUnavailable, checkapi.ErrorBody{Error: checkapi.ErrorDetail{Code: "store_unavailable", Message: fmt.Sprintf(
-				"The rate-limit store does not answer and %d of this instance's rules fail closed.", len(closed))}}
+		state, says := "unavailable", "does not answer"
+		if errors.Is(storeErr, sluice.ErrStoreConnecting) {
+			state, says = "connecting", "has not connected yet (this instance keeps trying)"
 		}
-		a.log.Warn("the rate-limit store does not answer; every rule fails open or local", "error", storeErr)
-		body.Store = "unavailable"
+		if closed := failClosedRules(st); len(closed) > 0 {
+			a.log.Warn("not ready: the rate-limit store "+says+" and some rules fail closed", "error", storeErr, "rules", closed[:min(len(closed), 10)], "count", len(closed))
+			return http.StatusServiceUnavailable, checkapi.ErrorBody{Error: checkapi.ErrorDetail{Code: "store_unavailable", Message: fmt.Sprintf(
+				"The rate-limit store %s and %d of this instance's rules fail closed.", says, len(closed))}}
+		}
+		a.log.Warn("the rate-limit store "+says+"; every rule fails open or local", "error", storeErr)
+		body.Store = state
 	}
 	return http.StatusOK, body
 }

@@ -16,6 +16,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,4 +164,32 @@ func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, wake func()) error {
 		}
 		wake()
 	}
+}
+
+// Unreachable reports whether err says the database could not be reached or
+// cannot serve yet (a refused or dropped connection, a timeout, a server
+// starting up or shutting down, out of connections) rather than that it
+// refused this process (a wrong password, a missing database, a failed
+// statement): the first passes, so a starting service waits for it; the
+// second is a configuration error that waiting does not mend.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 08 connection exception, 53 insufficient resources (too many
+		// connections), 57 operator intervention (shutting down, "the
+		// database system is starting up").
+		switch pgErr.Code[:min(2, len(pgErr.Code))] {
+		case "08", "53", "57":
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -76,15 +76,29 @@ var _ sluice.Store = (*Store)(nil)
 //
 // The returned Store owns the connection; Close it when done.
 func Open(rawURL string, opts Options) (*Store, error) {
+	clientOpts, err := clientOptions(rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := dial(clientOpts, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to redis at %s: %w", redactURL(rawURL), err)
+	}
+	return s, nil
+}
+
+// clientOptions checks opts and turns rawURL and opts into rueidis options:
+// every configuration error is found here, before any connection.
+func clientOptions(rawURL string, opts Options) (rueidis.ClientOption, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redis key prefix %q must not contain '{' or '}': Redis Cluster would read a hash tag from it and keep every counter on one node", opts.Prefix)
+		return rueidis.ClientOption{}, fmt.Errorf("redis key prefix %q must not contain '{' or '}': Redis Cluster would read a hash tag from it and keep every counter on one node", opts.Prefix)
 	}
 	if opts.PipelineMultiplex > rueidis.MaxPipelineMultiplex {
-		return nil, fmt.Errorf("redis pipeline multiplex %d is more than %d (2^%d connections per node)", opts.PipelineMultiplex, rueidis.MaxPipelineMultiplex, rueidis.MaxPipelineMultiplex)
+		return rueidis.ClientOption{}, fmt.Errorf("redis pipeline multiplex %d is more than %d (2^%d connections per node)", opts.PipelineMultiplex, rueidis.MaxPipelineMultiplex, rueidis.MaxPipelineMultiplex)
 	}
 	clientOpts, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, err
+		return clientOpts, err
 	}
 	switch {
 	case opts.MaxFlushDelay == 0:
@@ -93,9 +107,15 @@ func Open(rawURL string, opts Options) (*Store, error) {
 		clientOpts.MaxFlushDelay = opts.MaxFlushDelay
 	}
 	clientOpts.PipelineMultiplex = opts.PipelineMultiplex
+	return clientOpts, nil
+}
+
+// dial connects (rueidis dials at construction) and returns a Store that
+// owns the connection.
+func dial(clientOpts rueidis.ClientOption, opts Options) (*Store, error) {
 	client, err := rueidis.NewClient(clientOpts)
 	if err != nil {
-		return nil, fmt.Errorf("connect to redis at %s: %w", redactURL(rawURL), err)
+		return nil, err
 	}
 	s := New(client, opts)
 	s.owned = true

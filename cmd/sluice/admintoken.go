@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -214,23 +213,11 @@ To replace it, restart with --admin-token-file (or --admin-token) set.
 `, token, base)
 }
 
-// storeAnswerTimeout bounds the start's wait for the store to answer.
-const storeAnswerTimeout = 5 * time.Second
-
-// ensureAdminTokenOnceStoresAnswer runs ensureAdminToken once the catalog
-// (already open) and the rate-limit store answer, and logs where the token
-// in force came from. A token is generated only then: with Redis down at
-// start, the process stops before making one.
-func ensureAdminTokenOnceStoresAnswer(ctx context.Context, catalog sluice.Catalog, storePing func(context.Context) error,
-	given adminTokenSetting, base string, stderr io.Writer, log *slog.Logger) error {
-	if storePing != nil && given.token == "" {
-		pingCtx, cancel := context.WithTimeout(ctx, storeAnswerTimeout)
-		err := storePing(pingCtx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("the rate-limit store does not answer (%w); stopping before an admin token is generated or looked up, so none is shown for a service that is not running", err)
-		}
-	}
+// ensureAdminTokenInForce runs ensureAdminToken and logs where the token in
+// force came from. It does not wait for the rate-limit store: the service
+// starts without it (checks get their rules' failure modes), so a token
+// generated now is one for a running service.
+func ensureAdminTokenInForce(ctx context.Context, catalog sluice.Catalog, given adminTokenSetting, base string, stderr io.Writer, log *slog.Logger) error {
 	origin, err := ensureAdminToken(ctx, catalog, given, base, stderr, log)
 	if err != nil {
 		return err

@@ -10,9 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -211,19 +211,64 @@ const (
 	envoyKeyFormatRatelimit = "ratelimit"
 )
 
-// withRatelimitKeys wraps the Redis store so the Envoy service's default
-// fixed windows are counted under envoyproxy/ratelimit's keys, on a client
-// of their own to the same Redis.
-func withRatelimitKeys(rs sluice.Store, redisURL, prefix string) (sluice.Store, func() error, error) {
-	opts, err := sluiceredis.ParseURL(redisURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	client, err := rueidis.NewClient(opts)
+// withRatelimitKeys wraps rs so the Envoy checks marked for it are counted
+// under envoyproxy/ratelimit's keys, on a Redis connection of their own. A
+// Redis that does not answer at start is connected to in the background, as
+// the main store is; meanwhile every check fails at once as unavailable, and
+// the rules' failure modes answer.
+func withRatelimitKeys(rs sluice.Store, redisURL, prefix string, log *slog.Logger) (sluice.Store, func() error, error) {
+	// No flush delay: the options this connection had before it could wait.
+	conn, err := sluiceredis.Connect(redisURL, sluiceredis.Options{MaxFlushDelay: -1}, log.With("connection", "--envoy-key-format ratelimit"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Redis for --envoy-key-format ratelimit: %w", err)
 	}
-	return envoyrls.NewRatelimitKeyStore(rs, client, prefix), func() error { client.Close(); return nil }, nil
+	return &ratelimitKeysOnceConnected{next: rs, conn: conn, prefix: prefix}, conn.Close, nil
+}
+
+// ratelimitKeysOnceConnected is envoyrls.RatelimitKeyStore once its Redis
+// connection is up.
+type ratelimitKeysOnceConnected struct {
+	next   sluice.Store
+	conn   *sluiceredis.Connecting
+	prefix string
+	keys   atomic.Pointer[envoyrls.RatelimitKeyStore]
+}
+
+var errRatelimitKeysConnecting = fmt.Errorf("redis check: %w: %w: the connection of --envoy-key-format ratelimit is not up yet",
+	sluice.ErrStoreUnavailable, sluice.ErrStoreConnecting)
+
+func (r *ratelimitKeysOnceConnected) store() sluice.Store {
+	if ks := r.keys.Load(); ks != nil {
+		return ks
+	}
+	client := r.conn.Client()
+	if client == nil {
+		return nil
+	}
+	r.keys.CompareAndSwap(nil, envoyrls.NewRatelimitKeyStore(r.next, client, r.prefix))
+	return r.keys.Load()
+}
+
+func (r *ratelimitKeysOnceConnected) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	s := r.store()
+	if s == nil {
+		if err := req.Validate(); err != nil {
+			return sluice.Decision{}, err
+		}
+		return sluice.Decision{}, errRatelimitKeysConnecting
+	}
+	return s.Check(ctx, req)
+}
+
+func (r *ratelimitKeysOnceConnected) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	s := r.store()
+	if s == nil {
+		if err := sluice.Limits(limits).Validate(); err != nil {
+			return err
+		}
+		return errRatelimitKeysConnecting
+	}
+	return s.Reset(ctx, tenant, rule, subject, limits)
 }
 
 // xdsTLSFiles are the TLS settings of the connection to the xDS server.

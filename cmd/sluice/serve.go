@@ -426,6 +426,9 @@ type service struct {
 // runServe runs the service until ctx ends, then shuts it down gracefully.
 func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	svc, err := startService(ctx, cfg, stderr)
+	if errors.Is(err, errStoppedStarting) {
+		return nil // a SIGTERM while waiting for the catalog
+	}
 	if err != nil {
 		return err
 	}
@@ -479,34 +482,44 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		return nil, err
 	}
 	closers = append(closers, traces.shutdown)
-
-	catalog, err := openMigratedCatalog(ctx, cfg.Database)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, catalog.Close)
-	catalog.SetTenantCaps(sluice.TenantCaps{Rules: cfg.MaxRulesPerTenant, Keys: cfg.MaxKeysPerTenant})
 	givenToken, err := cfg.adminToken()
 	if err != nil {
 		return nil, err
 	}
 
+	// The listener serves from now on, so /healthz answers while the
+	// service waits for the catalog database; the gate hands requests to
+	// the mux once everything is up (startup.go).
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	mux := http.NewServeMux()
+	gate := &startGate{}
+	srv := newAPIServer(mux, log)
+	gate.next, srv.Handler = srv.Handler, cfg.observeHTTP(gate, log, traces)
+	srv.TLSConfig = httpTLS(httpTLSFiles)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- serveHTTP(srv, ln) }()
+	closers = append(closers, srv.Close)
+
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
 	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
-	catalog.ReportWatchErrors(log, m.CatalogWatchError)
 
 	var store sluice.Store
 	var storePing func(context.Context) error
 	if cfg.Redis != "" {
-		rs, err := sluiceredis.Open(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix})
+		// A Redis that does not answer yet is connected to in the
+		// background; checks get their rules' failure modes meanwhile.
+		rs, err := sluiceredis.Connect(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, log)
 		if err != nil {
 			return nil, fmt.Errorf("open Redis: %w", err)
 		}
 		closers = append(closers, rs.Close)
 		store, storePing = rs, rs.Ping
 		if cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
-			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix)
+			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix, log)
 			if err != nil {
 				return nil, err
 			}
@@ -518,10 +531,26 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		closers = append(closers, ms.Close)
 		store = ms
 	}
-	// The token comes once both stores answer: one generated, stored and
-	// shown by a process that then fails to start would be lost.
-	// The token the service adopts or generates is its own doing (audit: system).
-	if err := ensureAdminTokenOnceStoresAnswer(sluice.WithActor(ctx, sluice.ActorSystem), catalog, storePing, givenToken, baseURL(scheme, cfg.Addr), stderr, log); err != nil {
+
+	// A PostgreSQL catalog that does not answer yet is waited for, with
+	// backoff: opened, migrated, and the admin token settled. The token the
+	// service adopts or generates is its own doing (audit: system).
+	var catalog migratingCatalog
+	retryCatalog := catalogRetry(cfg.Database)
+	err = waitFor(ctx, log, gate, "the catalog database", retryCatalog, func(ctx context.Context) error {
+		if catalog == nil {
+			c, err := openMigratedCatalog(ctx, cfg.Database)
+			if err != nil {
+				return err
+			}
+			catalog = c
+			closers = append(closers, catalog.Close)
+			catalog.SetTenantCaps(sluice.TenantCaps{Rules: cfg.MaxRulesPerTenant, Keys: cfg.MaxKeysPerTenant})
+			catalog.ReportWatchErrors(log, m.CatalogWatchError)
+		}
+		return ensureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(scheme, cfg.Addr), stderr, log)
+	})
+	if err != nil {
 		return nil, err
 	}
 
@@ -544,20 +573,24 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	})
 	closers = append(closers, engine.Close)
 
-	api, err := httpapi.New(ctx, httpapi.Options{
-		Catalog:            catalog,
-		Engine:             engine,
-		AdminTimeout:       cfg.AdminTimeout,
-		Metrics:            m,
-		Logger:             log,
-		DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
-		StorePing:          storePing,
+	// The first catalog snapshot is waited for like the database.
+	var api *httpapi.API
+	err = waitFor(ctx, log, gate, "the catalog database", retryCatalog, func(ctx context.Context) (err error) {
+		api, err = httpapi.New(ctx, httpapi.Options{
+			Catalog:            catalog,
+			Engine:             engine,
+			AdminTimeout:       cfg.AdminTimeout,
+			Metrics:            m,
+			Logger:             log,
+			DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
+			StorePing:          storePing,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	mux := http.NewServeMux()
 	api.Register(mux)
 	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
 	if cfg.MetricsAddr == "" {
@@ -618,16 +651,6 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	closers = append(closers, stopConsole)
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
-	srv := newAPIServer(mux, log)
-	srv.Handler = cfg.observeHTTP(srv.Handler, log, traces)
-	srv.TLSConfig = httpTLS(httpTLSFiles)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- serveHTTP(srv, ln) }()
-
 	var metricsSrv *http.Server
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -660,6 +683,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if cfg.Redis != "" {
 		storeName = "redis"
 	}
+	gate.open.Store(true)
 	log.Info("sluice serve listening", "addr", ln.Addr().String(), "tls", tlsMode(httpTLSFiles), "store", storeName,
 		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 

@@ -68,9 +68,25 @@ type instance struct {
 }
 
 // startServe starts sluice serve in dir with args and extra environment
-// variables, and returns once /healthz answers. It is stopped with SIGTERM
-// when the test ends.
+// variables, and returns once it is up: /healthz answers and it logged that
+// it serves the API (while it waits for its catalog database, /healthz
+// answers alone). It is stopped with SIGTERM when the test ends.
 func startServe(t *testing.T, dir, addr string, env []string, args ...string) *instance {
+	t.Helper()
+	inst := launchServe(t, dir, addr, env, args...)
+	testenv.Eventually(t, 20*time.Second, "sluice serve is up", func() bool {
+		select {
+		case <-inst.exited:
+			t.Fatalf("sluice serve exited at start:\n%s", inst.stderr)
+		default:
+		}
+		return strings.Contains(inst.stderr.String(), `"msg":"sluice serve listening"`)
+	})
+	return inst
+}
+
+// launchServe is startServe returning as soon as /healthz answers.
+func launchServe(t *testing.T, dir, addr string, env []string, args ...string) *instance {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir

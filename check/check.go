@@ -8,8 +8,8 @@
 //     regained quota yet is denied in process, exactly, without a store call;
 //  2. load shedding: checks wait for the store in a bounded queue; past
 //     MaxInFlight checks waiting, or once a check has waited the guard's
-//     MaxWait (1s by default, on the wall clock), it is shed
-//     (ErrOverloaded) instead of queueing without bound; inside those
+//     MaxWait for its answer (1s by default, on the wall clock), it is
+//     shed (ErrOverloaded) instead of queueing without bound; inside those
 //     bounds it is answered by the store, late if need be;
 //  3. the guard (package guard): a deadline per store call, a circuit breaker
 //     and the rule's failure policy (closed, open, local);
@@ -82,7 +82,6 @@ type Engine struct {
 	deny        *denyCache
 	metrics     *metrics.Metrics
 	maxInFlight int64
-	maxWait     time.Duration
 	inFlight    atomic.Int64
 	clock       func() time.Time
 	// resetEpoch counts subject resets; a check that saw another epoch when
@@ -118,7 +117,6 @@ func New(store sluice.Store, opts Options) *Engine {
 	return &Engine{
 		clock:       opts.Clock,
 		guard:       g,
-		maxWait:     g.MaxWait(),
 		deny:        newDenyCache(size),
 		metrics:     opts.Metrics,
 		maxInFlight: maxInFlight,
@@ -295,9 +293,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.finish(r, q.Start, Result{Decision: d, Cached: true}), nil
 	}
 
-	// The queue's bounds: its length, and the wait of a check that has
-	// already waited its fill for a CPU before it could be sent.
-	if n := e.inFlight.Add(1); n > e.maxInFlight || time.Since(q.Start) > e.maxWait {
+	if n := e.inFlight.Add(1); n > e.maxInFlight {
 		e.inFlight.Add(-1)
 		return e.shed(ctx, r, q, req)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
-	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -154,26 +153,5 @@ sluice_deny_cache_hits_total 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sluice_decisions_total", "sluice_deny_cache_hits_total"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestShedPastMaxWait: a check that already waited the queue's maximum wait
-// before it could be sent (its face received it that long ago) is shed
-// without a store call; one inside the wait is answered by the store.
-func TestShedPastMaxWait(t *testing.T) {
-	store := &gateStore{Store: newMemory(t)}
-	e := check.New(store, check.Options{Guard: guard.Options{MaxWait: 200 * time.Millisecond}})
-	t.Cleanup(func() { e.Close() })
-	closed := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: "t", Name: "r", Limits: hourly(5)})
-	ctx := context.Background()
-	if _, err := e.Check(ctx, check.Query{Rule: closed, Subject: "s", Cost: 1, Start: time.Now().Add(-time.Second)}); !errors.Is(err, check.ErrOverloaded) {
-		t.Fatalf("a check received 1s ago with a 200ms maximum wait: %v, want ErrOverloaded", err)
-	}
-	if n := store.calls.Load(); n != 0 {
-		t.Fatalf("%d store calls for a shed check, want 0", n)
-	}
-	res, err := e.Check(ctx, check.Query{Rule: closed, Subject: "s", Cost: 1, Start: time.Now().Add(-100 * time.Millisecond)})
-	if err != nil || res.Outcome != check.Allowed || res.Decision.Remaining != 4 {
-		t.Fatalf("a check inside the wait: %+v, %v; want the store's allow", res, err)
 	}
 }

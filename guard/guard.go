@@ -79,7 +79,7 @@ type Options struct {
 	// process could not run (frozen, throttled, starved of CPU) does not.
 	Timeout time.Duration
 	// MaxWait bounds each store call on the wall clock (default 1s, at
-	// least Timeout): a call still unanswered then is this process past its
+	// least twice Timeout): a call still unanswered then is this process past its
 	// capacity, and returns ErrOverloaded.
 	MaxWait time.Duration
 	// Local is the store used by FailLocal checks while the primary store is
@@ -152,7 +152,9 @@ func New(primary sluice.Store, opts Options) *Guard {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
-	opts.MaxWait = max(opts.MaxWait, opts.Timeout)
+	// A hung store is judged within two Timeouts: a shorter wait would shed
+	// its checks as overload instead.
+	opts.MaxWait = max(opts.MaxWait, 2*opts.Timeout)
 	if opts.FailureThreshold <= 0 {
 		opts.FailureThreshold = DefaultFailureThreshold
 	}

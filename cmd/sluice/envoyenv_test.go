@@ -356,6 +356,7 @@ descriptors:
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup, which waits for it
 			t.Fatalf("sluice serve exited (%v):\n%s", err, stderr.String())
 		default:
 		}

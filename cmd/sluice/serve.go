@@ -176,7 +176,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.BoolVar(&cfg.Envoy.Shadow, "envoy-shadow", false, "answer Envoy OK whatever the limits say, counting what would have been denied as shadow_denied (SHADOW_MODE)")
 	f.BoolVar(&cfg.Envoy.DynamicMetadata, "envoy-dynamic-metadata", false, "return the domain, descriptors and matched rules' metadata as Envoy dynamic metadata (RESPONSE_DYNAMIC_METADATA)")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", guard.DefaultTimeout, "how long a check waits with no answer from the store before the store is sent a liveness probe, and how long it then has to answer anything before it is judged unresponsive (checks fail by their failure mode); counted in this process's running time")
-	f.DurationVar(&cfg.MaxWait, "max-wait", guard.DefaultMaxWait, "longest a check waits for the store on the wall clock, queued or in flight, before it is shed (503 overloaded, gRPC RESOURCE_EXHAUSTED); at least --store-timeout")
+	f.DurationVar(&cfg.MaxWait, "max-wait", guard.DefaultMaxWait, "longest a check waits for the store on the wall clock, queued or in flight, before it is shed (503 overloaded, gRPC RESOURCE_EXHAUSTED); raised to twice --store-timeout if shorter")
 	f.StringVar(&cfg.DefaultFailureMode, "default-failure-mode", string(sluice.FailClosed), "failure mode of rules that set none: closed, open or local")
 	f.StringVar(&cfg.PprofAddr, "pprof-addr", "", "listener for net/http/pprof, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to let in-flight requests finish on SIGTERM")
@@ -281,8 +281,8 @@ func (cfg serveConfig) validate() error {
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
 	}
-	if cfg.MaxWait < 0 || cfg.MaxWait > 0 && cfg.MaxWait < cfg.StoreTimeout {
-		return fmt.Errorf("--max-wait %v is shorter than --store-timeout %v: a check must be able to wait at least the store's deadline", cfg.MaxWait, cfg.StoreTimeout)
+	if cfg.MaxWait < 0 {
+		return fmt.Errorf("--max-wait must not be negative, got %v", cfg.MaxWait)
 	}
 	if cfg.AccessLogSample < 0 || cfg.AccessLogSample > 1 {
 		return fmt.Errorf("--access-log-sample must be between 0 and 1 (a fraction of allowed checks), got %v", cfg.AccessLogSample)

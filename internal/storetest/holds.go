@@ -266,12 +266,25 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 		})
 	})
 
-	t.Run("Reset_drops_leases", func(t *testing.T) {
-		check(t, cc, 0, 2, false)
-		if err := store.Reset(ctx, t.Name(), "r", "s", cc); err != nil {
+	t.Run("Reset_keeps_leases_in_use", func(t *testing.T) {
+		// N in flight across a reset: the reset frees nothing, the
+		// holders' releases still apply, and only then is there room.
+		l := []sluice.Limit{sluice.Concurrency(2, time.Second).Named("c"), sluice.FixedWindow(5, time.Hour).Named("w")}
+		a, b := check(t, l, 0, 1, false), check(t, l, 0, 1, false)
+		want(t, a, true, 1, 0)
+		want(t, b, true, 0, 0)
+		if err := store.Reset(ctx, t.Name(), "r", "s", l); err != nil {
 			t.Fatal(err)
 		}
-		want(t, check(t, cc, 1, 2, false), true, 0, 0)
+		d := check(t, l, 1, 1, false)
+		if d.Allowed || d.Limits[0].Remaining != 0 || d.Limits[1].Remaining != 5 {
+			t.Fatalf("after the reset: %+v; want the leases held and the window's count gone", d)
+		}
+		op(t, a.Hold.ID, sluice.HoldRelease, 0, 2, sluice.HoldReleased)
+		want(t, check(t, l, 3, 1, false), true, 0, 0)
+		if res := op(t, b.Hold.ID, sluice.HoldRelease, 0, 4, sluice.HoldReleased); res.LeasesFreed != 1 {
+			t.Fatalf("release after the reset: %+v", res)
+		}
 	})
 }
 

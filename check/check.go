@@ -293,7 +293,11 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.fail(r, q.Start, metrics.ResultError, err)
 	}
 	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch && !concurrencyDenied(d) {
-		e.deny.remember(r, cacheSubject, q.Cost, sentAt, d)
+		e.deny.remember(r, cacheSubject, limits, q.Cost, sentAt, d)
+	} else if d.Allowed && q.Cost > 0 {
+		// The subject's counters moved without time passing: a deny
+		// remembered meanwhile no longer has the store's figures.
+		e.deny.forget(r.Namespace, r.Name, cacheSubject)
 	}
 	e.countLeases(r, req, d)
 	return e.finish(r, q.Start, Result{Decision: d}), nil

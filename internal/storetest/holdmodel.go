@@ -144,6 +144,17 @@ func (m *Model) Hold(op sluice.HoldOp) sluice.HoldResult {
 	return res
 }
 
+// Reset forgets r's subject's counters of r.Limits, as Store.Reset does: its
+// leases stay (work in flight ends by release, settle or expiry).
+func (m *Model) Reset(r sluice.Request) {
+	for _, l := range r.Limits {
+		if l.Algorithm != sluice.AlgorithmConcurrency {
+			delete(m.buckets, modelKey(r, l))
+			delete(m.windows, modelKey(r, l))
+		}
+	}
+}
+
 // settleLimit gives diff units back to l (takes -diff when negative) and
 // reports whether anything changed.
 func (m *Model) settleLimit(r sluice.Request, l sluice.Limit, now int64, h *modelHold, diff int64) bool {
@@ -186,8 +197,8 @@ func (m *Model) settleLimit(r sluice.Request, l sluice.Limit, now int64, h *mode
 }
 
 // HoldsMatchModel drives random sequences of checks (concurrency limits
-// mixed with rate limits, reservations or not), settles, releases and
-// extends, with time moving forward in steps of every size, through the
+// mixed with rate limits, reservations or not), settles, releases,
+// extends and subject resets, with time moving forward in steps of every size, through the
 // model and every store, and requires identical answers. It runs rounds
 // times rapid's number of cases: the paths of a settle (a sliding window's
 // previous window, say) need a few hundred to be reached reliably.
@@ -259,6 +270,17 @@ func holdsMatchModel(t *testing.T, stores map[string]sluice.Holder) {
 				// are now (HoldOp.Limits).
 				limits = changeSmallLimits(rt, limits)
 				minCapacity = smallest(limits)
+			}
+			if rapid.IntRange(0, 15).Draw(rt, "reset") == 0 {
+				// An operator resets a subject, holds in flight or not.
+				req := sluice.Request{Tenant: tenant, Rule: "r", Subject: rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "reset subject"), Limits: limits}
+				model.Reset(req)
+				for name, s := range stores {
+					if err := s.Reset(ctx, tenant, "r", req.Subject, limits); err != nil {
+						rt.Fatalf("step %d: %s reset: %v", i, name, err)
+					}
+				}
+				continue
 			}
 			if len(holds) > 0 && rapid.Bool().Draw(rt, "hold op") {
 				// Mostly one of the latest holds: those are still live.

@@ -280,6 +280,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	}
 	e.metrics.AddInFlight(1)
 	epoch := e.resetEpoch.Load()
+	admits := e.deny.mark(r, q.Subject, limits)
 	sentAt := e.clock()
 	storeStart := tr.start()
 	d, err := e.guard.CheckVia(ctx, req, r.Mode, q.Ask)
@@ -293,10 +294,11 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.fail(r, q.Start, metrics.ResultError, err)
 	}
 	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch && !concurrencyDenied(d) {
-		e.deny.remember(r, cacheSubject, limits, q.Cost, sentAt, d)
+		e.deny.remember(r, cacheSubject, q.Subject, limits, q.Cost, sentAt, admits, d)
 	} else if d.Allowed && q.Cost > 0 {
-		// The subject's counters moved without time passing: a deny
-		// remembered meanwhile no longer has the store's figures.
+		// The counters moved without time passing: a deny remembered
+		// meanwhile no longer has the store's figures.
+		e.deny.admitted(r, q.Subject, limits)
 		e.deny.forget(r.Namespace, r.Name, cacheSubject)
 	}
 	e.countLeases(r, req, d)

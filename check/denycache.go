@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -35,9 +36,21 @@ type denyCache struct {
 	seed     maphash.Seed
 	shards   [denyShards]denyShard
 	perShard int
+	// admits counts admitted checks per counter, striped by a hash of the
+	// counter: a deny's figures hold only while none of its counters has
+	// admitted anything since the deny was sent, which the sum of its
+	// stripes tells (they only grow). It catches what forgetting the
+	// checked subject cannot: a deny in flight while a check was admitted,
+	// and checks of one counter under several cache subjects (Envoy's
+	// all-or-nothing requests). Stripes shared by other counters only
+	// cost hits.
+	admits [admitStripes]atomic.Uint64
 }
 
-const denyShards = 32
+const (
+	denyShards   = 32
+	admitStripes = 4096
+)
 
 type denyShard struct {
 	mu      sync.Mutex
@@ -53,6 +66,8 @@ type denyEntry struct {
 	// another version of the rule is stale.
 	rule     *Rule
 	limits   []sluice.Limit // the limits the deny was decided on
+	subject  string         // the store's subject of those limits
+	mark     uint64         // admits of their counters when the deny was sent
 	cost     int64
 	sentAt   time.Time
 	until    time.Time
@@ -93,7 +108,7 @@ func (c *denyCache) lookup(rule *Rule, subject string, cost int64, now time.Time
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e, ok := sh.entries[k]
-	if ok && (e.rule != rule || !now.Before(e.until) || cost < e.cost) {
+	if ok && (e.rule != rule || !now.Before(e.until) || cost < e.cost || c.mark(rule, e.subject, e.limits) != e.mark) {
 		// Stale, or a cost the deny does not cover: that check goes to
 		// the store and may be admitted, after which the entry's figures
 		// would be wrong.
@@ -107,14 +122,53 @@ func (c *denyCache) lookup(rule *Rule, subject string, cost int64, now time.Time
 	return e.answer(cost, now)
 }
 
-// remember records a deny of cost under rule, on limits, for a check sent
-// at sentAt.
-func (c *denyCache) remember(rule *Rule, subject string, limits []sluice.Limit, cost int64, sentAt time.Time, d sluice.Decision) {
-	if c.perShard == 0 || d.Allowed || d.Degraded || cost <= 0 || d.RetryAfter <= 0 || len(d.Limits) != len(limits) {
+// mark sums the admits of the counters of limits for the store's subject
+// of rule.
+func (c *denyCache) mark(rule *Rule, subject string, limits []sluice.Limit) uint64 {
+	if c.perShard == 0 {
+		return 0
+	}
+	sum := uint64(0)
+	for i := range limits {
+		sum += c.stripe(rule, subject, limits[i].Name).Load()
+	}
+	return sum
+}
+
+// admitted counts an admitted check of limits for subject under rule.
+func (c *denyCache) admitted(rule *Rule, subject string, limits []sluice.Limit) {
+	if c.perShard == 0 {
 		return
 	}
-	k := denyKey{rule.Namespace, rule.Name, subject}
-	e := denyEntry{rule: rule, limits: limits, cost: cost, sentAt: sentAt, until: sentAt.Add(d.RetryAfter), decision: d}
+	for i := range limits {
+		c.stripe(rule, subject, limits[i].Name).Add(1)
+	}
+}
+
+func (c *denyCache) stripe(rule *Rule, subject, limit string) *atomic.Uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(rule.Namespace)
+	h.WriteByte(0)
+	h.WriteString(rule.Name)
+	h.WriteByte(0)
+	h.WriteString(subject)
+	h.WriteByte(0)
+	h.WriteString(limit)
+	return &c.admits[h.Sum64()%admitStripes]
+}
+
+// remember records a deny of cost under rule, keyed by cacheSubject, of
+// limits for the store's subject, for a check sent at sentAt when the
+// admits of its counters were mark. A deny sent before some check of its
+// counters was admitted is not kept: its figures are already old.
+func (c *denyCache) remember(rule *Rule, cacheSubject, subject string, limits []sluice.Limit, cost int64, sentAt time.Time, mark uint64, d sluice.Decision) {
+	if c.perShard == 0 || d.Allowed || d.Degraded || cost <= 0 || d.RetryAfter <= 0 || len(d.Limits) != len(limits) ||
+		c.mark(rule, subject, limits) != mark {
+		return
+	}
+	k := denyKey{rule.Namespace, rule.Name, cacheSubject}
+	e := denyEntry{rule: rule, limits: limits, subject: subject, mark: mark, cost: cost, sentAt: sentAt, until: sentAt.Add(d.RetryAfter), decision: d}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

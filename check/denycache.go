@@ -27,9 +27,11 @@ import (
 // answer). A figure that cannot be derived exactly for some cost (a sliding
 // window's counts are not all in a decision) makes the cache fall through
 // to the store for that check. A check this process admits for the subject
-// drops the entry (the store's state moved without time passing), and so
-// does a check whose cost the entry does not cover, since it may be
-// admitted.
+// drops the entry (the store's state moved without time passing; see
+// admits), and so does a check whose cost the entry does not cover, since
+// it may be admitted. Checks other processes admit are not seen: the
+// decision stays exact (they only take quota), the figures are then this
+// process's latest view.
 //
 // The cache is bounded; dropping an entry only costs a future hit.
 type denyCache struct {

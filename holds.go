@@ -120,6 +120,17 @@ type HoldOp struct {
 	Action HoldAction
 	// Cost is the actual cost, for HoldSettle.
 	Cost int64
+	// Limits, when set, returns the limits of rule (the hold's) as they
+	// are now, and a settle is judged against them: each reserved part is
+	// corrected under the limit of the same counter (name, algorithm and
+	// window) among them, so a capacity or rate changed since the check
+	// applies (a settle above the estimate after a capacity cut is charged
+	// from the lowered level). A part with no such limit, or every part
+	// when Limits is nil, is corrected under the figures it was reserved
+	// under. The cost must still fit those figures (SettleCost). Stores
+	// call it at most once per op, possibly holding a lock: it must be
+	// cheap and must not call the store.
+	Limits func(rule string) []Limit
 	// Now, when non-zero, is the time of the operation (tests only).
 	Now time.Time
 }

@@ -299,6 +299,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	}
 	e.metrics.AddInFlight(1)
 	epoch := e.resetEpoch.Load()
+	admits := e.deny.mark(r, q.Subject, limits)
 	sentAt := e.clock()
 	storeStart := tr.start()
 	d, err := e.guard.CheckVia(ctx, req, r.Mode, q.Ask)
@@ -312,7 +313,12 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.fail(r, q.Start, metrics.ResultError, err)
 	}
 	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch && !concurrencyDenied(d) {
-		e.deny.remember(r, cacheSubject, q.Cost, sentAt, d)
+		e.deny.remember(r, cacheSubject, q.Subject, limits, q.Cost, sentAt, admits, d)
+	} else if d.Allowed && q.Cost > 0 {
+		// The counters moved without time passing: a deny remembered
+		// meanwhile no longer has the store's figures.
+		e.deny.admitted(r, q.Subject, limits)
+		e.deny.forget(r.Namespace, r.Name, cacheSubject)
 	}
 	e.countLeases(r, req, d)
 	return e.finish(r, q.Start, Result{Decision: d}), nil

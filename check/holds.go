@@ -20,7 +20,8 @@ import (
 //     later check, lease-taking or not: that check would be denied by the
 //     same rate limits and take nothing;
 //   - a settle that refunds adds quota without time passing, so it forgets
-//     the subject's entries like a reset. Only this process learns of it;
+//     the subject's entries like a reset (any settle does, since the
+//     cached figures would be stale). Only this process learns of it;
 //     another instance's entry may deny the refunded quota until its own
 //     retry_after, which errs on the safe side.
 
@@ -65,7 +66,9 @@ func (e *Engine) Hold(ctx context.Context, labels metrics.Labels, op sluice.Hold
 		labels.Rule = res.Rule
 		e.metrics.LeasesEnded(e.metrics.Series(labels), metrics.LeaseReleased, res.LeasesFreed)
 	}
-	if res.Refunded {
+	if res.Status == sluice.HoldSettled {
+		// A refund adds quota without time passing, and any settle moves
+		// the counters a cached deny's figures were derived from.
 		e.ForgetSubject(op.Tenant, res.Rule, res.Subject)
 	}
 	return res, nil

@@ -45,15 +45,28 @@ func TestHoldsAndTheDenyCache(t *testing.T) {
 		e := newEngine(t)
 		r := e.NewRule(labels, check.Rule{Namespace: "t", Name: "both", Limits: []sluice.Limit{
 			sluice.Concurrency(5, time.Minute).Named("c"), sluice.FixedWindow(1, time.Hour).Named("w")}})
-		if res, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1}); err != nil || !res.Pass() {
-			t.Fatalf("first: %+v %v", res, err)
+		first, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1})
+		if err != nil || !first.Pass() {
+			t.Fatalf("first: %+v %v", first, err)
 		}
 		if res, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1}); err != nil || res.Pass() || res.Decision.Hold != nil {
 			t.Fatalf("second: %+v %v", res, err)
 		}
+		// While a lease is held the cache cannot know the concurrency
+		// limit's figures (the lease may expire meanwhile): the store
+		// answers.
+		if res, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1}); err != nil || res.Pass() || res.Cached {
+			t.Fatalf("third: %+v %v, want the store's deny", res, err)
+		}
+		if _, err := e.Hold(ctx, labels, sluice.HoldOp{Tenant: "t", ID: first.Decision.Hold.ID, Action: sluice.HoldRelease}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1}); err != nil || res.Pass() || res.Cached {
+			t.Fatalf("fourth: %+v %v, want the store's deny", res, err)
+		}
 		res, err := e.Check(ctx, check.Query{Rule: r, Subject: "s", Cost: 1})
-		if err != nil || res.Pass() || !res.Cached {
-			t.Fatalf("third: %+v %v, want a cached deny (the window's retry is exact)", res, err)
+		if err != nil || res.Pass() || !res.Cached || res.Decision.Limits[0].Remaining != 5 {
+			t.Fatalf("fifth: %+v %v, want a cached deny (the window's figures are exact, no lease is held)", res, err)
 		}
 	})
 

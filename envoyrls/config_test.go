@@ -451,3 +451,58 @@ descriptors:
 		t.Errorf("a list as metadata: %v", err)
 	}
 }
+
+// TestStructuralCharactersNeverShareCounters: a rule's path names its
+// counters, so descriptors that differ only in where a '.', '=', '*' or
+// '%' sits (a key "a.b" and a key "a" with a nested "b", say) must get
+// different paths, or they would share counters.
+func TestStructuralCharactersNeverShareCounters(t *testing.T) {
+	d, err := envoyrls.ParseDomain("d.yaml", []byte(`domain: d
+descriptors:
+  - key: a.b
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: a=b
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    value: "b.c"
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: k
+    value: b
+    descriptors:
+      - key: c
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: "a%2Eb"
+    rate_limit: {unit: second, requests_per_unit: 6}
+  - key: w
+    value: "x*y"
+    rate_limit: {unit: second, requests_per_unit: 7}
+  - key: "w=x*y"
+    rate_limit: {unit: second, requests_per_unit: 8}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		entries []string
+		rate    uint32
+		path    string
+	}{
+		{[]string{"a.b", ""}, 1, "a%2Eb"},
+		{[]string{"a", "", "b", ""}, 2, "a.b"},
+		{[]string{"a=b", ""}, 3, "a%3Db"},
+		{[]string{"k", "b.c"}, 4, "k=b%2Ec"},
+		{[]string{"k", "b", "c", ""}, 5, "k=b.c"},
+		{[]string{"a%2Eb", ""}, 6, "a%252Eb"},
+		{[]string{"w", "xzy"}, 7, "w=x*y"},
+		{[]string{"w=x*y", ""}, 8, "w%3Dx%2Ay"},
+	} {
+		m, ok := d.Match(desc(c.entries...).Entries)
+		if !ok || m.Rule.RequestsPerUnit != c.rate || m.Rule.Path != c.path {
+			t.Errorf("%q matched %+v (ok %v); want the rule of %d at path %q", c.entries, m.Rule, ok, c.rate, c.path)
+		}
+	}
+}

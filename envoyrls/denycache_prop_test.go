@@ -13,6 +13,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"pgregory.net/rapid"
 
@@ -200,18 +201,28 @@ func TestDenyCacheIsExactThroughEnvoy(t *testing.T) {
 		}
 		totalHits += hits
 	})
-	if totalHits < 20 {
+	floor := 20
+	if testing.Short() {
+		// rapid then runs a fifth of the sequences, which may see fewer
+		// than 20 hits (a flake before issue 26 already): one will do.
+		floor = 1
+	}
+	if totalHits < floor {
 		t.Errorf("the deny cache answered %d checks: the test proves little", totalHits)
 	}
 	t.Logf("%d checks answered by the deny cache; %d configuration reloads", totalHits, totalReloads)
 }
 
-// compareRetryAfter fails unless the Retry-After answered is present and no
-// longer than the twin's.
+// compareRetryAfter fails unless the answer, a deny the deny cache may
+// have given, is the twin's (the store's) in every figure (issue 26):
+// statuses, limits remaining, durations until reset, and Retry-After.
 func compareRetryAfter(t *rapid.T, resp, twinResp *rlspb.RateLimitResponse) {
 	got, want := retryAfter(resp), retryAfter(twinResp)
-	if got <= 0 || want <= 0 || got > want {
+	if got <= 0 || want <= 0 || got != want {
 		t.Fatalf("Retry-After %d, the store's %d", got, want)
+	}
+	if !proto.Equal(resp, twinResp) {
+		t.Fatalf("the answer\n%v\nthe store's\n%v", resp, twinResp)
 	}
 }
 

@@ -227,11 +227,12 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 				if sd.Allowed {
 					t.Fatalf("%s: the deny cache denied cost %d for %q at %v, which the store allows (%+v)", r.name, cost, subject, req.Now, sd)
 				}
-				if storeMs := sluice.CeilMilliseconds(sd.RetryAfter); d.RetryAfterMs <= 0 || d.RetryAfterMs > storeMs {
-					t.Fatalf("%s: the deny cache said retry_after_ms %d, the store %d", r.name, d.RetryAfterMs, storeMs)
+				// Every figure is the store's (issue 26), the headers too.
+				if storeSays := checkapi.NewDecision(r.name, sd, false); !reflect.DeepEqual(d, storeSays) {
+					t.Fatalf("%s: cost %d for %q: the deny cache said\n%+v\nthe store\n%+v", r.name, cost, subject, d, storeSays)
 				}
 				header, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
-				if err != nil || header > ratelimitheader.RetryAfterSeconds(sd.RetryAfter) {
+				if err != nil || header != ratelimitheader.RetryAfterSeconds(sd.RetryAfter) {
 					t.Fatalf("%s: the deny cache said Retry-After %q, the store %v", r.name, rec.Header().Get("Retry-After"), sd.RetryAfter)
 				}
 			}
@@ -241,8 +242,14 @@ func TestDenyCacheIsExactThroughHTTP(t *testing.T) {
 		}
 		totalHits += hits
 	})
-	// Enough to mean something: 25 runs see a hundred or more.
-	if totalHits < 20 {
+	// Enough to mean something: 25 runs see fifty to a hundred or more.
+	floor := 20
+	if testing.Short() {
+		// rapid then runs a fifth of the sequences, which may see fewer
+		// than 20 hits (a flake before issue 26 already): one will do.
+		floor = 1
+	}
+	if totalHits < floor {
 		t.Errorf("the deny cache answered %d checks: the test proves little", totalHits)
 	}
 	t.Logf("%d checks answered by the deny cache; %d rule replacements, %d subject resets", totalHits, totalChanges, totalResets)

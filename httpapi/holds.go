@@ -62,7 +62,15 @@ func (a *API) holdOp(w http.ResponseWriter, r *http.Request, action sluice.HoldA
 		return
 	}
 	id := r.PathValue("id")
-	op := sluice.HoldOp{Tenant: st.snap.Tenants[grant.Tenant].CounterNamespace(), ID: id, Action: action, Cost: cost}
+	op := sluice.HoldOp{Tenant: st.snap.Tenants[grant.Tenant].CounterNamespace(), ID: id, Action: action, Cost: cost,
+		// A settle is judged against the rule as it is now, not as it
+		// was when the hold was taken.
+		Limits: func(rule string) []sluice.Limit {
+			if r := st.rules[ruleID{grant.Tenant, rule}]; r != nil {
+				return r.check.Limits
+			}
+			return nil
+		}}
 	res, err := a.engine.Hold(r.Context(), metrics.Labels{Source: metrics.SourceHTTP, Tenant: grant.Tenant}, op)
 	if err != nil {
 		a.failEngine(w, r, err, errHoldsUnavailable, "hold failed", "tenant", grant.Tenant, "action", string(action))

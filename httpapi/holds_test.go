@@ -177,6 +177,32 @@ func TestReserveThenSettle(t *testing.T) {
 		h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/v1/complete", "subject": "b", "cost": 10})
 	})
 
+	t.Run("a_settle_is_judged_against_the_rule_as_it_is_now", func(t *testing.T) {
+		// Issue 26: a settle above the estimate after a capacity cut is
+		// charged from the lowered level, and raising the capacity back
+		// hands nothing out.
+		h := h.with(t)
+		cut := func(capacity int64) { h.putRule("llm", "cut", tokenBucketRule("/v1/cut", capacity, slowRefill)) }
+		remaining := func() float64 {
+			r := h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/v1/cut", "subject": "d", "cost": 0})
+			return r.body["remaining"].(float64)
+		}
+		cut(10)
+		id := holdID(t, h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/v1/cut", "subject": "d", "cost": 2, "reserve": true}))
+		cut(3)
+		if got := remaining(); got != 3 {
+			t.Fatalf("after the cut: %v remaining, want 3", got)
+		}
+		h.must(http.StatusOK, "POST", "/v1/holds/"+id+"/settle", key, map[string]any{"cost": 5})
+		if got := remaining(); got != 0 {
+			t.Fatalf("after settling 5 on 3 left: %v remaining, want 0", got)
+		}
+		cut(10)
+		if got := remaining(); got != 0 {
+			t.Fatalf("raised back: %v remaining, want 0", got)
+		}
+	})
+
 	t.Run("bad_settles_are_input_errors_that_change_nothing", func(t *testing.T) {
 		h := h.with(t)
 		id := holdID(t, h.must(http.StatusOK, "POST", "/v1/check", key, body("c", 500)))

@@ -190,11 +190,15 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 				return sluice.HoldResult{}, full
 			}
 		}
+		current := currentLimits(op, rec, tag)
 		for _, p := range rec.parts {
 			if p.limit.Algorithm == sluice.AlgorithmConcurrency {
 				continue
 			}
 			res.Refunded = res.Refunded || p.charged > op.Cost
+			if l, ok := current[p.key]; ok {
+				p.limit = l // judged against the limit as it is now
+			}
 			e := sh.entries[p.key]
 			next, write := settle(p, live(e, now), now, op.Cost)
 			if !write {
@@ -224,6 +228,22 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	}
 	rec.done = true
 	return res, nil
+}
+
+// currentLimits returns op's current limits of rec's rule by counter key,
+// or nil when op gives none.
+func currentLimits(op sluice.HoldOp, rec *holdRecord, tag string) map[string]sluice.Limit {
+	if op.Limits == nil {
+		return nil
+	}
+	limits := op.Limits(rec.rule)
+	byKey := make(map[string]sluice.Limit, len(limits))
+	for _, l := range limits {
+		if l.Algorithm != sluice.AlgorithmConcurrency && l.Validate() == nil {
+			byKey[sluice.LimitKey("", tag, l)] = l
+		}
+	}
+	return byKey
 }
 
 // settle returns the state of a rate limit after settling part at actual

@@ -580,7 +580,8 @@ var clockBase = time.Now()
 
 func monotonic() int64 { return int64(time.Since(clockBase)) }
 
-// Reset forgets subject's counters for the given limits.
+// Reset forgets subject's counters for the given limits; a concurrency
+// limit's leases stay until released, settled or expired.
 func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
 	if err := sluice.Limits(limits).Validate(); err != nil {
 		return err
@@ -591,10 +592,9 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := range limits {
-		if set, ok := sh.leases[string(keys.key(i))]; ok {
-			delete(sh.leases, string(keys.key(i)))
-			s.giveBack(set.tenant)
-		}
+		// Leases are left alone: they stand for work still running, which
+		// ends by release, settle or expiry, so a reset never lets more
+		// than a concurrency limit in flight.
 		if e := sh.entries[string(keys.key(i))]; e != nil {
 			s.drop(sh, string(keys.key(i)), e)
 		}

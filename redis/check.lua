@@ -258,7 +258,9 @@ local function settle_limit(key, algo, capacity, p1, p2, window, diff)
 end
 
 -- hold_op settles ('s'), releases ('r') or extends ('x') the hold whose
--- record is KEYS[1]. ARGV: 'hold', now, action, cost, tenant, nonce.
+-- record is KEYS[1]. ARGV: 'hold', now, action, cost, tenant, nonce, then,
+-- for a settle judged against the limits as they are now, per current rate
+-- limit: key, algorithm, capacity, p1, p2 (as a check passes them).
 -- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
 -- or {'too_large', key, capacity} when the cost can never fit that limit.
 -- The record names the limits' keys, all under the record's hash tag.
@@ -286,6 +288,14 @@ local function hold_op()
     parts[j] = {key = v[1], algo = v[2], capacity = tonumber(v[3]), p1 = tonumber(v[4]), p2 = tonumber(v[5]),
       charged = tonumber(v[6]), window = tonumber(v[7])}
   end
+  -- A part whose counter has a current limit is settled under it.
+  for j = 7, #ARGV, 5 do
+    for _, p in ipairs(parts) do
+      if p.key == ARGV[j] and p.algo == ARGV[j + 1] then
+        p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+      end
+    end
+  end
   local member_of = function(p)
     return nonce .. ':' .. fmt(p.charged)
   end
@@ -309,7 +319,8 @@ local function hold_op()
     end
     for _, p in ipairs(parts) do
       if p.algo ~= 'c' then
-        settle_limit(p.key, p.algo, p.capacity, p.p1, p.p2, p.window, p.charged - actual)
+        settle_limit(p.key, p.algo, p.now_capacity or p.capacity, p.now_p1 or p.p1, p.now_p2 or p.p2, p.window,
+          p.charged - actual)
         if p.charged > actual then
           refunded = 1
         end

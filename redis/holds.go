@@ -49,6 +49,12 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	action := map[sluice.HoldAction]string{sluice.HoldSettle: "s", sluice.HoldRelease: "r", sluice.HoldExtend: "x"}[op.Action]
 	keys := []string{sluice.HoldKey(s.prefix, tag, nonce)}
 	args := []string{"hold", now, action, strconv.FormatInt(op.Cost, 10), op.Tenant, nonce}
+	if op.Action == sluice.HoldSettle && op.Limits != nil {
+		var err error
+		if args, err = s.currentLimitArgs(ctx, op, keys[0], tag, args); err != nil {
+			return sluice.HoldResult{}, err
+		}
+	}
 	reply, err := checkScript.Exec(ctx, s.client, keys, args).ToArray()
 	if err != nil {
 		return sluice.HoldResult{}, unavailable("hold", err)
@@ -79,6 +85,42 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	}
 	res.ExpiresIn, res.LeasesFreed, res.Refunded = time.Duration(n[0])*time.Millisecond, n[1], n[2] == 1
 	return res, nil
+}
+
+// currentLimitArgs appends to a settle's args the current limits of the
+// hold's rule (see sluice.HoldOp.Limits), keyed as a check keys them. The
+// rule is read from the record first: one more round trip, for settles
+// only, since the script cannot ask the caller.
+func (s *Store) currentLimitArgs(ctx context.Context, op sluice.HoldOp, rec, tag string, args []string) ([]string, error) {
+	f, err := s.client.Do(ctx, s.client.B().Hmget().Key(rec).Field("t", "r").Build()).ToArray()
+	if err != nil {
+		return nil, unavailable("hold", err)
+	}
+	if len(f) != 2 {
+		return args, nil
+	}
+	tenant, _ := f[0].ToString()
+	rule, err := f[1].ToString()
+	if err != nil || tenant != op.Tenant {
+		return args, nil // no such hold of this tenant: the script says so
+	}
+	for _, l := range op.Limits(rule) {
+		if l.Validate() != nil {
+			continue
+		}
+		key := sluice.LimitKey(s.prefix, tag, l)
+		capacity := strconv.FormatInt(l.Capacity, 10)
+		switch l.Algorithm {
+		case sluice.AlgorithmTokenBucket:
+			tokens, interval := l.RefillRate()
+			args = append(args, key, "t", capacity, strconv.FormatInt(tokens, 10), strconv.FormatInt(interval, 10))
+		case sluice.AlgorithmSlidingWindow:
+			args = append(args, key, "s", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
+		case sluice.AlgorithmFixedWindow:
+			args = append(args, key, "f", capacity, strconv.FormatInt(l.Window.Milliseconds(), 10), "0")
+		}
+	}
+	return args, nil
 }
 
 // limitName reads the limit's name out of its key (see sluice.Keys).

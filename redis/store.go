@@ -290,13 +290,25 @@ func replyInt(m *rueidis.RedisMessage) (int64, error) {
 	return 0, nil
 }
 
-// Reset deletes subject's counters for the given limits.
+// Reset deletes subject's counters for the given limits; a concurrency
+// limit's leases stay until released, settled or expired.
 func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
 	if err := sluice.Limits(limits).Validate(); err != nil {
 		return err
 	}
 	keys := sluice.Keys(s.prefix, sluice.Request{Tenant: tenant, Rule: rule, Subject: subject, Limits: limits})
-	if err := s.client.Do(ctx, s.client.B().Del().Key(keys...).Build()).Error(); err != nil {
+	// A concurrency limit's leases stand for work still running: they end
+	// by release, settle or expiry, never by a reset.
+	counters := keys[:0]
+	for i, l := range limits {
+		if l.Algorithm != sluice.AlgorithmConcurrency {
+			counters = append(counters, keys[i])
+		}
+	}
+	if len(counters) == 0 {
+		return nil
+	}
+	if err := s.client.Do(ctx, s.client.B().Del().Key(counters...).Build()).Error(); err != nil {
 		return unavailable("reset", err)
 	}
 	return nil

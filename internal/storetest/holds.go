@@ -234,6 +234,17 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 			op(t, a.Hold.ID, sluice.HoldSettle, 2, 1500, sluice.HoldSettled)
 			want(t, check(t, l, 1500, 0, false), true, 9, 0)
 		})
+		t.Run("sliding_window_refund_reaches_the_previous_window_once_the_next_is_written", func(t *testing.T) {
+			// A check in the next window moves the estimate's count to the
+			// previous-window slot of the counter: the refund must follow
+			// it there.
+			l := []sluice.Limit{sluice.SlidingWindow(10, time.Second).Named("w")}
+			a := check(t, l, 0, 8, true)
+			want(t, check(t, l, 1200, 1, false), true, 2, 0) // 8*0.8 + 1 used
+			op(t, a.Hold.ID, sluice.HoldSettle, 2, 1500, sluice.HoldSettled)
+			// 2*0.5 + 1 used: 8 left (5 if the refund missed the slot).
+			want(t, check(t, l, 1500, 0, false), true, 8, 0)
+		})
 		t.Run("with_a_lease_settle_frees_it", func(t *testing.T) {
 			l := []sluice.Limit{sluice.Concurrency(4, time.Second).Named("c"), sluice.TokenBucket(10, 1).Named("b")}
 			d := check(t, l, 0, 4, true)
@@ -253,6 +264,77 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 		})
 	})
 
+	t.Run("SettleAfterALimitChange", func(t *testing.T) {
+		// A settle is judged against the limits as they are at settle time
+		// (HoldOp.Limits): the capacity-cut sequences of issue 26.
+		settleNow := func(t *testing.T, id string, cost, atMs int64, now []sluice.Limit) {
+			t.Helper()
+			res, err := store.Hold(ctx, sluice.HoldOp{Tenant: t.Name(), ID: id, Action: sluice.HoldSettle, Cost: cost, Now: at(atMs),
+				Limits: func(rule string) []sluice.Limit {
+					if rule != "r" {
+						t.Errorf("asked for the limits of rule %q", rule)
+					}
+					return now
+				}})
+			if err != nil || res.Status != sluice.HoldSettled {
+				t.Fatalf("settle %d at t=%dms: %+v %v", cost, atMs, res, err)
+			}
+		}
+		hour := func(algorithm sluice.Algorithm, capacity int64) []sluice.Limit {
+			switch algorithm {
+			case sluice.AlgorithmTokenBucket:
+				return []sluice.Limit{sluice.TokenBucket(capacity, 1.0/3600).Named("l")}
+			case sluice.AlgorithmSlidingWindow:
+				return []sluice.Limit{sluice.SlidingWindow(capacity, time.Hour).Named("l")}
+			}
+			return []sluice.Limit{sluice.FixedWindow(capacity, time.Hour).Named("l")}
+		}
+		for _, c := range []struct {
+			algorithm sluice.Algorithm
+			// remaining at the cut capacity and once raised back, after
+			// the settle: a bucket's level is charged from the lowered
+			// level (so nothing comes back with the raise); a window's
+			// count is charged as it is (and judged against each limit).
+			// before is remaining at the cut capacity before the settle.
+			before, cut, raised int64
+		}{
+			{sluice.AlgorithmTokenBucket, 3, 0, 0},
+			{sluice.AlgorithmSlidingWindow, 1, 0, 5},
+			{sluice.AlgorithmFixedWindow, 1, 0, 5},
+		} {
+			t.Run(string(c.algorithm)+"_charge_above_the_estimate_after_a_capacity_cut", func(t *testing.T) {
+				d := check(t, hour(c.algorithm, 10), 0, 2, true)
+				want(t, d, true, 8, 0)
+				want(t, check(t, hour(c.algorithm, 3), 10, 0, false), true, c.before, 0)
+				settleNow(t, d.Hold.ID, 5, 20, hour(c.algorithm, 3))
+				if d := check(t, hour(c.algorithm, 3), 30, 0, false); d.Remaining != c.cut {
+					t.Fatalf("at the cut capacity after the settle: %v; want remaining %d", d, c.cut)
+				}
+				if d := check(t, hour(c.algorithm, 10), 40, 0, false); d.Remaining != c.raised {
+					t.Fatalf("raised back after the settle: %v; want remaining %d", d, c.raised)
+				}
+			})
+		}
+		t.Run("token_bucket_refund_up_to_a_raised_capacity", func(t *testing.T) {
+			d := check(t, hour(sluice.AlgorithmTokenBucket, 10), 0, 8, true)
+			settleNow(t, d.Hold.ID, 0, 10, hour(sluice.AlgorithmTokenBucket, 20))
+			if d := check(t, hour(sluice.AlgorithmTokenBucket, 20), 20, 0, false); d.Remaining != 10 {
+				t.Fatalf("after the refund: %v; want remaining 10", d)
+			}
+		})
+		t.Run("token_bucket_refills_at_the_new_rate_before_the_charge", func(t *testing.T) {
+			l := []sluice.Limit{sluice.TokenBucket(10, 1).Named("l")}
+			faster := []sluice.Limit{sluice.TokenBucket(10, 2).Named("l")}
+			d := check(t, l, 0, 6, true)
+			// 2 s at 2 tokens/s: 4 + 4, then 3 more charged (3 left if
+			// refilled at the old rate).
+			settleNow(t, d.Hold.ID, 9, 2000, faster)
+			if d := check(t, faster, 2000, 0, false); d.Remaining != 5 {
+				t.Fatalf("refilled at the new rate: %v; want remaining 5", d)
+			}
+		})
+	})
+
 	t.Run("ClockSteps", func(t *testing.T) {
 		t.Run("a_clock_stepping_back_never_frees_a_lease_early", func(t *testing.T) {
 			check(t, cc, 1000, 2, false)
@@ -266,12 +348,25 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 		})
 	})
 
-	t.Run("Reset_drops_leases", func(t *testing.T) {
-		check(t, cc, 0, 2, false)
-		if err := store.Reset(ctx, t.Name(), "r", "s", cc); err != nil {
+	t.Run("Reset_keeps_leases_in_use", func(t *testing.T) {
+		// N in flight across a reset: the reset frees nothing, the
+		// holders' releases still apply, and only then is there room.
+		l := []sluice.Limit{sluice.Concurrency(2, time.Second).Named("c"), sluice.FixedWindow(5, time.Hour).Named("w")}
+		a, b := check(t, l, 0, 1, false), check(t, l, 0, 1, false)
+		want(t, a, true, 1, 0)
+		want(t, b, true, 0, 0)
+		if err := store.Reset(ctx, t.Name(), "r", "s", l); err != nil {
 			t.Fatal(err)
 		}
-		want(t, check(t, cc, 1, 2, false), true, 0, 0)
+		d := check(t, l, 1, 1, false)
+		if d.Allowed || d.Limits[0].Remaining != 0 || d.Limits[1].Remaining != 5 {
+			t.Fatalf("after the reset: %+v; want the leases held and the window's count gone", d)
+		}
+		op(t, a.Hold.ID, sluice.HoldRelease, 0, 2, sluice.HoldReleased)
+		want(t, check(t, l, 3, 1, false), true, 0, 0)
+		if res := op(t, b.Hold.ID, sluice.HoldRelease, 0, 4, sluice.HoldReleased); res.LeasesFreed != 1 {
+			t.Fatalf("release after the reset: %+v", res)
+		}
 	})
 }
 

@@ -78,7 +78,9 @@ func (m *Model) tokensAt(key string, l sluice.Limit, now int64) *big.Rat {
 	}
 	t := new(big.Rat).Set(b.tokens)
 	if _, p := l.RefillRate(); p != b.unit {
-		t.SetInt(new(big.Int).Quo(t.Num(), t.Denom()))
+		// Whole tokens, rounded down also in debt (Div is floor division
+		// for the positive denominator): never more than were there.
+		t.SetInt(new(big.Int).Div(t.Num(), t.Denom()))
 	}
 	if now > b.last {
 		t.Add(t, new(big.Rat).Mul(big.NewRat(now-b.last, 1), rate(l)))
@@ -157,13 +159,17 @@ func firstFrom(lo, hi int64, ok func(d int64) bool) int64 {
 	return lo
 }
 
-func horizon(l sluice.Limit) int64 {
+// horizon bounds the searches of the future of l's counter of r at now.
+func (m *Model) horizon(r sluice.Request, l sluice.Limit, now int64) int64 {
 	switch l.Algorithm {
 	case sluice.AlgorithmTokenBucket:
-		// Twice a bucket's fill time: a settled hold can leave it up to a
-		// capacity in debt.
+		// A bucket's fill time, and the time its debt (from settled holds,
+		// at most a capacity deep, but of the capacity at settle time,
+		// which may have been larger) takes to refill.
 		n, p := l.RefillRate()
-		return 2*l.Capacity*p/n + 2
+		debt := new(big.Rat).Neg(m.tokensAt(modelKey(r, l), l, now))
+		debt.Quo(debt, rate(l))
+		return l.Capacity*p/n + max(0, new(big.Int).Quo(debt.Num(), debt.Denom()).Int64()) + 2
 	case sluice.AlgorithmConcurrency:
 		return sluice.MaxHoldTTL.Milliseconds() + 1
 	}
@@ -221,11 +227,11 @@ func (m *Model) Check(r sluice.Request) sluice.Decision {
 			Window:    sluice.PolicyWindow(l),
 		}
 		if !fits[i] {
-			ld.RetryAfter = time.Duration(skew+firstFrom(1, horizon(l), func(d int64) bool {
+			ld.RetryAfter = time.Duration(skew+firstFrom(1, m.horizon(r, l, t), func(d int64) bool {
 				return m.fits(r, l, t+d, r.Cost)
 			})) * time.Millisecond
 		}
-		if reset := firstFrom(0, horizon(l), func(d int64) bool { return m.empty(r, l, t+d) }); reset > 0 {
+		if reset := firstFrom(0, m.horizon(r, l, t), func(d int64) bool { return m.empty(r, l, t+d) }); reset > 0 {
 			ld.ResetAfter = time.Duration(skew+reset) * time.Millisecond
 		}
 		d.Limits = append(d.Limits, ld)

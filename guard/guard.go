@@ -63,7 +63,7 @@ const (
 	DefaultTimeout          = 50 * time.Millisecond
 	DefaultMaxWait          = time.Second
 	DefaultFailureThreshold = 5
-	DefaultOpenTimeout      = time.Second
+	DefaultOpenTimeout      = 500 * time.Millisecond
 	DefaultName             = "store"
 )
 
@@ -90,7 +90,7 @@ type Options struct {
 	// the breaker (default 5).
 	FailureThreshold int
 	// OpenTimeout is how long the breaker stays open before letting one probe
-	// call through (default 1s).
+	// call through (default 500ms: a store back from a restart is used again within about half a second).
 	OpenTimeout time.Duration
 	// OnStateChange, if set, is called when the breaker changes state, with
 	// states "closed", "open" or "half-open". It runs while the breaker is

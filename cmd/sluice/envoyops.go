@@ -208,7 +208,7 @@ func requireClientSAN(c *tls.Config, san string) *tls.Config {
 // Values of --envoy-key-format.
 const (
 	envoyKeyFormatSluice    = "sluice"
-	envoyKeyFormatRatelimit = "ratelimit"
+	envoyKeyFormatRatelimit = envoyrls.KeyFormatRatelimit
 )
 
 // withRatelimitKeys wraps rs so the Envoy checks marked for it are counted

@@ -109,7 +109,7 @@ type serveConfig struct {
 	EnvoyKeyFormat, EnvoyKeyPrefix string
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
-	envoyEnv envoyEnvReport
+	envoyEnv envoyrls.EnvReport
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
@@ -448,7 +448,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
-	cfg.envoyEnv.log(log)
+	cfg.envoyEnv.Log(log)
 	// Certificates are read before anything is opened, so a wrong file
 	// fails the start at once.
 	httpTLSFiles, err := loadTLS(cfg.tlsFiles(), tlsFlagNames, log)

@@ -224,6 +224,20 @@ type Rule struct {
 	UpdatedAt time.Time
 }
 
+// Describe says what r does, in one line: "route /api/*; 100 req/min
+// (sliding window); failure mode: open".
+func (r Rule) Describe() string {
+	parts := make([]string, 0, len(r.Limits))
+	for _, l := range r.Limits {
+		parts = append(parts, l.String())
+	}
+	s := fmt.Sprintf("route %s; %s; failure mode: %s", r.Route, strings.Join(parts, ", "), r.FailureMode.Describe())
+	if r.Shadow {
+		s += "; shadow"
+	}
+	return s
+}
+
 // Validate reports what is wrong with r, in a sentence a user understands.
 func (r Rule) Validate() error {
 	if err := TenantName(r.Tenant).Validate(); err != nil {

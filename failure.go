@@ -17,3 +17,12 @@ const (
 func (m FailureMode) Valid() bool {
 	return m == FailClosed || m == FailOpen || m == FailLocal
 }
+
+// Describe names m for people: a rule without a failure mode of its own
+// has the serving instance's default.
+func (m FailureMode) Describe() string {
+	if m == "" {
+		return "the server's default"
+	}
+	return string(m)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -159,4 +160,56 @@ func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (slui
 // and envoyproxy/ratelimit's keys expire with their window.
 func (s *RatelimitKeyStore) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
 	return s.next.Reset(ctx, tenant, rule, subject, limits)
+}
+
+// RatelimitKeysOnceConnected is a RatelimitKeyStore over a Redis connection
+// still being made: client returns nil until it is up. Meanwhile every
+// check and reset of valid input fails at once as unavailable
+// (sluice.ErrStoreConnecting), so the rules' failure modes answer.
+func RatelimitKeysOnceConnected(next sluice.Store, client func() rueidis.Client, prefix string) sluice.Store {
+	return &ratelimitKeysOnceConnected{next: next, client: client, prefix: prefix}
+}
+
+type ratelimitKeysOnceConnected struct {
+	next   sluice.Store
+	client func() rueidis.Client
+	prefix string
+	keys   atomic.Pointer[RatelimitKeyStore]
+}
+
+var errRatelimitKeysConnecting = fmt.Errorf("redis check: %w: %w: the connection of --envoy-key-format ratelimit is not up yet",
+	sluice.ErrStoreUnavailable, sluice.ErrStoreConnecting)
+
+func (r *ratelimitKeysOnceConnected) store() sluice.Store {
+	if ks := r.keys.Load(); ks != nil {
+		return ks
+	}
+	client := r.client()
+	if client == nil {
+		return nil
+	}
+	r.keys.CompareAndSwap(nil, NewRatelimitKeyStore(r.next, client, r.prefix))
+	return r.keys.Load()
+}
+
+func (r *ratelimitKeysOnceConnected) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	s := r.store()
+	if s == nil {
+		if err := req.Validate(); err != nil {
+			return sluice.Decision{}, err
+		}
+		return sluice.Decision{}, errRatelimitKeysConnecting
+	}
+	return s.Check(ctx, req)
+}
+
+func (r *ratelimitKeysOnceConnected) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
+	s := r.store()
+	if s == nil {
+		if err := sluice.Limits(limits).Validate(); err != nil {
+			return err
+		}
+		return errRatelimitKeysConnecting
+	}
+	return s.Reset(ctx, tenant, rule, subject, limits)
 }

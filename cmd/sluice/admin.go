@@ -306,7 +306,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "Set rule %s of tenant %s: %s\n", stored.Name, stored.Tenant, describeRule(stored))
+				fmt.Fprintf(cmd.OutOrStdout(), "Set rule %s of tenant %s: %s\n", stored.Name, stored.Tenant, stored.Describe())
 				return nil
 			})
 		},
@@ -478,28 +478,6 @@ func parsePeriod(s string) (time.Duration, error) {
 	return sluice.ParseWindow(s)
 }
 
-// describeRule says what a rule does, in one line.
-func describeRule(r sluice.Rule) string {
-	parts := make([]string, 0, len(r.Limits))
-	for _, l := range r.Limits {
-		parts = append(parts, l.String())
-	}
-	s := fmt.Sprintf("route %s; %s; failure mode: %s", r.Route, strings.Join(parts, ", "), failureModeText(r.FailureMode))
-	if r.Shadow {
-		s += "; shadow"
-	}
-	return s
-}
-
-// failureModeText names a rule's failure mode, or says that the serving
-// instance's default applies.
-func failureModeText(m sluice.FailureMode) string {
-	if m == "" {
-		return "the server's default"
-	}
-	return string(m)
-}
-
 func printRules(w io.Writer, rs []sluice.Rule) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tROUTE\tLIMITS\tFAILURE MODE\tSHADOW")
@@ -508,7 +486,7 @@ func printRules(w io.Writer, rs []sluice.Rule) {
 		for _, l := range r.Limits {
 			parts = append(parts, l.String())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), failureModeText(r.FailureMode), r.Shadow)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), r.FailureMode.Describe(), r.Shadow)
 	}
 	tw.Flush()
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,10 +10,6 @@ import (
 
 	"github.com/sluicelabs/sluice"
 )
-
-// adminTokenPrefix starts generated operator tokens, so they are
-// recognisable and never mistaken for a tenant API key (sk_...).
-const adminTokenPrefix = "sat_"
 
 // Where the operator token came from, as the start log says.
 const (
@@ -60,53 +53,27 @@ func (cfg serveConfig) adminToken() (adminTokenSetting, error) {
 // is generated, its hash stored, and the token shown once (see
 // showGeneratedToken); never logged otherwise.
 func ensureAdminToken(ctx context.Context, catalog sluice.Catalog, given adminTokenSetting, base string, stderr io.Writer, log *slog.Logger) (string, error) {
-	if given.token != "" {
-		if err := checkTokenStrength(given.token); err != nil {
-			return "", err
-		}
-		want := sluice.HashAPIKey(given.token)
-		stored, err := catalog.AdminTokenHash(ctx)
-		if err == nil && string(stored) == string(want) {
-			return given.origin, nil
-		}
-		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
-			return "", fmt.Errorf("read the admin token hash: %w", err)
-		}
-		if err := catalog.SetAdminTokenHash(ctx, want); err != nil {
-			return "", fmt.Errorf("store the admin token hash: %w", err)
-		}
-		if err == nil { // a different one was stored
+	res, err := sluice.EnsureAdminToken(ctx, catalog, given.token)
+	switch {
+	case err != nil:
+		return "", err
+	case given.token != "":
+		if res.Replaced {
 			log.Warn("the admin token given replaced the stored one: the previous token no longer works",
 				"source", given.origin, "setting", tokenSettingName(given.origin))
 		}
 		return given.origin, nil
-	}
-	_, err := catalog.AdminTokenHash(ctx)
-	if err == nil {
-		return tokenFromStored, nil
-	}
-	if !errors.Is(err, sluice.ErrNotFound) {
-		return "", fmt.Errorf("read the admin token hash: %w", err)
-	}
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	token := adminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	// Instances started together on an empty catalog may each have found no
-	// token: only the first to store its own shows it, so the operator
-	// never sees a token that fails.
-	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey(token))
-	if err != nil {
-		return "", fmt.Errorf("store the admin token hash: %w", err)
-	}
-	if !stored {
+	case res.Lost:
 		log.Info("another instance starting at the same time generated the admin token and showed it; this instance's was discarded")
 		if isTerminal(stderr) {
 			fmt.Fprint(stderr, adminTokenTakenNotice)
 		}
 		return tokenFromOtherInstance, nil
+	case res.Generated != "":
+		showGeneratedToken(res.Generated, base, stderr, log)
+		return tokenFromGenerated, nil
 	}
-	showGeneratedToken(token, base, stderr, log)
-	return tokenFromGenerated, nil
+	return tokenFromStored, nil
 }
 
 // tokenSettingName names the setting an origin stands for, for logs.
@@ -144,30 +111,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
-}
-
-// minTokenLength and minTokenDistinct bound an operator token from below:
-// 32 characters of hex, the shortest thing `openssl rand -hex 16` gives, is
-// 128 bits; a token of few distinct characters is not random whatever its
-// length.
-const (
-	minTokenLength   = 32
-	minTokenDistinct = 10
-)
-
-// checkTokenStrength refuses an operator token too weak to guard the catalog.
-func checkTokenStrength(token string) error {
-	if len(token) < minTokenLength {
-		return fmt.Errorf("the admin token is too short (%d characters): use at least %d random characters, e.g. from openssl rand -hex 32", len(token), minTokenLength)
-	}
-	distinct := map[rune]bool{}
-	for _, r := range token {
-		distinct[r] = true
-	}
-	if len(distinct) < minTokenDistinct {
-		return fmt.Errorf("the admin token repeats too few characters (%d distinct) to be random: use e.g. openssl rand -hex 32", len(distinct))
-	}
-	return nil
 }
 
 // readTokenFile reads the operator token from path: its content without

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -71,7 +72,7 @@ func TestGeneratedAdminTokenIsOneStructuredRecord(t *testing.T) {
 		t.Fatalf("no record of the generated token: %v", records)
 	}
 	token, _ := banner["admin_token"].(string)
-	if !strings.HasPrefix(token, adminTokenPrefix) {
+	if !strings.HasPrefix(token, sluice.AdminTokenPrefix) {
 		t.Fatalf("the record's admin_token is %q, want the token", token)
 	}
 	if source := recordWithMessage(records, "admin token in force"); source == nil || source["source"] != "generated" {
@@ -138,7 +139,7 @@ func TestAdminTokenGeneratedWhileTheStoreIsDown(t *testing.T) {
 	}
 	defer func() { cancel(); <-svc.done }()
 	m := adminTokenPattern.FindStringSubmatch(output.String())
-	if m == nil || strings.Count(output.String(), adminTokenPrefix) != 1 {
+	if m == nil || strings.Count(output.String(), sluice.AdminTokenPrefix) != 1 {
 		t.Fatalf("the generated token is not shown exactly once:\n%s", output.String())
 	}
 	req, _ := http.NewRequest("GET", "http://"+svc.Addr+"/v1/tenants", nil)

@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/client"
 )
 
@@ -68,7 +67,7 @@ func withBackend(cmd *cobra.Command, database string, acc access, fn func(adminB
 	if err != nil {
 		return err
 	}
-	return unreachable(fn(remoteBackend{a}))
+	return unreachable(fn(a.Domain()))
 }
 
 // unreachable rewrites a transport failure as one sentence about the server,
@@ -125,93 +124,4 @@ func (b dbBackend) NewKey(ctx context.Context, tenant, name string, role sluice.
 func (b dbBackend) Revoke(ctx context.Context, tenant, id string) error {
 	_, err := b.RevokeKey(ctx, tenant, id)
 	return err
-}
-
-// remoteBackend goes through a server's admin API.
-type remoteBackend struct{ a *client.Admin }
-
-func (b remoteBackend) CreateTenant(ctx context.Context, name string) (sluice.Tenant, error) {
-	t, err := b.a.CreateTenant(ctx, name)
-	return t.ToTenant(), err
-}
-
-func (b remoteBackend) Tenants(ctx context.Context) ([]sluice.Tenant, error) {
-	ts, err := b.a.Tenants(ctx)
-	out := make([]sluice.Tenant, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, t.ToTenant())
-	}
-	return out, err
-}
-
-func (b remoteBackend) SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error) {
-	t, err := b.a.SetTenantStatus(ctx, name, string(status))
-	return t.ToTenant(), err
-}
-
-func (b remoteBackend) DeleteTenant(ctx context.Context, name string) error {
-	return b.a.DeleteTenant(ctx, name)
-}
-
-func (b remoteBackend) NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
-	k, err := b.a.CreateKey(ctx, tenant, name, string(role))
-	return k.ToKey(), k.Secret, err
-}
-
-func (b remoteBackend) Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error) {
-	ks, err := b.a.Keys(ctx, tenant)
-	out := make([]sluice.APIKey, 0, len(ks))
-	for _, k := range ks {
-		out = append(out, k.ToKey())
-	}
-	return out, err
-}
-
-func (b remoteBackend) Revoke(ctx context.Context, tenant, id string) error {
-	return b.a.RevokeKey(ctx, tenant, id)
-}
-
-func (b remoteBackend) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error) {
-	stored, err := b.a.PutRule(ctx, adminapi.NewRule(r))
-	if err != nil {
-		return sluice.Rule{}, err
-	}
-	return fromAPIRule(stored)
-}
-
-func (b remoteBackend) Rules(ctx context.Context, tenant string) ([]sluice.Rule, error) {
-	rs, err := b.a.Rules(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sluice.Rule, 0, len(rs))
-	for _, r := range rs {
-		dr, err := fromAPIRule(r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dr)
-	}
-	return out, nil
-}
-
-func (b remoteBackend) Rule(ctx context.Context, tenant, name string) (sluice.Rule, error) {
-	r, err := b.a.Rule(ctx, tenant, name)
-	if err != nil {
-		return sluice.Rule{}, err
-	}
-	return fromAPIRule(r)
-}
-
-func (b remoteBackend) DeleteRule(ctx context.Context, tenant, name string) error {
-	return b.a.DeleteRule(ctx, tenant, name)
-}
-
-// fromAPIRule reads a rule the server sent.
-func fromAPIRule(r client.Rule) (sluice.Rule, error) {
-	out, err := r.ToRule()
-	if err != nil {
-		return out, fmt.Errorf("the server sent rule %s with a limit this sluice cannot read: %w", r.Name, err)
-	}
-	return out, nil
 }

@@ -9,9 +9,7 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -160,69 +158,6 @@ func addBenchFlags(f *pflag.FlagSet, cfg *benchConfig) {
 	f.Float64Var(&cfg.StepFactor, "step-factor", 1.5, "overload: each step's rate is the last one's times this")
 	f.Float64Var(&cfg.MaxRate, "max-rate", 200_000, "overload: no step of the search goes above this rate")
 	f.DurationVar(&cfg.P99Limit, "p99-limit", 10*time.Millisecond, "overload: a step whose p99 reaches this is past the edge")
-}
-
-// benchReport is one measured run, as printed.
-type benchReport struct {
-	Target     string  `json:"target"`
-	Model      string  `json:"model"`
-	Seconds    float64 `json:"seconds"`
-	Sent       int64   `json:"sent"`
-	Allowed    int64   `json:"allowed"`
-	Denied     int64   `json:"denied"`
-	Shed       int64   `json:"shed"`
-	Failed     int64   `json:"failed"`
-	Late       int64   `json:"late"`
-	Dropped    int64   `json:"dropped"`
-	PerSecond  float64 `json:"per_second"`
-	P50Ms      float64 `json:"p50_ms"`
-	P90Ms      float64 `json:"p90_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	P999Ms     float64 `json:"p999_ms"`
-	MaxMs      float64 `json:"max_ms"`
-	ShedP50Ms  float64 `json:"shed_p50_ms,omitempty"`
-	ShedP99Ms  float64 `json:"shed_p99_ms,omitempty"`
-	FirstError string  `json:"first_error,omitempty"`
-	// CPUSeconds and CPUMicrosPerCheck are absent when CPU was not measured;
-	// CPUError then says why, unless it was not asked for.
-	CPUSeconds        *float64 `json:"cpu_seconds,omitempty"`
-	CPUMicrosPerCheck *float64 `json:"cpu_us_per_check,omitempty"`
-	CPUError          string   `json:"cpu_error,omitempty"`
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func newBenchReport(target string, r loadgen.Result) benchReport {
-	rep := benchReport{
-		Target: target, Model: r.Model, Seconds: r.Elapsed.Seconds(),
-		Sent: r.Sent, Allowed: r.Allowed, Denied: r.Denied, Shed: r.Shed, Failed: r.Errors, Late: r.Late, Dropped: r.Dropped,
-		PerSecond: r.Throughput(),
-		P50Ms:     ms(r.Percentile(0.5)), P90Ms: ms(r.Percentile(0.9)), P99Ms: ms(r.Percentile(0.99)),
-		P999Ms: ms(r.Percentile(0.999)), MaxMs: ms(r.Max()),
-		ShedP50Ms: ms(r.ShedPercentile(0.5)), ShedP99Ms: ms(r.ShedPercentile(0.99)),
-	}
-	if r.FirstError != nil {
-		rep.FirstError = r.FirstError.Error()
-	}
-	if r.CPUMeasured {
-		sec := r.CPUSeconds
-		rep.CPUSeconds = &sec
-		if r.Answered() > 0 {
-			us := float64(r.CPUPerAnswer().Nanoseconds()) / 1000
-			rep.CPUMicrosPerCheck = &us
-		}
-	} else if r.CPUError != nil {
-		rep.CPUError = r.CPUError.Error()
-	}
-	return rep
-}
-
-// cpuColumn is the CPU per check as printed: "-" when not measured.
-func (r benchReport) cpuColumn() string {
-	if r.CPUMicrosPerCheck == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*r.CPUMicrosPerCheck, 'f', 1, 64)
 }
 
 // parseDescriptor parses key=value[,key=value...]. An entry with no value
@@ -457,20 +392,20 @@ func runBench(ctx context.Context, cfg benchConfig, out, progress io.Writer) err
 	if err != nil {
 		return err
 	}
-	reports := []benchReport{newBenchReport(targets.targetName, res)}
+	reports := []loadgen.Report{loadgen.NewReport(targets.targetName, res)}
 	if targets.reference != nil && ctx.Err() == nil {
 		ref, err := loadgen.Run(ctx, targets.reference, opts)
 		if err != nil {
 			return err
 		}
-		reports = append(reports, newBenchReport(targets.referenceName, ref))
+		reports = append(reports, loadgen.NewReport(targets.referenceName, ref))
 	}
 	if cfg.JSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(reports)
 	}
-	printBench(out, cfg, reports)
+	loadgen.PrintReports(out, loadLine(cfg), reports)
 	return nil
 }
 
@@ -482,72 +417,15 @@ func loadLine(cfg benchConfig) string {
 	return fmt.Sprintf("%s for %v; %d subjects, %.0f%% to one hot subject", load, cfg.Duration, cfg.Subjects, cfg.Hot*100)
 }
 
-func printBench(out io.Writer, cfg benchConfig, reports []benchReport) {
-	fmt.Fprintf(out, "%s\n\n", loadLine(cfg))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tanswered/s\tallowed\tdenied\tshed\tfailed\tlate\tdropped\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\tcpu µs/check\t")
-	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t\n",
-			r.Target, r.PerSecond, r.Allowed, r.Denied, r.Shed, r.Failed, r.Late, r.Dropped, r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.cpuColumn())
-	}
-	tw.Flush()
-	printNotes(out, reports)
-	if len(reports) == 2 && reports[1].P50Ms > 0 && reports[1].PerSecond > 0 {
-		fmt.Fprintf(out, "\ncheck / reference: p50 %.2f×, p99 %.2f×, throughput %.2f×",
-			reports[0].P50Ms/reports[1].P50Ms, reports[0].P99Ms/max(reports[1].P99Ms, 0.001), reports[0].PerSecond/reports[1].PerSecond)
-		if a, b := reports[0].CPUMicrosPerCheck, reports[1].CPUMicrosPerCheck; a != nil && b != nil && *b > 0 {
-			fmt.Fprintf(out, ", CPU per check %.2f×", *a / *b)
-		}
-		fmt.Fprintln(out)
-	}
-}
-
-// printNotes says why requests failed, how fast shedding answered, and why
-// CPU was not measured.
-func printNotes(out io.Writer, reports []benchReport) {
-	for _, r := range reports {
-		if r.Shed > 0 {
-			fmt.Fprintf(out, "\n%s: %d shed as overloaded, answered in p50 %.3f ms, p99 %.3f ms\n", r.Target, r.Shed, r.ShedP50Ms, r.ShedP99Ms)
-		}
-		if r.FirstError != "" {
-			fmt.Fprintf(out, "\n%s: %d failed; the first: %s\n", r.Target, r.Failed, r.FirstError)
-		}
-		if r.CPUError != "" {
-			fmt.Fprintf(out, "\n%s: CPU per check not measured: %s\n", r.Target, r.CPUError)
-		}
-	}
-}
-
-// overloadStep is one step of --overload, as printed.
-type overloadStep struct {
-	OfferedRate float64 `json:"offered_rate"`
-	// Healthy: p99 under --p99-limit, nothing failed, shed or dropped.
-	Healthy bool `json:"healthy"`
-	// TwiceEdge marks the last step, at twice the edge.
-	TwiceEdge bool `json:"twice_edge,omitempty"`
-	benchReport
-}
-
-// overloadReport is the result of --overload.
-type overloadReport struct {
-	Target string  `json:"target"`
-	P99Ms  float64 `json:"p99_limit_ms"`
-	// Edge is the highest healthy offered rate, 0 if the first step was not.
-	Edge float64 `json:"edge"`
-	// EdgeIsLowerBound: --max-rate ended the search before a step failed.
-	EdgeIsLowerBound bool           `json:"edge_is_lower_bound,omitempty"`
-	Steps            []overloadStep `json:"steps"`
-}
-
 func runOverload(ctx context.Context, cfg benchConfig, targets benchTargets, opts loadgen.Options, out, progress io.Writer) error {
 	opts.Duration = cfg.StepDuration
 	ov := loadgen.OverloadOptions{Options: opts, Factor: cfg.StepFactor, MaxRate: cfg.MaxRate, P99: cfg.P99Limit}
-	rep := overloadReport{Target: targets.targetName, P99Ms: ms(cfg.P99Limit)}
+	rep := loadgen.OverloadReport{Target: targets.targetName, P99Ms: loadgen.Ms(cfg.P99Limit)}
 	res, err := loadgen.RunOverload(ctx, targets.target, ov, func(s loadgen.Step) {
-		st := overloadStep{OfferedRate: s.Rate, Healthy: s.Healthy, TwiceEdge: s.Beyond, benchReport: newBenchReport(targets.targetName, s.Result)}
+		st := loadgen.OverloadStep{OfferedRate: s.Rate, Healthy: s.Healthy, TwiceEdge: s.Beyond, Report: loadgen.NewReport(targets.targetName, s.Result)}
 		rep.Steps = append(rep.Steps, st)
 		fmt.Fprintf(progress, "step %d: %.0f/s offered, %.0f/s served, p99 %.3f ms, %d shed, %d failed, %d dropped: %s\n",
-			len(rep.Steps), st.OfferedRate, st.PerSecond, st.P99Ms, st.Shed, st.Failed, st.Dropped, stepVerdict(st))
+			len(rep.Steps), st.OfferedRate, st.PerSecond, st.P99Ms, st.Shed, st.Failed, st.Dropped, st.Verdict())
 	})
 	rep.Edge, rep.EdgeIsLowerBound = res.Edge, res.Bounded
 	if err != nil && len(rep.Steps) == 0 {
@@ -560,44 +438,11 @@ func runOverload(ctx context.Context, cfg benchConfig, targets benchTargets, opt
 			return encErr
 		}
 	} else {
-		printOverload(out, cfg, rep)
+		loadgen.PrintOverload(out, rep, loadgen.OverloadPrint{
+			Header: fmt.Sprintf("%s: overload search, open model, steps of %v from %.0f/s ×%.2f (at most %.0f/s), %d senders; %d subjects, %.0f%% to one hot subject",
+				rep.Target, cfg.StepDuration, cfg.Rate, cfg.StepFactor, cfg.MaxRate, cfg.Concurrency, cfg.Subjects, cfg.Hot*100),
+			StartRate: cfg.Rate, MaxRate: cfg.MaxRate, P99: cfg.P99Limit,
+		})
 	}
 	return err
-}
-
-func stepVerdict(s overloadStep) string {
-	switch {
-	case s.TwiceEdge && s.Healthy:
-		return "2× edge, healthy"
-	case s.TwiceEdge:
-		return "2× edge"
-	case s.Healthy:
-		return "healthy"
-	}
-	return "past the edge"
-}
-
-func printOverload(out io.Writer, cfg benchConfig, rep overloadReport) {
-	fmt.Fprintf(out, "%s: overload search, open model, steps of %v from %.0f/s ×%.2f (at most %.0f/s), %d senders; %d subjects, %.0f%% to one hot subject\n\n",
-		rep.Target, cfg.StepDuration, cfg.Rate, cfg.StepFactor, cfg.MaxRate, cfg.Concurrency, cfg.Subjects, cfg.Hot*100)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered/s\tserved/s\tallowed\tdenied\tshed\tfailed\tlate\tdropped\tp50 ms\tp99 ms\tcpu µs/check\tstep\t")
-	reports := make([]benchReport, 0, len(rep.Steps))
-	for _, s := range rep.Steps {
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%s\t%s\t\n",
-			s.OfferedRate, s.PerSecond, s.Allowed, s.Denied, s.Shed, s.Failed, s.Late, s.Dropped, s.P50Ms, s.P99Ms, s.cpuColumn(), stepVerdict(s))
-		s.Target = fmt.Sprintf("step at %.0f/s", s.OfferedRate)
-		reports = append(reports, s.benchReport)
-	}
-	tw.Flush()
-	printNotes(out, reports)
-	criteria := fmt.Sprintf("the highest offered rate with p99 under %v and no failed, shed or dropped requests", cfg.P99Limit)
-	switch {
-	case rep.Edge == 0:
-		fmt.Fprintf(out, "\nno edge found: the first step, at %.0f/s, was already past it (%s); start lower with --rate\n", cfg.Rate, criteria)
-	case rep.EdgeIsLowerBound:
-		fmt.Fprintf(out, "\nedge: at least %.0f/s (%s); --max-rate %.0f/s ended the search first\n", rep.Edge, criteria, cfg.MaxRate)
-	default:
-		fmt.Fprintf(out, "\nedge: %.0f/s (%s)\n", rep.Edge, criteria)
-	}
 }

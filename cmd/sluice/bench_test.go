@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/loadgen"
 )
 
 // benchConfigFor is the configuration sluice bench gets from args, defaults
@@ -169,7 +170,7 @@ func TestBenchEnvoyAgainstServe(t *testing.T) {
 	if err := runBench(context.Background(), cfg, &out, &progress); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	var reports []benchReport
+	var reports []loadgen.Report
 	if err := json.Unmarshal(out.Bytes(), &reports); err != nil || len(reports) != 2 {
 		t.Fatalf("%v: %s", err, out.String())
 	}

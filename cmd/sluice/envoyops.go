@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -208,7 +207,7 @@ func requireClientSAN(c *tls.Config, san string) *tls.Config {
 // Values of --envoy-key-format.
 const (
 	envoyKeyFormatSluice    = "sluice"
-	envoyKeyFormatRatelimit = "ratelimit"
+	envoyKeyFormatRatelimit = envoyrls.KeyFormatRatelimit
 )
 
 // withRatelimitKeys wraps rs so the Envoy checks marked for it are counted
@@ -222,53 +221,7 @@ func withRatelimitKeys(rs sluice.Store, redisURL, prefix string, log *slog.Logge
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Redis for --envoy-key-format ratelimit: %w", err)
 	}
-	return &ratelimitKeysOnceConnected{next: rs, conn: conn, prefix: prefix}, conn.Close, nil
-}
-
-// ratelimitKeysOnceConnected is envoyrls.RatelimitKeyStore once its Redis
-// connection is up.
-type ratelimitKeysOnceConnected struct {
-	next   sluice.Store
-	conn   *sluiceredis.Connecting
-	prefix string
-	keys   atomic.Pointer[envoyrls.RatelimitKeyStore]
-}
-
-var errRatelimitKeysConnecting = fmt.Errorf("redis check: %w: %w: the connection of --envoy-key-format ratelimit is not up yet",
-	sluice.ErrStoreUnavailable, sluice.ErrStoreConnecting)
-
-func (r *ratelimitKeysOnceConnected) store() sluice.Store {
-	if ks := r.keys.Load(); ks != nil {
-		return ks
-	}
-	client := r.conn.Client()
-	if client == nil {
-		return nil
-	}
-	r.keys.CompareAndSwap(nil, envoyrls.NewRatelimitKeyStore(r.next, client, r.prefix))
-	return r.keys.Load()
-}
-
-func (r *ratelimitKeysOnceConnected) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	s := r.store()
-	if s == nil {
-		if err := req.Validate(); err != nil {
-			return sluice.Decision{}, err
-		}
-		return sluice.Decision{}, errRatelimitKeysConnecting
-	}
-	return s.Check(ctx, req)
-}
-
-func (r *ratelimitKeysOnceConnected) Reset(ctx context.Context, tenant, rule, subject string, limits []sluice.Limit) error {
-	s := r.store()
-	if s == nil {
-		if err := sluice.Limits(limits).Validate(); err != nil {
-			return err
-		}
-		return errRatelimitKeysConnecting
-	}
-	return s.Reset(ctx, tenant, rule, subject, limits)
+	return envoyrls.RatelimitKeysOnceConnected(rs, conn.Client, prefix), conn.Close, nil
 }
 
 // xdsTLSFiles are the TLS settings of the connection to the xDS server.

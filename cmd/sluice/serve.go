@@ -109,7 +109,7 @@ type serveConfig struct {
 	EnvoyKeyFormat, EnvoyKeyPrefix string
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
-	envoyEnv envoyEnvReport
+	envoyEnv envoyrls.EnvReport
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
@@ -437,8 +437,131 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 
 // startService opens everything, starts the listeners and returns once the
 // service is accepting requests. The service stops when ctx ends; its
-// result is then sent on done.
+// result is then sent on done. Each step below is one function of starter;
+// a failed start closes, in reverse order, what the steps before opened.
 func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*service, error) {
+	s, err := newStarter(cfg, stderr)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeAll()
+		}
+	}()
+	traces, err := startTracing(ctx, "sluice", s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(traces.shutdown)
+	givenToken, err := cfg.adminToken()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.listen(traces); err != nil {
+		return nil, err
+	}
+	registry, m := newMetrics(cfg)
+	store, storePing, err := s.openStore(m)
+	if err != nil {
+		return nil, err
+	}
+	catalog, err := s.openCatalog(ctx, m, givenToken)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.wrapStore != nil {
+		store = cfg.wrapStore(store)
+	}
+	engine := s.newEngine(store, m, traces)
+	api, err := s.newAPI(ctx, catalog, engine, m, storePing)
+	if err != nil {
+		return nil, err
+	}
+	api.Register(s.mux)
+	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
+	if cfg.MetricsAddr == "" {
+		s.mux.Handle("GET /metrics", metricsHandler)
+	}
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	s.onClose(func() error { stopRun(); return nil })
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- api.Run(runCtx) }()
+
+	var envoySrv atomic.Pointer[envoyrls.Server]
+	stopEnvoy, err := s.startEnvoy(runCtx, &envoySrv, engine, m, traces)
+	if err != nil {
+		return nil, err
+	}
+	stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
+		Mux: s.mux, TLS: s.httpTLS, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(stopConsole)
+
+	var sideSrvs []*http.Server
+	if cfg.MetricsAddr != "" {
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("GET /metrics", metricsHandler)
+		srv, err := s.serveSide("--metrics-addr", cfg.MetricsAddr, "metrics listening", metricsMux)
+		if err != nil {
+			return nil, err
+		}
+		sideSrvs = append(sideSrvs, srv)
+	}
+	if cfg.PprofAddr != "" {
+		srv, err := s.serveSide("--pprof-addr", cfg.PprofAddr, "pprof listening", pprofMux())
+		if err != nil {
+			return nil, err
+		}
+		// Closed before the metrics listener, as ever.
+		sideSrvs = append([]*http.Server{srv}, sideSrvs...)
+	}
+
+	storeName := "memory"
+	if cfg.Redis != "" {
+		storeName = "redis"
+	}
+	s.gate.open.Store(true)
+	s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName,
+		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+
+	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
+	ok = true
+	go func() { svc.done <- s.serveUntilDone(ctx, api, watchDone, sideSrvs, stopEnvoy) }()
+	return svc, nil
+}
+
+// starter is a sluice serve being started: what every step needs, and what
+// the steps so far have opened.
+type starter struct {
+	cfg    serveConfig
+	stderr io.Writer
+	log    *slog.Logger
+	// httpTLS and grpcTLS are the listeners' certificates; nil when off.
+	httpTLS, grpcTLS *tlsconfig.Reloader
+	// scheme is http or https, as the operator reaches the listener.
+	scheme string
+
+	// Set by listen.
+	ln       net.Listener
+	mux      *http.ServeMux
+	gate     *startGate
+	srv      *http.Server
+	serveErr chan error
+	// retryCatalog says which catalog errors are waited out.
+	retryCatalog func(error) bool
+
+	closers []func() error
+}
+
+// newStarter checks the configuration, opens the log, says the start, and
+// reads the certificates before anything is opened, so a wrong file fails
+// the start at once.
+func newStarter(cfg serveConfig, stderr io.Writer) (*starter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -448,166 +571,152 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
-	cfg.envoyEnv.log(log)
-	// Certificates are read before anything is opened, so a wrong file
-	// fails the start at once.
-	httpTLSFiles, err := loadTLS(cfg.tlsFiles(), tlsFlagNames, log)
-	if err != nil {
+	cfg.envoyEnv.Log(log)
+	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogRetry(cfg.Database)}
+	if s.httpTLS, err = loadTLS(cfg.tlsFiles(), tlsFlagNames, log); err != nil {
 		return nil, err
 	}
-	grpcTLSFiles, err := loadTLS(cfg.grpcTLSFiles(), grpcTLSFlagNames, log)
-	if err != nil {
+	if s.grpcTLS, err = loadTLS(cfg.grpcTLSFiles(), grpcTLSFlagNames, log); err != nil {
 		return nil, err
 	}
-	scheme := "http"
-	if httpTLSFiles != nil {
-		scheme = "https"
+	if s.httpTLS != nil {
+		s.scheme = "https"
 	}
+	return s, nil
+}
 
-	var closers []func() error
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			_ = closers[i]()
-		}
+// onClose adds f to what a failed start (or the shutdown) closes.
+func (s *starter) onClose(f func() error) { s.closers = append(s.closers, f) }
+
+// closeAll closes what the steps opened, last opened first.
+func (s *starter) closeAll() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i]()
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			closeAll()
-		}
-	}()
+}
 
-	traces, err := startTracing(ctx, "sluice", log)
+// listen binds the HTTP listener and serves from now on, so /healthz
+// answers while the service waits for the catalog database; the gate hands
+// requests to the mux once everything is up (startup.go).
+func (s *starter) listen(traces *processTracing) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 	}
-	closers = append(closers, traces.shutdown)
-	givenToken, err := cfg.adminToken()
-	if err != nil {
-		return nil, err
-	}
+	s.ln, s.mux, s.gate = ln, http.NewServeMux(), &startGate{}
+	s.srv = newAPIServer(s.mux, s.log)
+	s.gate.next, s.srv.Handler = s.srv.Handler, s.cfg.observeHTTP(s.gate, s.log, traces)
+	s.srv.TLSConfig = httpTLS(s.httpTLS)
+	s.serveErr = make(chan error, 1)
+	go func() { s.serveErr <- serveHTTP(s.srv, ln) }()
+	s.onClose(s.srv.Close)
+	return nil
+}
 
-	// The listener serves from now on, so /healthz answers while the
-	// service waits for the catalog database; the gate hands requests to
-	// the mux once everything is up (startup.go).
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
-	mux := http.NewServeMux()
-	gate := &startGate{}
-	srv := newAPIServer(mux, log)
-	gate.next, srv.Handler = srv.Handler, cfg.observeHTTP(gate, log, traces)
-	srv.TLSConfig = httpTLS(httpTLSFiles)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- serveHTTP(srv, ln) }()
-	closers = append(closers, srv.Close)
-
+// newMetrics is the registry /metrics serves, with the process's own
+// collectors, and the collectors of every face.
+func newMetrics(cfg serveConfig) (*prometheus.Registry, *metrics.Metrics) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
-	m := metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
+	return registry, metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
+}
 
-	var store sluice.Store
-	var storePing func(context.Context) error
-	if cfg.Redis != "" {
-		// A Redis that does not answer yet is connected to in the
-		// background; checks get their rules' failure modes meanwhile.
-		rs, err := sluiceredis.Connect(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, log)
-		if err != nil {
-			return nil, fmt.Errorf("open Redis: %w", err)
-		}
-		closers = append(closers, rs.Close)
-		store, storePing = rs, rs.Ping
-		if cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
-			wrapped, closeKeys, err := withRatelimitKeys(rs, cfg.Redis, cfg.EnvoyKeyPrefix, log)
-			if err != nil {
-				return nil, err
-			}
-			closers = append(closers, closeKeys)
-			store = wrapped
-		}
-	} else {
-		ms := memory.New(cfg.memoryOptions(m))
-		closers = append(closers, ms.Close)
-		store = ms
+// openStore opens the rate-limit store: Redis with --redis (a Redis that
+// does not answer yet is connected to in the background; checks get their
+// rules' failure modes meanwhile), else the memory store. ping is nil for
+// the memory store.
+func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(context.Context) error, err error) {
+	if s.cfg.Redis == "" {
+		ms := memory.New(s.cfg.memoryOptions(m))
+		s.onClose(ms.Close)
+		return ms, nil, nil
 	}
+	rs, err := sluiceredis.Connect(s.cfg.Redis, sluiceredis.Options{Prefix: s.cfg.RedisPrefix}, s.log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open Redis: %w", err)
+	}
+	s.onClose(rs.Close)
+	store, ping = rs, rs.Ping
+	if s.cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
+		wrapped, closeKeys, err := withRatelimitKeys(rs, s.cfg.Redis, s.cfg.EnvoyKeyPrefix, s.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.onClose(closeKeys)
+		store = wrapped
+	}
+	return store, ping, nil
+}
 
-	// A PostgreSQL catalog that does not answer yet is waited for, with
-	// backoff: opened, migrated, and the admin token settled. The token the
-	// service adopts or generates is its own doing (audit: system).
+// openCatalog waits for the catalog database, with backoff (a PostgreSQL
+// that does not answer yet is waited for): opened, migrated, and the admin
+// token settled. The token the service adopts or generates is its own doing
+// (audit: system).
+func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken adminTokenSetting) (migratingCatalog, error) {
 	var catalog migratingCatalog
-	retryCatalog := catalogRetry(cfg.Database)
-	err = waitFor(ctx, log, gate, "the catalog database", retryCatalog, func(ctx context.Context) error {
+	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
-			c, err := openMigratedCatalog(ctx, cfg.Database)
+			c, err := openMigratedCatalog(ctx, s.cfg.Database)
 			if err != nil {
 				return err
 			}
 			catalog = c
-			closers = append(closers, catalog.Close)
-			catalog.SetTenantCaps(sluice.TenantCaps{Rules: cfg.MaxRulesPerTenant, Keys: cfg.MaxKeysPerTenant})
-			catalog.ReportWatchErrors(log, m.CatalogWatchError)
+			s.onClose(catalog.Close)
+			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant})
+			catalog.ReportWatchErrors(s.log, m.CatalogWatchError)
 		}
-		return ensureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(scheme, cfg.Addr), stderr, log)
+		return ensureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
 	})
-	if err != nil {
-		return nil, err
-	}
+	return catalog, err
+}
 
-	if cfg.wrapStore != nil {
-		store = cfg.wrapStore(store)
-	}
-	// One engine for the store, shared by every face: one breaker, one deny
-	// cache, one count of checks in flight.
+// newEngine is the one engine for the store, shared by every face: one
+// breaker, one deny cache, one count of checks in flight.
+func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *processTracing) *check.Engine {
 	engine := check.New(store, check.Options{
 		Guard: guard.Options{
-			Timeout: cfg.StoreTimeout,
-			MaxWait: cfg.MaxWait,
+			Timeout: s.cfg.StoreTimeout,
+			MaxWait: s.cfg.MaxWait,
 			OnStateChange: func(name, from, to string) {
-				log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
+				s.log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
 			},
 		},
 		Metrics:        m,
-		MaxInFlight:    cfg.MaxInFlight,
+		MaxInFlight:    s.cfg.MaxInFlight,
 		TracerProvider: traces.TracerProvider(),
 	})
-	closers = append(closers, engine.Close)
+	s.onClose(engine.Close)
+	return engine
+}
 
-	// The first catalog snapshot is waited for like the database.
+// newAPI is the check and admin API; its first catalog snapshot is waited
+// for like the database.
+func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *check.Engine, m *metrics.Metrics, storePing func(context.Context) error) (*httpapi.API, error) {
 	var api *httpapi.API
-	err = waitFor(ctx, log, gate, "the catalog database", retryCatalog, func(ctx context.Context) (err error) {
+	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
 		api, err = httpapi.New(ctx, httpapi.Options{
 			Catalog:            catalog,
 			Engine:             engine,
-			AdminTimeout:       cfg.AdminTimeout,
+			AdminTimeout:       s.cfg.AdminTimeout,
 			Metrics:            m,
-			Logger:             log,
-			DefaultFailureMode: sluice.FailureMode(cfg.DefaultFailureMode),
+			Logger:             s.log,
+			DefaultFailureMode: sluice.FailureMode(s.cfg.DefaultFailureMode),
 			StorePing:          storePing,
 		})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
+	return api, err
+}
 
-	api.Register(mux)
-	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
-	if cfg.MetricsAddr == "" {
-		mux.Handle("GET /metrics", metricsHandler)
-	}
-
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	closers = append(closers, func() error { stopRun(); return nil })
-	watchDone := make(chan error, 1)
-	go func() { watchDone <- api.Run(runCtx) }()
-
-	// The Envoy rate-limit server shares the store, guard, logs, metrics and
-	// mux (GET /healthcheck only); with neither --grpc-addr, --envoy-json-addr
-	// nor --envoy-config it does nothing.
-	var envoySrv atomic.Pointer[envoyrls.Server]
-	stopEnvoyOnce, err := startEnvoy(runCtx, envoyConfig{
-		Server:           &envoySrv,
+// startEnvoy starts the Envoy rate-limit server. It shares the store,
+// guard, logs, metrics and mux (GET /healthcheck only); with neither
+// --grpc-addr, --envoy-json-addr nor --envoy-config it does nothing. stop
+// may be called more than once: by the shutdown, and by closeAll if the
+// start fails.
+func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.Server], engine *check.Engine, m *metrics.Metrics, traces *processTracing) (stop func(context.Context) error, err error) {
+	cfg := s.cfg
+	stopOnce, err := startEnvoy(ctx, envoyConfig{
+		Server:           srv,
 		GRPCAddr:         cfg.GRPCAddr,
 		GRPCUDS:          cfg.GRPCUDS,
 		GRPCClientSAN:    cfg.GRPCTLSClientSAN,
@@ -624,114 +733,84 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		XDSNodeMetadata:  cfg.EnvoyXDSNodeMetadata,
 		XDSHeaders:       cfg.EnvoyXDSHeaders,
 		Engine:           engine,
-		Logger:           log,
-		Mux:              mux,
+		Logger:           s.log,
+		Mux:              s.mux,
 		Metrics:          m,
 		ResponseHeaders:  cfg.EnvoyResponseHeaders,
 		Flags:            cfg.Envoy,
-		JSONTLS:          httpTLSFiles,
-		GRPCTLS:          grpcTLSFiles,
-		GRPCOptions:      cfg.grpcOptions(log, traces),
+		JSONTLS:          s.httpTLS,
+		GRPCTLS:          s.grpcTLS,
+		GRPCOptions:      cfg.grpcOptions(s.log, traces),
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Stopped by the shutdown below, or by closeAll if the start fails.
-	var envoyOnce sync.Once
-	stopEnvoy := func(ctx context.Context) (err error) {
-		envoyOnce.Do(func() { err = stopEnvoyOnce(ctx) })
+	var once sync.Once
+	stop = func(ctx context.Context) (err error) {
+		once.Do(func() { err = stopOnce(ctx) })
 		return err
 	}
-	closers = append(closers, func() error { return stopEnvoy(context.Background()) })
+	s.onClose(func() error { return stop(context.Background()) })
+	return stop, nil
+}
 
-	stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
-		Mux: mux, TLS: httpTLSFiles, Logger: log})
+// serveSide serves handler on a listener of its own (--metrics-addr,
+// --pprof-addr), with the main listener's TLS.
+func (s *starter) serveSide(flag, addr, msg string, handler http.Handler) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		_ = s.srv.Close()
+		return nil, fmt.Errorf("listen on %s %s: %w", flag, addr, err)
 	}
-	closers = append(closers, stopConsole)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(s.httpTLS),
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	go func() { _ = serveHTTP(srv, ln) }()
+	s.log.Info(msg, "addr", ln.Addr().String(), "tls", tlsMode(s.httpTLS))
+	return srv, nil
+}
 
-	var metricsSrv *http.Server
-	if cfg.MetricsAddr != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			_ = srv.Close()
-			return nil, fmt.Errorf("listen on --metrics-addr %s: %w", cfg.MetricsAddr, err)
-		}
-		metricsMux := http.NewServeMux()
-		metricsMux.Handle("GET /metrics", metricsHandler)
-		metricsSrv = &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(httpTLSFiles),
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		go func() { _ = serveHTTP(metricsSrv, mln) }()
-		log.Info("metrics listening", "addr", mln.Addr().String(), "tls", tlsMode(httpTLSFiles))
-	}
-
-	var pprofSrv *http.Server
-	if cfg.PprofAddr != "" {
-		pln, err := net.Listen("tcp", cfg.PprofAddr)
-		if err != nil {
-			_ = srv.Close()
-			return nil, fmt.Errorf("listen on --pprof-addr %s: %w", cfg.PprofAddr, err)
-		}
-		pprofSrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(httpTLSFiles),
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		go func() { _ = serveHTTP(pprofSrv, pln) }()
-		log.Info("pprof listening", "addr", pln.Addr().String(), "tls", tlsMode(httpTLSFiles))
-	}
-
-	storeName := "memory"
-	if cfg.Redis != "" {
-		storeName = "redis"
-	}
-	gate.open.Store(true)
-	log.Info("sluice serve listening", "addr", ln.Addr().String(), "tls", tlsMode(httpTLSFiles), "store", storeName,
-		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
-
-	svc := &service{Addr: ln.Addr().String(), done: make(chan error, 1)}
-	ok = true
-	go func() {
-		var result error
+// serveUntilDone serves until ctx ends (then drains and shuts down
+// gracefully), the HTTP server fails, or the catalog watch ends, and
+// returns why it stopped: nil for ctx.
+func (s *starter) serveUntilDone(ctx context.Context, api *httpapi.API, watchDone <-chan error, sideSrvs []*http.Server, stopEnvoy func(context.Context) error) error {
+	log := s.log
+	var result error
+	select {
+	case <-ctx.Done():
+		// Readiness fails first while everything is still served, so
+		// load balancers stop sending before the listener closes.
+		api.Drain()
+		log.Info("draining: /readyz answers 503, requests are still served", "period", s.cfg.DrainPeriod.String())
 		select {
-		case <-ctx.Done():
-			// Readiness fails first while everything is still served, so
-			// load balancers stop sending before the listener closes.
-			api.Drain()
-			log.Info("draining: /readyz answers 503, requests are still served", "period", cfg.DrainPeriod.String())
-			select {
-			case <-time.After(cfg.DrainPeriod):
-			case err := <-serveErr:
-				result = fmt.Errorf("HTTP server: %w", err)
-			}
-			log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
-		case err := <-serveErr:
+		case <-time.After(s.cfg.DrainPeriod):
+		case err := <-s.serveErr:
 			result = fmt.Errorf("HTTP server: %w", err)
-		case err := <-watchDone:
-			// The catalog cannot be watched: changes would go unseen.
-			result = err
-			if result == nil {
-				result = errors.New("catalog watch ended unexpectedly")
-			}
 		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			log.Warn("in-flight requests did not finish before the shutdown timeout", "error", err)
-			_ = srv.Close()
+		log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout.String())
+	case err := <-s.serveErr:
+		result = fmt.Errorf("HTTP server: %w", err)
+	case err := <-watchDone:
+		// The catalog cannot be watched: changes would go unseen.
+		result = err
+		if result == nil {
+			result = errors.New("catalog watch ended unexpectedly")
 		}
-		if pprofSrv != nil {
-			_ = pprofSrv.Close()
-		}
-		if metricsSrv != nil {
-			_ = metricsSrv.Close()
-		}
-		if err := stopEnvoy(shutdownCtx); err != nil {
-			log.Warn("envoy rate-limit server did not stop cleanly", "error", err)
-		}
-		closeAll()
-		log.Info("sluice serve stopped")
-		svc.done <- result
-	}()
-	return svc, nil
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("in-flight requests did not finish before the shutdown timeout", "error", err)
+		_ = s.srv.Close()
+	}
+	for _, srv := range sideSrvs {
+		_ = srv.Close()
+	}
+	if err := stopEnvoy(shutdownCtx); err != nil {
+		log.Warn("envoy rate-limit server did not stop cleanly", "error", err)
+	}
+	s.closeAll()
+	log.Info("sluice serve stopped")
+	return result
 }
 
 // newAPIServer is the HTTP server of the service's JSON listeners: bounded

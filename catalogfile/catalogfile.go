@@ -1,10 +1,10 @@
-package main
-
-// A catalog file is the declarative form of tenants, their keys and rules
-// (docs/catalog-files.md): sluice export writes one, sluice apply makes the
-// catalog match one. Rules are spelled as the admin API's PUT body
+// Package catalogfile reads and writes catalog files, and works out what
+// applying one changes. A catalog file is the declarative form of tenants,
+// their keys and rules (docs/catalog-files.md): sluice export writes one,
+// sluice apply makes the catalog match one. Rules are spelled as the admin API's PUT body
 // (adminapi.RuleSpec) and read by the same code, so a file means what the
 // same PUT would.
+package catalogfile
 
 import (
 	"bytes"
@@ -20,50 +20,52 @@ import (
 	"github.com/sluicelabs/sluice/adminapi"
 )
 
-// catalogFile is the document: every tenant it manages.
-type catalogFile struct {
-	Tenants []tenantEntry `yaml:"tenants"`
+// File is the document: every tenant it manages.
+type File struct {
+	Tenants []TenantEntry `yaml:"tenants"`
 }
 
-type tenantEntry struct {
+// TenantEntry is a tenant of a file.
+type TenantEntry struct {
 	Name string `yaml:"name"`
 	// Status is active (the default, left out on export) or suspended.
 	Status string `yaml:"status,omitempty"`
 	// Keys are named only: a secret never appears in a file.
-	Keys  []keyEntry  `yaml:"keys,omitempty"`
-	Rules []ruleEntry `yaml:"rules,omitempty"`
+	Keys  []KeyEntry  `yaml:"keys,omitempty"`
+	Rules []RuleEntry `yaml:"rules,omitempty"`
 }
 
-type keyEntry struct {
+// KeyEntry is a key of a tenant, by name and role.
+type KeyEntry struct {
 	Name string `yaml:"name"`
 	Role string `yaml:"role"`
 }
 
-// ruleEntry is a rule: its name, and what the admin API's PUT of it sets
+// RuleEntry is a rule: its name, and what the admin API's PUT of it sets
 // (a failure mode of none, and shadow false, are left out on export).
-type ruleEntry struct {
+type RuleEntry struct {
 	Name              string `yaml:"name"`
 	adminapi.RuleSpec `yaml:",inline"`
 }
 
-// desiredTenant is a tenant of a file, validated, in domain types.
-type desiredTenant struct {
+// Desired is a tenant of a file, validated, in domain types.
+type Desired struct {
 	Name   string
 	Status sluice.TenantStatus
-	Keys   []keyEntry
+	Keys   []KeyEntry
 	Rules  []sluice.Rule
 }
 
-// parseCatalogFile reads and validates a catalog file. Every error names
+// Parse reads and validates a catalog file. Every error names
 // the file, the entry and the field.
-func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
-	var f catalogFile
+func Parse(name string, data []byte) ([]Desired, error) {
+	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	out := make([]desiredTenant, 0, len(f.Tenants))
+	out := make([]Desired, 0, len(f.Tenants))
 	seen := map[string]bool{}
 	for i, te := range f.Tenants {
 		where := fmt.Sprintf("%s: tenants[%d]", name, i)
@@ -75,7 +77,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 			return nil, fmt.Errorf("%s.name: tenant %s is listed twice", where, te.Name)
 		}
 		seen[te.Name] = true
-		t := desiredTenant{Name: te.Name, Status: sluice.TenantStatus(te.Status)}
+		t := Desired{Name: te.Name, Status: sluice.TenantStatus(te.Status)}
 		switch t.Status {
 		case "":
 			t.Status = sluice.TenantActive
@@ -126,7 +128,7 @@ func parseCatalogFile(name string, data []byte) ([]desiredTenant, error) {
 }
 
 // rule reads the entry as the admin API reads a PUT of it.
-func (re ruleEntry) rule(tenant, where string) (sluice.Rule, error) {
+func (re RuleEntry) rule(tenant, where string) (sluice.Rule, error) {
 	r := sluice.Rule{Tenant: tenant, Name: re.Name, Route: re.Route, FailureMode: sluice.FailureMode(re.FailureMode), Shadow: re.Shadow}
 	if err := sluice.RoutePattern(re.Route).Validate(); err != nil {
 		return r, fmt.Errorf("%s.route: %w", where, err)
@@ -150,19 +152,19 @@ func (re ruleEntry) rule(tenant, where string) (sluice.Rule, error) {
 	return r, nil
 }
 
-// currentTenant is a tenant as the catalog holds it now.
-type currentTenant struct {
+// Current is a tenant as the catalog holds it now.
+type Current struct {
 	sluice.Tenant
 	Keys  []sluice.APIKey // active keys only: revoked ones are history
 	Rules []sluice.Rule
 }
 
-// catalogFileOf writes the current catalog in the file format, in a stable
+// Export writes the current catalog in the file format, in a stable
 // order so two exports of one catalog are byte for byte equal.
-func catalogFileOf(ts []currentTenant) catalogFile {
-	f := catalogFile{Tenants: make([]tenantEntry, 0, len(ts))}
+func Export(ts []Current) File {
+	f := File{Tenants: make([]TenantEntry, 0, len(ts))}
 	for _, t := range ts {
-		te := tenantEntry{Name: t.Name}
+		te := TenantEntry{Name: t.Name}
 		if t.Status != sluice.TenantActive {
 			te.Status = string(t.Status)
 		}
@@ -172,17 +174,17 @@ func catalogFileOf(ts []currentTenant) catalogFile {
 			// lists the name once.
 			if !seen[k.Name] {
 				seen[k.Name] = true
-				te.Keys = append(te.Keys, keyEntry{Name: k.Name, Role: string(k.Role)})
+				te.Keys = append(te.Keys, KeyEntry{Name: k.Name, Role: string(k.Role)})
 			}
 		}
-		slices.SortFunc(te.Keys, func(a, b keyEntry) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(te.Keys, func(a, b KeyEntry) int { return cmp.Compare(a.Name, b.Name) })
 		for _, r := range t.Rules {
-			re := ruleEntry{Name: r.Name, RuleSpec: adminapi.NewRule(r).Spec()}
+			re := RuleEntry{Name: r.Name, RuleSpec: adminapi.NewRule(r).Spec()}
 			te.Rules = append(te.Rules, re)
 		}
-		slices.SortFunc(te.Rules, func(a, b ruleEntry) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(te.Rules, func(a, b RuleEntry) int { return cmp.Compare(a.Name, b.Name) })
 		f.Tenants = append(f.Tenants, te)
 	}
-	slices.SortFunc(f.Tenants, func(a, b tenantEntry) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(f.Tenants, func(a, b TenantEntry) int { return cmp.Compare(a.Name, b.Name) })
 	return f
 }

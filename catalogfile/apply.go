@@ -1,0 +1,175 @@
+package catalogfile
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/sluicelabs/sluice"
+)
+
+// Admin is what reading and applying a catalog need, in domain types: the
+// catalog database itself or a server's admin API.
+type Admin interface {
+	CreateTenant(ctx context.Context, name string) (sluice.Tenant, error)
+	Tenants(ctx context.Context) ([]sluice.Tenant, error)
+	SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error)
+	DeleteTenant(ctx context.Context, name string) error
+	// NewKey creates a key and returns it with its secret.
+	NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error)
+	Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error)
+	Revoke(ctx context.Context, tenant, id string) error
+	PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error)
+	Rules(ctx context.Context, tenant string) ([]sluice.Rule, error)
+	DeleteRule(ctx context.Context, tenant, name string) error
+}
+
+// Read reads every tenant with its active keys and its rules.
+func Read(ctx context.Context, c Admin) ([]Current, error) {
+	ts, err := c.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Current, 0, len(ts))
+	for _, t := range ts {
+		ct := Current{Tenant: t}
+		ks, err := c.Keys(ctx, t.Name)
+		if err != nil {
+			return nil, fmt.Errorf("read the keys of tenant %s: %w", t.Name, err)
+		}
+		for _, k := range ks {
+			if k.RevokedAt == nil {
+				ct.Keys = append(ct.Keys, k)
+			}
+		}
+		if ct.Rules, err = c.Rules(ctx, t.Name); err != nil {
+			return nil, fmt.Errorf("read the rules of tenant %s: %w", t.Name, err)
+		}
+		out = append(out, ct)
+	}
+	return out, nil
+}
+
+// Step is one change of an apply: what it says, and how to make it.
+type Step struct {
+	// What says the change: "+ tenant acme", "~ rule acme/api: ...".
+	What string
+	// Do makes it; a created key's secret is printed on out.
+	Do func(ctx context.Context, c Admin, out io.Writer) error
+}
+
+// Plan works out the changes that make current match desired, in an
+// order that keeps every intermediate catalog valid: tenants first, then
+// their rules and keys, and deletions last, so that no route is left
+// unlimited while a rule replaces another.
+func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
+	byName := map[string]Current{}
+	for _, t := range current {
+		byName[t.Name] = t
+	}
+	var creates, updates, deletes []Step
+	for _, d := range desired {
+		cur, exists := byName[d.Name]
+		if !exists {
+			creates = append(creates, Step{"+ tenant " + d.Name, func(ctx context.Context, c Admin, _ io.Writer) error {
+				_, err := c.CreateTenant(ctx, d.Name)
+				return err
+			}})
+			cur.Status = sluice.TenantActive
+		}
+		if cur.Status != d.Status {
+			updates = append(updates, Step{fmt.Sprintf("~ tenant %s: status %s -> %s", d.Name, cur.Status, d.Status), func(ctx context.Context, c Admin, _ io.Writer) error {
+				_, err := c.SetTenantStatus(ctx, d.Name, d.Status)
+				return err
+			}})
+		}
+		rules := map[string]sluice.Rule{}
+		for _, r := range cur.Rules {
+			rules[r.Name] = r
+		}
+		for _, r := range d.Rules {
+			old, had := rules[r.Name]
+			delete(rules, r.Name)
+			if had && sameRuleSpec(old, r) {
+				continue
+			}
+			what := fmt.Sprintf("+ rule %s/%s: %s", d.Name, r.Name, r.Describe())
+			if had {
+				what = fmt.Sprintf("~ rule %s/%s: %s\n    was: %s", d.Name, r.Name, r.Describe(), old.Describe())
+			}
+			updates = append(updates, Step{what, func(ctx context.Context, c Admin, _ io.Writer) error {
+				_, err := c.PutRule(ctx, r)
+				return err
+			}})
+		}
+		keys := map[string][]sluice.APIKey{}
+		for _, k := range cur.Keys {
+			keys[k.Name] = append(keys[k.Name], k)
+		}
+		for _, k := range d.Keys {
+			have := keys[k.Name]
+			delete(keys, k.Name)
+			if len(have) == 0 {
+				updates = append(updates, Step{fmt.Sprintf("+ key %s/%s (role %s)", d.Name, k.Name, k.Role), func(ctx context.Context, c Admin, out io.Writer) error {
+					created, secret, err := c.NewKey(ctx, d.Name, k.Name, sluice.Role(k.Role))
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "Created key %s (name %s) of tenant %s; its secret, shown only this once: %s\n", created.ID, k.Name, d.Name, secret)
+					return nil
+				}})
+				continue
+			}
+			for _, h := range have {
+				if string(h.Role) != k.Role {
+					return nil, fmt.Errorf("key %s of tenant %s has role %s, the file says %s; a key's role cannot change: revoke it (sluice key revoke %s %s) and apply again, or give the new key another name",
+						k.Name, d.Name, h.Role, k.Role, d.Name, h.ID)
+				}
+			}
+		}
+		if !prune {
+			continue
+		}
+		for _, name := range sortedKeys(rules) {
+			deletes = append(deletes, Step{fmt.Sprintf("- rule %s/%s", d.Name, name), func(ctx context.Context, c Admin, _ io.Writer) error {
+				return c.DeleteRule(ctx, d.Name, name)
+			}})
+		}
+		for _, name := range sortedKeys(keys) {
+			for _, k := range keys[name] {
+				deletes = append(deletes, Step{fmt.Sprintf("- key %s/%s (%s, revoked)", d.Name, name, k.ID), func(ctx context.Context, c Admin, _ io.Writer) error {
+					return c.Revoke(ctx, d.Name, k.ID)
+				}})
+			}
+		}
+	}
+	if prune {
+		listed := map[string]bool{}
+		for _, d := range desired {
+			listed[d.Name] = true
+		}
+		for _, t := range current {
+			if !listed[t.Name] {
+				deletes = append(deletes, Step{fmt.Sprintf("- tenant %s (with its %d keys and %d rules)", t.Name, len(t.Keys), len(t.Rules)), func(ctx context.Context, c Admin, _ io.Writer) error {
+					return c.DeleteTenant(ctx, t.Name)
+				}})
+			}
+		}
+	}
+	return slices.Concat(creates, updates, deletes), nil
+}
+
+// sameRuleSpec reports whether two rules say the same, whenever written.
+func sameRuleSpec(a, b sluice.Rule) bool {
+	return a.Route == b.Route && a.FailureMode == b.FailureMode && a.Shadow == b.Shadow && slices.Equal(a.Limits, b.Limits)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

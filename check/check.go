@@ -7,7 +7,8 @@
 //  1. the local deny cache: a subject that was denied and cannot have
 //     regained quota yet is denied in process, exactly, without a store call;
 //  2. load shedding: checks wait for the store in a bounded queue; past
-//     MaxInFlight checks waiting, or once a check has waited the guard's
+//     MaxInFlight checks waiting (or MaxInFlightPerNamespace of one
+//     namespace's), or once a check has waited the guard's
 //     MaxWait for its answer (1s by default, on the wall clock), it is
 //     shed (ErrOverloaded) instead of queueing without bound; inside those
 //     bounds it is answered by the store, late if need be;
@@ -27,6 +28,7 @@ package check
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +69,12 @@ type Options struct {
 	// queue's length (default DefaultMaxInFlight; negative: no bound). A
 	// check past it is shed. The queue's wait is Guard.MaxWait.
 	MaxInFlight int
+	// MaxInFlightPerNamespace bounds the checks one namespace (a tenant, an
+	// Envoy domain) may have waiting at once, so that one namespace's flood
+	// cannot fill the queue every namespace shares (default: three quarters
+	// of MaxInFlight; negative: no bound of its own). A check past it is
+	// shed like one past MaxInFlight.
+	MaxInFlightPerNamespace int
 	// Clock is the deny cache's clock (default time.Now). Tests that give
 	// the store a clock give the engine the same one.
 	Clock func() time.Time
@@ -83,7 +91,11 @@ type Engine struct {
 	metrics     *metrics.Metrics
 	maxInFlight int64
 	inFlight    atomic.Int64
-	clock       func() time.Time
+	// maxPerNamespace bounds each namespace's share of the queue, counted
+	// in namespaceInFlight (namespace → *atomic.Int64).
+	maxPerNamespace   int64
+	namespaceInFlight sync.Map
+	clock             func() time.Time
 	// resetEpoch counts subject resets; a check that saw another epoch when
 	// it was sent must not remember its deny (the counters it saw are gone).
 	resetEpoch atomic.Uint64
@@ -110,17 +122,25 @@ func New(store sluice.Store, opts Options) *Engine {
 	case maxInFlight < 0:
 		maxInFlight = 1<<63 - 1
 	}
+	perNamespace := int64(opts.MaxInFlightPerNamespace)
+	switch {
+	case perNamespace == 0:
+		perNamespace = max(1, maxInFlight-maxInFlight/4)
+	case perNamespace < 0:
+		perNamespace = 1<<63 - 1
+	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
 	g := guard.New(store, opts.Guard)
 	return &Engine{
-		clock:       opts.Clock,
-		guard:       g,
-		deny:        newDenyCache(size),
-		metrics:     opts.Metrics,
-		maxInFlight: maxInFlight,
-		tracer:      newTracer(opts.TracerProvider),
+		clock:           opts.Clock,
+		guard:           g,
+		deny:            newDenyCache(size),
+		metrics:         opts.Metrics,
+		maxInFlight:     maxInFlight,
+		maxPerNamespace: perNamespace,
+		tracer:          newTracer(opts.TracerProvider),
 	}
 }
 
@@ -149,6 +169,9 @@ type Rule struct {
 
 	series *metrics.Series
 	labels metrics.Labels // for spans
+	// inFlight counts the checks of the rule's namespace waiting for the
+	// store (shared by the namespace's rules; nil: looked up per check).
+	inFlight *atomic.Int64
 }
 
 // NewRule returns r ready to check, counted under labels.
@@ -158,6 +181,7 @@ func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
 	}
 	r.series = e.metrics.Series(labels)
 	r.labels = labels
+	r.inFlight = e.namespaceCount(r.Namespace)
 	return &r
 }
 
@@ -293,7 +317,16 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.finish(r, q.Start, Result{Decision: d, Cached: true}), nil
 	}
 
+	nsInFlight := r.inFlight
+	if nsInFlight == nil {
+		nsInFlight = e.namespaceCount(r.Namespace)
+	}
 	if n := e.inFlight.Add(1); n > e.maxInFlight {
+		e.inFlight.Add(-1)
+		return e.shed(ctx, r, q, req)
+	}
+	if n := nsInFlight.Add(1); n > e.maxPerNamespace {
+		nsInFlight.Add(-1)
 		e.inFlight.Add(-1)
 		return e.shed(ctx, r, q, req)
 	}
@@ -304,6 +337,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	storeStart := tr.start()
 	d, err := e.guard.CheckVia(ctx, req, r.Mode, q.Ask)
 	tr.stored(storeStart)
+	nsInFlight.Add(-1)
 	e.inFlight.Add(-1)
 	e.metrics.AddInFlight(-1)
 	if err != nil {
@@ -322,6 +356,17 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	}
 	e.countLeases(r, req, d)
 	return e.finish(r, q.Start, Result{Decision: d}), nil
+}
+
+// namespaceCount returns the count of namespace's checks waiting for the
+// store. Namespaces are the catalog's tenants and the configured Envoy
+// domains, so the map is as bounded as they are.
+func (e *Engine) namespaceCount(namespace string) *atomic.Int64 {
+	if c, ok := e.namespaceInFlight.Load(namespace); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := e.namespaceInFlight.LoadOrStore(namespace, new(atomic.Int64))
+	return c.(*atomic.Int64)
 }
 
 // exceedsCapacity reports whether cost can never fit one of limits.

@@ -155,3 +155,53 @@ sluice_deny_cache_hits_total 1
 		t.Fatal(err)
 	}
 }
+
+// TestShedPastMaxInFlightPerNamespace: one namespace with its share of the
+// queue waiting is shed past it, while another namespace's check still goes
+// to the store: one tenant's flood cannot fill the queue every tenant shares.
+func TestShedPastMaxInFlightPerNamespace(t *testing.T) {
+	store := &gateStore{Store: newMemory(t), gate: make(chan struct{}), entered: make(chan struct{}, 3)}
+	e := check.New(store, check.Options{MaxInFlight: 4, MaxInFlightPerNamespace: 2})
+	t.Cleanup(func() { e.Close() })
+	rule := func(namespace string) *check.Rule {
+		return e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: namespace, Name: "r", Limits: hourly(5)})
+	}
+	flood, other := rule("flood"), rule("other")
+	ctx := context.Background()
+	done := make(chan error, 3)
+	for range 2 {
+		go func() {
+			_, err := e.Check(ctx, check.Query{Rule: flood, Subject: "s", Cost: 1})
+			done <- err
+		}()
+		<-store.entered
+	}
+	third := make(chan error, 1)
+	go func() {
+		_, err := e.Check(ctx, check.Query{Rule: flood, Subject: "s", Cost: 1})
+		third <- err
+	}()
+	select {
+	case err := <-third:
+		if !errors.Is(err, check.ErrOverloaded) {
+			t.Fatalf("a third check of the flooding namespace: %v, want ErrOverloaded", err)
+		}
+	case <-store.entered:
+		t.Fatal("a third check of the flooding namespace reached the store past the namespace's share")
+	}
+	go func() {
+		_, err := e.Check(ctx, check.Query{Rule: other, Subject: "s", Cost: 1})
+		done <- err
+	}()
+	<-store.entered // the other namespace's check reached the store
+	close(store.gate)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatalf("a check within the bounds: %v", err)
+		}
+	}
+	// The shares are given back: the flooding namespace is served again.
+	if res, err := e.Check(ctx, check.Query{Rule: flood, Subject: "s", Cost: 1}); err != nil || res.Outcome != check.Allowed {
+		t.Fatalf("after the queue drained: %+v, %v", res, err)
+	}
+}

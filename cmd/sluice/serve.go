@@ -55,6 +55,7 @@ type serveConfig struct {
 	ShutdownTimeout      time.Duration
 	LogLevel             string
 	MaxInFlight          int
+	MaxInFlightPerTenant int
 	MaxWait              time.Duration
 	MaxMetricSeries      int
 	// MemoryMaxKeys and MemoryMaxKeysPerTenant bound the embedded memory
@@ -189,6 +190,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
+	f.IntVar(&cfg.MaxInFlightPerTenant, "max-in-flight-per-tenant", 0, "checks one tenant or Envoy domain may have waiting for the store at once, past which its new ones are shed, so one tenant cannot fill the queue (0: three quarters of --max-in-flight)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (then intermediates) of every HTTP listener: --addr, --metrics-addr, --envoy-json-addr, --pprof-addr (plain HTTP when empty); reloaded when the file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA certificates: the HTTP listeners then require a client certificate signed by one of them (mutual TLS)")
@@ -277,6 +279,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.AdminTimeout < 0 {
 		return fmt.Errorf("--admin-timeout must not be negative, got %v", cfg.AdminTimeout)
+	}
+	if cfg.MaxInFlightPerTenant < 0 {
+		return fmt.Errorf("--max-in-flight-per-tenant must not be negative, got %d", cfg.MaxInFlightPerTenant)
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
@@ -681,9 +686,10 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 				s.log.Warn("store circuit breaker changed state", "breaker", name, "from", from, "to", to)
 			},
 		},
-		Metrics:        m,
-		MaxInFlight:    s.cfg.MaxInFlight,
-		TracerProvider: traces.TracerProvider(),
+		Metrics:                 m,
+		MaxInFlight:             s.cfg.MaxInFlight,
+		MaxInFlightPerNamespace: s.cfg.MaxInFlightPerTenant,
+		TracerProvider:          traces.TracerProvider(),
 	})
 	s.onClose(engine.Close)
 	return engine

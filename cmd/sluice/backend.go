@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/catalogfile"
 	"github.com/sluicelabs/sluice/client"
 )
 
@@ -32,20 +33,11 @@ func init() {
 	f.StringVar(&remote.token, "token", "", "with --server: the operator's admin token or a tenant admin key (SLUICE_TOKEN; the server's own is SLUICE_ADMIN_TOKEN)")
 }
 
-// adminBackend is what the catalog commands need, in domain types.
+// adminBackend is what the catalog commands need, in domain types: what
+// apply and export need, and one rule by name.
 type adminBackend interface {
-	CreateTenant(ctx context.Context, name string) (sluice.Tenant, error)
-	Tenants(ctx context.Context) ([]sluice.Tenant, error)
-	SetTenantStatus(ctx context.Context, name string, status sluice.TenantStatus) (sluice.Tenant, error)
-	DeleteTenant(ctx context.Context, name string) error
-	// NewKey creates a key and returns it with its secret.
-	NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error)
-	Keys(ctx context.Context, tenant string) ([]sluice.APIKey, error)
-	Revoke(ctx context.Context, tenant, id string) error
-	PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error)
-	Rules(ctx context.Context, tenant string) ([]sluice.Rule, error)
+	catalogfile.Admin
 	Rule(ctx context.Context, tenant, name string) (sluice.Rule, error)
-	DeleteRule(ctx context.Context, tenant, name string) error
 }
 
 // access says whether a command only reads the catalog: a read never creates

@@ -89,14 +89,19 @@ func newDenyCache(size int) *denyCache {
 	return c
 }
 
+// hashSubject starts h on the cache's seed with a subject of a rule.
+func (c *denyCache) hashSubject(h *maphash.Hash, namespace, rule, subject string) {
+	h.SetSeed(c.seed)
+	h.WriteString(namespace)
+	h.WriteByte(0)
+	h.WriteString(rule)
+	h.WriteByte(0)
+	h.WriteString(subject)
+}
+
 func (c *denyCache) shard(k denyKey) *denyShard {
 	var h maphash.Hash
-	h.SetSeed(c.seed)
-	h.WriteString(k.namespace)
-	h.WriteByte(0)
-	h.WriteString(k.rule)
-	h.WriteByte(0)
-	h.WriteString(k.subject)
+	c.hashSubject(&h, k.namespace, k.rule, k.subject)
 	return &c.shards[h.Sum64()%denyShards]
 }
 
@@ -149,12 +154,7 @@ func (c *denyCache) admitted(rule *Rule, subject string, limits []sluice.Limit) 
 
 func (c *denyCache) stripe(rule *Rule, subject, limit string) *atomic.Uint64 {
 	var h maphash.Hash
-	h.SetSeed(c.seed)
-	h.WriteString(rule.Namespace)
-	h.WriteByte(0)
-	h.WriteString(rule.Name)
-	h.WriteByte(0)
-	h.WriteString(subject)
+	c.hashSubject(&h, rule.Namespace, rule.Name, subject)
 	h.WriteByte(0)
 	h.WriteString(limit)
 	return &c.admits[h.Sum64()%admitStripes]

@@ -354,10 +354,6 @@ func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.Fa
 	return sluice.Decision{}, unavailable(cause)
 }
 
-// MaxWait is the longest a store call waits on the wall clock before it is
-// this process's overload.
-func (g *Guard) MaxWait() time.Duration { return g.maxWait }
-
 // Stalled returns the wall time this process was found unable to run while
 // store calls were pending: what the deadlines did not count.
 func (g *Guard) Stalled() time.Duration { return time.Duration(g.deadlines.stalled.Load()) }

@@ -171,7 +171,7 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 // countedRule is a rule on route with one fixed window of limit per hour.
 func countedRule(route, mode string, limit int) map[string]any {
 	return map[string]any{"route": route, "failure_mode": mode, "limits": []any{
-		map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": limit, "window": "1h"}}}
+		map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": limit, "window": "1h"}}} // faultWindow
 }
 
 // adminCall is one admin call with its own client, so a call that hangs is

@@ -85,7 +85,10 @@ type Domain struct {
 	// envoyproxy/ratelimit does, leaving the decision to Envoy's
 	// failure_mode_deny.
 	FailureMode sluice.FailureMode
-	root        *node
+	// Counting is how the domain's hits count (the YAML's counting);
+	// "" leaves it to Options.Counting.
+	Counting Counting
+	root     *node
 }
 
 // node is one descriptor entry of the configuration tree.
@@ -156,6 +159,7 @@ type yamlDomain struct {
 	Descriptors  []yamlDescriptor `yaml:"descriptors"`
 	AllOrNothing bool             `yaml:"all_or_nothing"`
 	FailureMode  string           `yaml:"failure_mode"`
+	Counting     string           `yaml:"counting"`
 }
 
 type yamlDescriptor struct {
@@ -261,6 +265,12 @@ func ParseDomain(file string, data []byte) (*Domain, error) {
 		return nil, fmt.Errorf("%s: domain %q: %w", file, y.Domain, err)
 	}
 	d.FailureMode = mode
+	if d.Counting, err = parseCounting(y.Counting); err != nil {
+		return nil, fmt.Errorf("%s: domain %q: %w", file, y.Domain, err)
+	}
+	if d.AllOrNothing && d.Counting == CountingEnvoy {
+		return nil, fmt.Errorf("%s: domain %q: all_or_nothing checks a request's descriptors together and consumes nothing when one denies, which is counting: strict; remove counting: envoy or all_or_nothing", file, y.Domain)
+	}
 	d.root = &node{}
 	if err := addDescriptors(d.root, y.Descriptors, d); err != nil {
 		return nil, fmt.Errorf("%s: domain %q: %w", file, y.Domain, err)
@@ -723,8 +733,8 @@ func (c *Config) add(d *Domain, merge bool) error {
 	if !merge {
 		return fmt.Errorf("%s: domain %q is already defined in %s; each domain belongs in one file (or merge them with --envoy-merge-domains)", d.File, d.Name, prev.File)
 	}
-	if prev.AllOrNothing != d.AllOrNothing || prev.FailureMode != d.FailureMode {
-		return fmt.Errorf("%s: domain %q is also defined in %s with another all_or_nothing or failure_mode; the files of one domain must agree on them", d.File, d.Name, prev.File)
+	if prev.AllOrNothing != d.AllOrNothing || prev.FailureMode != d.FailureMode || prev.Counting != d.Counting {
+		return fmt.Errorf("%s: domain %q is also defined in %s with another all_or_nothing, failure_mode or counting; the files of one domain must agree on them", d.File, d.Name, prev.File)
 	}
 	var children []*node
 	for _, n := range d.root.exact {

@@ -149,7 +149,7 @@ var EnvTable = []EnvRow{
 	mapped("envoy-key-format", ratelimitKeyFormat),
 	mapped("envoy-key-prefix", whenRedis("CACHE_KEY_PREFIX"), "CACHE_KEY_PREFIX"),
 	ignored("Sluice's local deny cache is always on: exact (it never denies what the store would allow), bounded in entries, cleared on every configuration change", "LOCAL_CACHE_SIZE_IN_BYTES"),
-	ignored("Sluice never counts a denied request, which is what this variable asks for", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+	missing("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	ignored("Sluice's keys expire exactly when dropping them loses nothing, never with jitter", "EXPIRATION_JITTER_MAX_SECONDS"),
 
 	// Metrics and tracing.
@@ -210,19 +210,38 @@ type EnvFlags interface {
 // variables in lookup, as EnvTable says. A variable with a value Sluice
 // cannot honour is an error naming it, and nothing is set.
 func ApplyEnv(fs EnvFlags, lookup func(string) (string, bool)) (EnvReport, error) {
+	if !EnvIsRatelimit(lookup) {
+		return EnvReport{}, nil
+	}
+	return applyEnv(fs, lookup)
+}
+
+// ApplyEnvAsRatelimit is ApplyEnv for ENV mode (the binary started as
+// /bin/ratelimit): the table applies, with envoyproxy/ratelimit's defaults
+// for what is unset, even when no variable of it is set.
+func ApplyEnvAsRatelimit(fs EnvFlags, lookup func(string) (string, bool)) (EnvReport, error) {
+	return applyEnv(fs, lookup)
+}
+
+// EnvIsRatelimit reports whether the environment is envoyproxy/ratelimit's:
+// some variable of EnvTable is set, other than the generic HOST, PORT,
+// LOG_LEVEL and LOG_FORMAT.
+func EnvIsRatelimit(lookup func(string) (string, bool)) bool {
+	for _, row := range EnvTable {
+		for _, v := range row.Vars {
+			if value, _ := lookup(v); value != "" && !envGeneric[v] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func applyEnv(fs EnvFlags, lookup func(string) (string, bool)) (EnvReport, error) {
 	var report EnvReport
 	get := func(name string) string {
 		v, _ := lookup(name)
 		return v
-	}
-	active := false
-	for _, row := range EnvTable {
-		for _, v := range row.Vars {
-			active = active || (get(v) != "" && !envGeneric[v])
-		}
-	}
-	if !active {
-		return report, nil
 	}
 	type setting struct {
 		flag, value string

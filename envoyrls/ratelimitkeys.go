@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -28,26 +29,47 @@ import (
 
 // ratelimitKeyMarker starts the subject of a check counted under an
 // envoyproxy/ratelimit key: no subject Match makes starts with a NUL.
-const ratelimitKeyMarker = "\x00ratelimit\x00"
+// countAllMarker starts it instead when every hit counts (CountingEnvoy);
+// what follows it up to the next NUL is the part of the hits above the
+// limit (usually empty): the engine refuses a cost no limit can hold as
+// bad input, so such a charge is checked at the limit and the rest rides
+// in the subject, for the script to add.
+const (
+	ratelimitKeyMarker = "\x00ratelimit\x00"
+	countAllMarker     = "\x00ratelimit+"
+)
 
 // keySubject is the subject of a matched descriptor's check: with the
 // ratelimit key format and a rule it applies to, the key's descriptor part
 // (envoyproxy/ratelimit's key without its prefix and window), else subject.
-// An all_or_nothing domain checks its descriptors together, under Sluice's
-// keys: envoyproxy/ratelimit has no such thing to share counters with.
-func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimitDescriptor_Entry, subject string) string {
+// countsAll says the check counts every hit (the domain's counting is
+// envoy); then a cost above the limit is lowered to it, the rest carried in
+// the subject. An all_or_nothing domain checks its descriptors together,
+// under Sluice's keys: envoyproxy/ratelimit has no such thing to share
+// counters with.
+func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimitDescriptor_Entry, subject string, cost *int64) (_ string, countsAll bool) {
 	if !s.ratelimitKeys || d.AllOrNothing || !usesRatelimitKey(r) {
-		return subject
+		return subject, false
 	}
 	var b strings.Builder
-	b.WriteString(ratelimitKeyMarker)
+	if s.counting(d) == CountingEnvoy {
+		countsAll = true
+		b.WriteString(countAllMarker)
+		if over := *cost - r.Limit.Capacity; over > 0 {
+			b.WriteString(strconv.FormatInt(over, 10))
+			*cost = r.Limit.Capacity
+		}
+		b.WriteByte(0)
+	} else {
+		b.WriteString(ratelimitKeyMarker)
+	}
 	b.WriteString(d.Name)
 	b.WriteByte('_')
 	cur := d.root
 	for _, e := range entries {
 		next := cur.child(e.GetKey(), e.GetValue())
 		if next == nil {
-			return subject // cannot happen: entries matched r
+			return subject, false // cannot happen: entries matched r
 		}
 		b.WriteString(e.GetKey())
 		b.WriteByte('_')
@@ -61,7 +83,7 @@ func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimit
 		b.WriteByte('_')
 		cur = next
 	}
-	return b.String()
+	return b.String(), countsAll
 }
 
 // usesRatelimitKey reports whether r is counted as envoyproxy/ratelimit
@@ -72,7 +94,7 @@ func usesRatelimitKey(r *Rule) bool {
 }
 
 // ratelimitScript adds the hits to the window's count unless that would pass
-// the limit (a deny consumes nothing, as everywhere in Sluice; where
+// the limit (a deny consumes nothing: CountingStrict; where
 // envoyproxy/ratelimit counts denied hits too, the count is only higher), and
 // keeps the key for the window's length. It replies the verdict and the count.
 var ratelimitScript = rueidis.NewLuaScript(`
@@ -84,6 +106,24 @@ end
 if hits > 0 then
   count = redis.call('INCRBY', KEYS[1], hits)
   redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return {1, count}
+`)
+
+// countAllScript adds the hits to the window's count whatever the verdict,
+// as envoyproxy/ratelimit does (CountingEnvoy): the hits are over the limit
+// when the count with them passes it. It replies the verdict and the count.
+var countAllScript = rueidis.NewLuaScript(`
+local hits, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local count
+if hits > 0 then
+  count = redis.call('INCRBY', KEYS[1], hits)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+else
+  count = tonumber(redis.call('GET', KEYS[1]) or '0')
+end
+if count > limit then
+  return {0, count}
 end
 return {1, count}
 `)
@@ -111,7 +151,16 @@ func NewRatelimitKeyStore(next sluice.Store, client rueidis.Client, prefix strin
 // Check counts a marked check under its envoyproxy/ratelimit key, and passes
 // any other to the wrapped store.
 func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	script, hits := ratelimitScript, req.Cost
 	descriptor, marked := strings.CutPrefix(req.Subject, ratelimitKeyMarker)
+	if rest, countsAll := strings.CutPrefix(req.Subject, countAllMarker); countsAll {
+		over, after, ok := strings.Cut(rest, "\x00")
+		n, err := strconv.ParseInt(cmp.Or(over, "0"), 10, 64)
+		if !ok || err != nil || n < 0 {
+			return sluice.Decision{}, fmt.Errorf("%w: malformed envoyproxy/ratelimit-format subject", sluice.ErrInvalid)
+		}
+		script, hits, descriptor, marked = countAllScript, req.Cost+n, after, true
+	}
 	if !marked || !strings.HasPrefix(req.Tenant, "envoy:") || len(req.Limits) != 1 || req.Limits[0].Algorithm != sluice.AlgorithmFixedWindow {
 		return s.next.Check(ctx, req)
 	}
@@ -130,8 +179,8 @@ func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (slui
 	start := now.Unix() / unit * unit
 	untilEnd := time.Unix(start+unit, 0).Sub(now)
 	key := s.prefix + descriptor + strconv.FormatInt(start, 10)
-	reply, err := ratelimitScript.Exec(ctx, s.client, []string{key},
-		[]string{strconv.FormatInt(req.Cost, 10), strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(unit, 10)}).AsIntSlice()
+	reply, err := script.Exec(ctx, s.client, []string{key},
+		[]string{strconv.FormatInt(hits, 10), strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(unit, 10)}).AsIntSlice()
 	if err != nil || len(reply) != 2 {
 		if err == nil {
 			err = fmt.Errorf("script replied %d values, want 2", len(reply))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/rueidis"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
@@ -149,5 +151,163 @@ func testRatelimitKeyFormat(t *testing.T, redisURL string) {
 	}
 	if n := do("EXISTS", windowKey("bucket_b1", 3600)); n != "0" {
 		t.Fatalf("a token bucket made an envoyproxy/ratelimit key (EXISTS %s)", n)
+	}
+}
+
+// ratelimitKeyServer is an Envoy server over Redis with envoyproxy/ratelimit's
+// keys (prefix "rl_") and config, and a raw client to read the keys.
+func ratelimitKeyServer(t *testing.T, redisURL, config string, opts envoyrls.Options) (*envoyrls.Server, rueidis.Client) {
+	t.Helper()
+	rs, err := sluiceredis.Open(redisURL, sluiceredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	copts, err := sluiceredis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	engine := check.New(envoyrls.NewRatelimitKeyStore(rs, client, "rl_"), check.Options{})
+	t.Cleanup(func() { engine.Close() })
+	opts.Engine, opts.RatelimitKeys = engine, true
+	srv := envoyrls.NewServer(opts)
+	cfg, err := envoyrls.LoadDir(configDir(t, config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetConfig(cfg)
+	return srv, client
+}
+
+// TestCountingEnvoyRecordsEveryHit: with counting envoy (a domain's
+// counting: envoy, or the server's default in ENV mode) every hit is added
+// to the count, including one that takes it past the limit, as
+// envoyproxy/ratelimit does; so a budget charged when the stream ends
+// (apply_on_stream_done, hits_addend N) and checked on the request
+// (hits_addend 0) denies once spent. Counting strict (Sluice's rule) drops
+// a charge that does not fit. ENV's own token-quota.sh: 2 per minute, the
+// third request passes (checked at 2 of 2) and is charged to 3, the fourth
+// is denied.
+func TestCountingEnvoyRecordsEveryHit(t *testing.T) {
+	const config = `
+domain: %s
+%s
+descriptors:
+  - key: service
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+	url := testenv.Redis(t).URL()
+	for _, tc := range []struct {
+		name, domainLine string
+		def              envoyrls.Counting
+		countsAll        bool
+	}{
+		{"domain_says_envoy", "counting: envoy", "", true},
+		{"server_default_envoy", "", envoyrls.CountingEnvoy, true},
+		{"domain_says_strict_over_envoy_default", "counting: strict", envoyrls.CountingEnvoy, false},
+		{"default_strict", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			domain := "budget_" + tc.name + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			srv, client := ratelimitKeyServer(t, url, fmt.Sprintf(config, domain, tc.domainLine), envoyrls.Options{Counting: tc.def})
+			var window int64
+			call := func(value string, hits uint64) rlspb.RateLimitResponse_Code {
+				t.Helper()
+				resp, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries:    []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "service", Value: value}},
+					HitsAddend: wrapperspb.UInt64(hits),
+				}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := time.Now().Unix() / 3600; window != 0 && w != window {
+					t.Skip("crossed the top of the hour; the counts started again")
+				} else {
+					window = w
+				}
+				return resp.OverallCode
+			}
+			count := func(value string) string {
+				t.Helper()
+				key := "rl_" + domain + "_service_" + value + "_" + strconv.FormatInt(window*3600, 10)
+				v, err := client.Do(context.Background(), client.B().Get().Key(key).Build()).ToString()
+				if err != nil && !rueidis.IsRedisNil(err) {
+					t.Fatal(err)
+				}
+				return v
+			}
+			const OK, OVER = rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
+			steps := []struct {
+				hits uint64
+				want rlspb.RateLimitResponse_Code
+			}{{0, OK}, {90, OK}, {0, OK}, {50, OVER}}
+			for i, s := range steps {
+				if got := call("llm", s.hits); got != s.want {
+					t.Fatalf("step %d (hits %d): %v, want %v", i, s.hits, got, s.want)
+				}
+			}
+			if !tc.countsAll {
+				if got := count("llm"); got != "90" {
+					t.Fatalf("count %q after a charge that does not fit, want 90: a denied request consumes nothing", got)
+				}
+				if got := call("llm", 0); got != OK {
+					t.Fatalf("check after the dropped charge: %v, want OK", got)
+				}
+				if got := call("big", 5000); got != OVER {
+					t.Fatalf("a charge above the whole limit: %v, want OVER_LIMIT", got)
+				}
+				if got := count("big"); got != "" {
+					t.Fatalf("a charge above the whole limit was counted: %q", got)
+				}
+				return
+			}
+			if got := count("llm"); got != "140" {
+				t.Fatalf("count %q after the charge that crossed the limit, want 140", got)
+			}
+			if got := call("llm", 0); got != OVER {
+				t.Fatalf("check after the budget was spent: %v, want OVER_LIMIT", got)
+			}
+			// A charge above the whole limit is recorded whole too.
+			if got := call("big", 5000); got != OVER {
+				t.Fatalf("a charge above the whole limit: %v, want OVER_LIMIT", got)
+			}
+			if got := count("big"); got != "5000" {
+				t.Fatalf("count %q after a charge of 5000, want 5000", got)
+			}
+			if got := call("big", 0); got != OVER {
+				t.Fatalf("check after a charge above the limit: %v, want OVER_LIMIT", got)
+			}
+			// ENV's token-quota.sh, on a limit of 2.
+			for i, want := range []rlspb.RateLimitResponse_Code{OK, OK, OK, OVER} {
+				if got := call("quota", 0); got != want {
+					t.Fatalf("token-quota request %d: %v, want %v", i+1, got, want)
+				}
+				call("quota", 1) // the stream's end; Envoy ignores the answer
+				if i == 0 {
+					// 100 is not ENV's 2: spend 98 of it, so 1 of 2 is 99 of 100.
+					call("quota", 98)
+				}
+			}
+		})
+	}
+}
+
+// TestCountingIsCheckedInTheConfig: an unknown counting, or counting envoy
+// with all_or_nothing (which consumes nothing on a deny), is refused with a
+// sentence naming the domain.
+func TestCountingIsCheckedInTheConfig(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"domain: a\ncounting: loose\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n", `counting "loose" is not one of strict`},
+		{"domain: a\ncounting: envoy\nall_or_nothing: true\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n", "all_or_nothing checks"},
+	} {
+		_, err := envoyrls.LoadDir(configDir(t, tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `domain "a"`) {
+			t.Errorf("%q: err %v, want one saying %q", tc.yaml, err, tc.want)
+		}
 	}
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// RatelimitKeys counts default fixed windows under envoyproxy/ratelimit's
 	// Redis keys, for a store wrapped in a RatelimitKeyStore (see there).
 	RatelimitKeys bool
+	// Counting is how the hits of domains that do not say (counting: in
+	// their YAML) count: CountingStrict when "", CountingEnvoy in ENV mode.
+	Counting Counting
 }
 
 // HeaderStyle names the set of response headers Options.ResponseHeaders adds.
@@ -106,6 +109,7 @@ type Server struct {
 	load            LoadOptions
 	clock           func() time.Time
 	ratelimitKeys   bool
+	defaultCounting Counting
 	mu              sync.Mutex // serialises SetConfig
 	config          atomic.Pointer[compiled]
 	health          *health.Server
@@ -156,6 +160,7 @@ func NewServer(opts Options) *Server {
 		load:            opts.Load,
 		clock:           opts.Clock,
 		ratelimitKeys:   opts.RatelimitKeys,
+		defaultCounting: opts.Counting,
 		health:          health.NewServer(),
 		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
@@ -281,7 +286,10 @@ type item struct {
 	subject  string
 	cost     int64
 	replaced bool
-	status   *rlspb.RateLimitResponse_DescriptorStatus
+	// countsAll says the descriptor counts every hit, past the limit
+	// too (CountingEnvoy under envoyproxy/ratelimit's keys).
+	countsAll bool
+	status    *rlspb.RateLimitResponse_DescriptorStatus
 	// decision holds the descriptor's figures for the response headers.
 	decision *sluice.LimitDecision
 }
@@ -323,7 +331,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		if m, ok := domain.Match(desc.GetEntries()); ok {
-			it.rule, it.subject, it.check = m.Rule, s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject), cd.rules[m.Rule]
+			it.rule, it.check = m.Rule, cd.rules[m.Rule]
+			it.subject, it.countsAll = s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject, &it.cost)
 		}
 	}
 	markReplaced(items)
@@ -594,7 +603,7 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 	case r.Unlimited:
 		it.status = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true})
-	case it.cost > r.Limit.Capacity:
+	case it.cost > r.Limit.Capacity && !it.countsAll:
 		// Over the limit whatever the counters say (requests_per_unit: 0,
 		// or a cost above the limit), so the store is not asked; the answer
 		// is what it would have said: reset at the end of the window.

@@ -44,8 +44,13 @@ type envoyConfig struct {
 	JSONAddr string
 	// Mux, if set, gets GET /healthcheck, for probes written for
 	// envoyproxy/ratelimit.
-	Mux     *http.ServeMux
-	Metrics *metrics.Metrics // may be nil
+	Mux *http.ServeMux
+	// JSONOnMux serves POST /json on Mux too, as envoyproxy/ratelimit's HTTP
+	// port does: in ENV mode, where Mux carries no credentials to protect.
+	JSONOnMux bool
+	// Counting is how domains' hits count unless their YAML says.
+	Counting envoyrls.Counting
+	Metrics  *metrics.Metrics // may be nil
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
 	// responses (--envoy-response-headers).
 	ResponseHeaders bool
@@ -151,7 +156,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		logger = slog.Default()
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
-	opts.RatelimitKeys = cfg.RatelimitKeys
+	opts.RatelimitKeys, opts.Counting = cfg.RatelimitKeys, cfg.Counting
 	srv := envoyrls.NewServer(opts)
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {
@@ -166,6 +171,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		// only reads, so it may share the tenant API's listener; POST /json
 		// spends anyone's quota without credentials, so it may not.
 		cfg.Mux.Handle("GET /healthcheck", srv.HealthHandler())
+		if cfg.JSONOnMux {
+			cfg.Mux.Handle("POST /json", srv.JSONHandler())
+		}
 	}
 
 	var jsonSrv *http.Server

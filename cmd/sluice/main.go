@@ -111,6 +111,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sluice: second signal (%v): stopping at once\n", sig)
 		os.Exit(1)
 	}()
+	// Run as /bin/ratelimit, or with its variables and no subcommand, the
+	// binary is envoyproxy/ratelimit's drop-in (envmode.go).
+	rootCmd.SetArgs(envoyModeArgs(os.Args, os.LookupEnv)[1:])
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
 	var code exitCode

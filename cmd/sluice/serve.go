@@ -105,6 +105,12 @@ type serveConfig struct {
 	// client certificate and key (mutual TLS), and the name to verify.
 	EnvoyXDSTLS                                                     bool
 	EnvoyXDSTLSCA, EnvoyXDSTLSCert, EnvoyXDSTLSKey, EnvoyXDSTLSName string
+	// EnvoyMode runs as envoyproxy/ratelimit (envmode.go): the Envoy
+	// service alone, ENV's HTTP port on Addr, nothing written to disk.
+	EnvoyMode bool
+	// EnvoyCounting is how Envoy domains' hits count unless their YAML
+	// says: strict or envoy (envoyrls.Counting).
+	EnvoyCounting string
 	// EnvoyKeyFormat is sluice or ratelimit (envoyproxy/ratelimit's Redis
 	// keys for default fixed windows, under EnvoyKeyPrefix).
 	EnvoyKeyFormat, EnvoyKeyPrefix string
@@ -148,7 +154,11 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 (docs/envoy.md, "Migrating from envoyproxy/ratelimit").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			report, err := applyEnvoyEnv(cmd.Flags(), os.LookupEnv)
+			apply := func() (envoyrls.EnvReport, error) { return applyEnvoyEnv(cmd.Flags(), os.LookupEnv) }
+			if cfg.EnvoyMode {
+				apply = func() (envoyrls.EnvReport, error) { return applyEnvoyMode(cmd, &cfg) }
+			}
+			report, err := apply()
 			if err != nil {
 				return err
 			}
@@ -203,6 +213,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.DurationVar(&cfg.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", 0, "after --grpc-max-connection-age, how long calls in flight may finish before the connection is closed (0: no limit; GRPC_MAX_CONNECTION_AGE_GRACE)")
 	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
 	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
+	f.BoolVar(&cfg.EnvoyMode, "envoy-mode", false, "run as envoyproxy/ratelimit: its variables with its defaults, the Envoy service alone, --addr serving only GET /healthcheck and POST /json, no catalog database and nothing written to disk (the binary run as /bin/ratelimit does this)")
+	f.StringVar(&cfg.EnvoyCounting, "envoy-counting", string(envoyrls.CountingStrict), "how Envoy domains' hits count unless their YAML's counting says: strict (a denied request consumes nothing) or envoy (every hit counts, past the limit too, as envoyproxy/ratelimit; the default of --envoy-mode)")
 	f.StringVar(&cfg.EnvoyKeyFormat, "envoy-key-format", "sluice", "Redis keys of the Envoy service's default fixed windows: sluice, or ratelimit to share counters with envoyproxy/ratelimit on the same Redis during a migration (needs --redis)")
 	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
 	f.StringVar(&cfg.EnvoyXDSServer, "envoy-xds-server", "", "host:port of an xDS management server to take the Envoy rate-limit configuration from (RateLimitConfig resources), instead of --envoy-config (CONFIG_TYPE=GRPC_XDS_SOTW)")
@@ -327,6 +339,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.EnvoyXDSRetryInterval < 0 {
 		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
+	}
+	if c := envoyrls.Counting(cfg.EnvoyCounting); c == "" || !c.Valid() {
+		return fmt.Errorf("--envoy-counting %q is not one of strict (a denied request consumes nothing) or envoy (every hit counts, as envoyproxy/ratelimit)", cfg.EnvoyCounting)
 	}
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
@@ -472,40 +487,45 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if err != nil {
 		return nil, err
 	}
-	catalog, err := s.openCatalog(ctx, m, givenToken)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.wrapStore != nil {
 		store = cfg.wrapStore(store)
 	}
 	engine := s.newEngine(store, m, traces)
-	api, err := s.newAPI(ctx, catalog, engine, m, storePing)
-	if err != nil {
-		return nil, err
-	}
-	api.Register(s.mux)
 	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
-	if cfg.MetricsAddr == "" {
-		s.mux.Handle("GET /metrics", metricsHandler)
-	}
-
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	s.onClose(func() error { stopRun(); return nil })
-	watchDone := make(chan error, 1)
-	go func() { watchDone <- api.Run(runCtx) }()
+	// In ENV mode there is no catalog and no API: nothing to watch.
+	var api *httpapi.API
+	var watchDone chan error
+	if !cfg.EnvoyMode {
+		catalog, err := s.openCatalog(ctx, m, givenToken)
+		if err != nil {
+			return nil, err
+		}
+		if api, err = s.newAPI(ctx, catalog, engine, m, storePing); err != nil {
+			return nil, err
+		}
+		api.Register(s.mux)
+		if cfg.MetricsAddr == "" {
+			s.mux.Handle("GET /metrics", metricsHandler)
+		}
+		watchDone = make(chan error, 1)
+		go func() { watchDone <- api.Run(runCtx) }()
+	}
 
 	var envoySrv atomic.Pointer[envoyrls.Server]
 	stopEnvoy, err := s.startEnvoy(runCtx, &envoySrv, engine, m, traces)
 	if err != nil {
 		return nil, err
 	}
-	stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
-		Mux: s.mux, TLS: s.httpTLS, Logger: s.log})
-	if err != nil {
-		return nil, err
+	if !cfg.EnvoyMode {
+		stopConsole, err := startConsole(cfg, consoleDeps{API: api, Engine: engine, StorePing: storePing, Envoy: &envoySrv,
+			Mux: s.mux, TLS: s.httpTLS, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		s.onClose(stopConsole)
 	}
-	s.onClose(stopConsole)
 
 	var sideSrvs []*http.Server
 	if cfg.MetricsAddr != "" {
@@ -531,12 +551,29 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		storeName = "redis"
 	}
 	s.gate.open.Store(true)
-	s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName,
-		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+	if cfg.EnvoyMode {
+		s.log.Info("sluice serve listening as envoyproxy/ratelimit (ENV mode: GET /healthcheck and POST /json here, no Sluice API)",
+			"addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
+	} else {
+		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName,
+			"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+	}
 
 	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
 	ok = true
-	go func() { svc.done <- s.serveUntilDone(ctx, api, watchDone, sideSrvs, stopEnvoy) }()
+	drain := func() string {
+		if api == nil {
+			// ENV mode: Envoy's health goes NOT_SERVING, on gRPC and
+			// GET /healthcheck alike.
+			if e := envoySrv.Load(); e != nil {
+				e.Shutdown()
+			}
+			return "/healthcheck"
+		}
+		api.Drain()
+		return "/readyz"
+	}
+	go func() { svc.done <- s.serveUntilDone(ctx, drain, watchDone, sideSrvs, stopEnvoy) }()
 	return svc, nil
 }
 
@@ -732,6 +769,8 @@ func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.S
 		JSONAddr:         cfg.EnvoyJSONAddr,
 		ConfigDir:        cfg.EnvoyConfig,
 		RatelimitKeys:    cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
+		Counting:         envoyrls.Counting(cfg.EnvoyCounting),
+		JSONOnMux:        cfg.EnvoyMode,
 		XDSServer:        cfg.EnvoyXDSServer,
 		XDSNodeID:        cfg.EnvoyXDSNodeID,
 		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
@@ -778,15 +817,15 @@ func (s *starter) serveSide(flag, addr, msg string, handler http.Handler) (*http
 // serveUntilDone serves until ctx ends (then drains and shuts down
 // gracefully), the HTTP server fails, or the catalog watch ends, and
 // returns why it stopped: nil for ctx.
-func (s *starter) serveUntilDone(ctx context.Context, api *httpapi.API, watchDone <-chan error, sideSrvs []*http.Server, stopEnvoy func(context.Context) error) error {
+func (s *starter) serveUntilDone(ctx context.Context, drain func() (probe string), watchDone <-chan error, sideSrvs []*http.Server, stopEnvoy func(context.Context) error) error {
 	log := s.log
 	var result error
 	select {
 	case <-ctx.Done():
 		// Readiness fails first while everything is still served, so
 		// load balancers stop sending before the listener closes.
-		api.Drain()
-		log.Info("draining: /readyz answers 503, requests are still served", "period", s.cfg.DrainPeriod.String())
+		probe := drain()
+		log.Info("draining: "+probe+" answers 503, requests are still served", "period", s.cfg.DrainPeriod.String())
 		select {
 		case <-time.After(s.cfg.DrainPeriod):
 		case err := <-s.serveErr:

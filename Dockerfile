@@ -36,6 +36,12 @@ LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /out/sluice /usr/local/bin/sluice
+# The same binary where envoyproxy/ratelimit's image has its own: Envoy
+# Gateway, Istio's and Contour's samples and ENV's compose file start the
+# rate limit service with command ["/bin/ratelimit"]. Started under that name
+# it runs in ENV mode (docs/envoy.md). A copy, not a symlink: distroless has
+# no shell to make one, and a COPY'd symlink depends on the base's /bin.
+COPY --from=build /out/sluice /bin/ratelimit
 # The default SQLite catalog (./sluice.db, used only without --database) lands
 # in the non-root user's home; production uses --database postgres://...
 WORKDIR /home/nonroot

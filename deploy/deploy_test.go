@@ -898,6 +898,11 @@ func TestDockerfile(t *testing.T) {
 	if err := json.Unmarshal([]byte(last["CMD"]), &cmd); err != nil || !slices.Equal(cmd, []string{"serve"}) {
 		t.Errorf("CMD %s, want [\"serve\"]", last["CMD"])
 	}
+	// Envoy Gateway, Istio and Contour start envoyproxy/ratelimit's image
+	// as /bin/ratelimit: the same binary must be there, from the build.
+	if !regexp.MustCompile(`(?m)^COPY --from=build /out/sluice /bin/ratelimit$`).MatchString(text) {
+		t.Error("the final stage does not COPY the binary to /bin/ratelimit, the command Envoy Gateway, Istio and Contour start envoyproxy/ratelimit's image with")
+	}
 	for _, p := range []string{"8080", "8081", "9090"} {
 		if !slices.Contains(exposed, p) {
 			t.Errorf("EXPOSE %v lacks %s", exposed, p)

@@ -39,3 +39,70 @@ func TestEnvTable(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvDocTableStatus: each row of docs/envoy.md's migration table says
+// what the code does with its variables: "ignored" rows are ignored,
+// "not implemented" rows are missing (named in the startup warning), and
+// any other row names the flag its variables set.
+func TestEnvDocTableStatus(t *testing.T) {
+	doc, err := os.ReadFile("../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowOf := map[string]EnvRow{}
+	for _, row := range EnvTable {
+		for _, v := range row.Vars {
+			rowOf[v] = row
+		}
+	}
+	rows := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| `") || len(cells) < 2 {
+			continue
+		}
+		var vars []string
+		for _, v := range strings.Split(strings.TrimPrefix(cells[0], "| "), ", ") {
+			vars = append(vars, strings.Trim(v, "`"))
+		}
+		if _, known := rowOf[vars[0]]; !known {
+			continue // another table
+		}
+		rows++
+		what := cells[1]
+		for _, v := range vars {
+			row, ok := rowOf[v]
+			if !ok {
+				t.Errorf("docs/envoy.md's row of %s names %s, which is in no row of EnvTable", vars[0], v)
+				continue
+			}
+			switch {
+			case strings.HasPrefix(what, "ignored"):
+				if row.Kind != EnvIgnored {
+					t.Errorf("docs/envoy.md says %s is ignored; the code %s", v, kindWords(row))
+				}
+			case strings.HasPrefix(what, "not implemented"):
+				if row.Kind != EnvMissing {
+					t.Errorf("docs/envoy.md says %s is not implemented; the code %s", v, kindWords(row))
+				}
+			default:
+				if row.Kind != EnvMapped || !strings.Contains(what, "`--"+row.Flag) {
+					t.Errorf("docs/envoy.md's row of %s does not name --%s, the flag the code sets from it (%s)", v, row.Flag, kindWords(row))
+				}
+			}
+		}
+	}
+	if rows < 20 {
+		t.Fatalf("found %d rows of the migration table in docs/envoy.md; its format changed", rows)
+	}
+}
+
+func kindWords(r EnvRow) string {
+	switch r.Kind {
+	case EnvMapped:
+		return "sets --" + r.Flag
+	case EnvIgnored:
+		return "ignores it"
+	}
+	return "lists it as not implemented"
+}

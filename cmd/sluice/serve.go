@@ -340,7 +340,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.EnvoyXDSRetryInterval < 0 {
 		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
 	}
-	if c := envoyrls.Counting(cfg.EnvoyCounting); c == "" || !c.Valid() {
+	if !envoyrls.Counting(cfg.EnvoyCounting).Valid() {
 		return fmt.Errorf("--envoy-counting %q is not one of strict (a denied request consumes nothing) or envoy (every hit counts, as envoyproxy/ratelimit)", cfg.EnvoyCounting)
 	}
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {

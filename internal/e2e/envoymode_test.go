@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/internal/testenv"
+)
+
+// TestEnvoyModeAsBinRatelimit runs the binary as Envoy Gateway, Istio,
+// Contour and ENV's compose file run envoyproxy/ratelimit's image: under the
+// name /bin/ratelimit, with no arguments, configured by ENV's variables
+// alone, as uid 65534 (Envoy Gateway's security context) in a directory it
+// cannot write, with HOME and TMPDIR there too. It must start, serve Envoy's
+// rate limit service with ENV's counting (a budget charged when the stream
+// ends is enforced: ENV's token-quota.sh), and serve on ENV's HTTP port what
+// ENV serves there and nothing of Sluice's own API.
+func TestEnvoyModeAsBinRatelimit(t *testing.T) {
+	redis := testenv.Redis(t)
+	// Every directory 65534 reads must be reachable by it: t.TempDir's
+	// parents are 0700.
+	base, err := os.MkdirTemp("", "sluice-envmode-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	mustRun(t, os.Chmod(base, 0o755))
+	for _, d := range []string{"bin", "runtime/current/ratelimit/config", "readonly"} {
+		mustRun(t, os.MkdirAll(filepath.Join(base, d), 0o755))
+	}
+	ratelimit := filepath.Join(base, "bin", "ratelimit")
+	copyFile(t, binary, ratelimit, 0o755)
+	domain := "envmode" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	writeFile(t, filepath.Join(base, "runtime/current/ratelimit/config/quota.yaml"), fmt.Sprintf(`
+domain: %s
+descriptors:
+  - key: service
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`, domain))
+	readonly := filepath.Join(base, "readonly")
+	mustRun(t, os.Chmod(readonly, 0o555))
+
+	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	cmd := exec.Command(ratelimit)
+	cmd.Dir = readonly
+	cmd.Env = []string{
+		"PATH=/usr/bin:/bin", "HOME=" + readonly, "TMPDIR=" + readonly,
+		"USE_STATSD=false", "LOG_LEVEL=debug", "LOG_FORMAT=json",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
+		"RUNTIME_ROOT=" + filepath.Join(base, "runtime/current"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + port(httpAddr),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debugAddr),
+	}
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	} else {
+		t.Log("not root: runs as this user, in a directory it cannot write")
+	}
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	mustRun(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("/bin/ratelimit output:\n%s", out)
+		}
+	})
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(url string) (int, string) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 20*time.Second, "/bin/ratelimit answers GET /healthcheck", func() bool {
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("/bin/ratelimit exited at start (%v):\n%s", err, out)
+		default:
+		}
+		code, _ := get("http://" + httpAddr + "/healthcheck")
+		return code == http.StatusOK
+	})
+
+	// ENV's token-quota.sh: 2 per hour, checked with hits_addend 0 on the
+	// request and charged 1 when the stream ends; the third request passes
+	// (2 of 2 is not over), its charge makes 3, the fourth is denied.
+	overall := func(hits int) string {
+		t.Helper()
+		body := fmt.Sprintf(`{"domain":%q,"descriptors":[{"entries":[{"key":"service","value":"llm"}],"hitsAddend":%d}]}`, domain, hits)
+		resp, err := client.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r struct {
+			OverallCode string `json:"overallCode"`
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("POST /json: %d %s", resp.StatusCode, raw)
+		}
+		return r.OverallCode
+	}
+	hour := time.Now().Unix() / 3600
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if got := overall(0); got != want {
+			if time.Now().Unix()/3600 != hour {
+				t.Skip("crossed the top of the hour; the window started again")
+			}
+			t.Fatalf("token-quota request %d: %s, want %s", i+1, got, want)
+		}
+		overall(1) // the stream's end: Envoy ignores the answer
+	}
+
+	// ENV's HTTP port serves what ENV serves there, and nothing of Sluice.
+	for _, path := range []string{"/v1/check", "/metrics", "/console/", "/readyz", "/v1/tenants"} {
+		if code, body := get("http://" + httpAddr + path); code != http.StatusNotFound {
+			t.Errorf("GET %s on ENV's HTTP port: %d %.80s, want 404", path, code, body)
+		}
+	}
+	if code, body := get("http://" + debugAddr + "/rlconfig"); code != http.StatusOK || !strings.Contains(body, domain) {
+		t.Errorf("GET /rlconfig: %d %.200s", code, body)
+	}
+	entries, err := os.ReadDir(readonly)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("the working directory holds %v (%v), want nothing written", entries, err)
+	}
+	log := out.String()
+	for _, unwanted := range []string{"admin token", "sluice.db", `"level":"ERROR"`} {
+		if strings.Contains(log, unwanted) {
+			t.Errorf("the log mentions %q; ENV mode has no catalog, no token and no error to report", unwanted)
+		}
+	}
+	mustRun(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("/bin/ratelimit exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("/bin/ratelimit did not stop within 20s of SIGTERM")
+	}
+}
+
+func mustRun(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	mustRun(t, err)
+	mustRun(t, os.WriteFile(to, b, mode))
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	mustRun(t, os.WriteFile(path, []byte(text), 0o644))
+}

@@ -130,12 +130,18 @@ var EnvTable = []EnvRow{
 	missing("QUOTA_MODE"),
 
 	// Store.
-	mapped("redis", redisURL, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS", "BACKEND_TYPE"),
+	mapped("redis", redisURL, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "BACKEND_TYPE"),
+	// (REDIS_TLS, read by the row above for rediss://, is what these need.)
+	mapped("redis-tls", whenRedisTLS("REDIS_TLS", true), "REDIS_TLS"),
+	mapped("redis-tls-ca", whenRedisTLS("REDIS_TLS_CACERT", false), "REDIS_TLS_CACERT"),
+	mapped("redis-tls-cert", whenRedisTLS("REDIS_TLS_CLIENT_CERT", false), "REDIS_TLS_CLIENT_CERT"),
+	mapped("redis-tls-key", whenRedisTLS("REDIS_TLS_CLIENT_KEY", false), "REDIS_TLS_CLIENT_KEY"),
+	mapped("redis-tls-skip-hostname-verification", whenRedisTLS("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false), "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
 	ignored("Sluice pipelines every check over a few multiplexed connections per Redis node; there is no pool to size or to wait on",
 		"REDIS_POOL_SIZE", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM"),
 	ignored("each store call has its own deadline, --store-timeout, kept short on purpose: a slow Redis must not hold Envoy's calls for seconds", "REDIS_TIMEOUT"),
 	ignored("Sluice's readiness (/readyz) asks the store at every probe", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"),
-	missing("REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH",
+	missing("REDIS_SENTINEL_AUTH",
 		"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"),
 	missing("REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE",
 		"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW",
@@ -562,9 +568,8 @@ func redisURL(get EnvGet) (string, bool, error) {
 			u.Scheme = "rediss"
 		}
 	case "cluster":
-		if useTLS {
-			return "", false, errors.New("REDIS_TLS=true with REDIS_TYPE=cluster is not implemented in Sluice")
-		}
+		// TLS comes from --redis-tls (REDIS_TLS): there is no TLS scheme
+		// of a cluster URL.
 		u.Scheme, u.Host = "redis-cluster", raw
 	case "sentinel":
 		if useTLS {
@@ -592,6 +597,26 @@ func ratelimitKeyFormat(get EnvGet) (string, bool, error) {
 		return "", false, nil
 	}
 	return KeyFormatRatelimit, true, nil
+}
+
+// whenRedisTLS passes a variable on when REDIS_URL is set and REDIS_TLS is
+// true, as there the files apply only with TLS; isBool marks REDIS_TLS
+// itself, whose value is checked as a boolean.
+func whenRedisTLS(name string, isBool bool) func(EnvGet) (string, bool, error) {
+	return func(get EnvGet) (string, bool, error) {
+		if get("REDIS_URL") == "" {
+			return "", false, nil
+		}
+		on, err := envBool(get, "REDIS_TLS")
+		if err != nil || !on {
+			return "", false, err
+		}
+		if isBool {
+			return "true", true, nil
+		}
+		v := get(name)
+		return v, v != "", nil
+	}
 }
 
 // whenRedis passes a variable on when REDIS_URL is set too.

@@ -14,6 +14,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -51,6 +52,10 @@ type Options struct {
 	// default (two connections from GOMAXPROCS 2 on); a negative value means
 	// one connection.
 	PipelineMultiplex int
+	// TLS, if set, is used on every connection, whatever the URL's scheme
+	// (a rediss:// URL alone uses the system's CAs): a private CA, a client
+	// certificate, a server name (see internal/tlsconfig.ClientConfig).
+	TLS *tls.Config
 }
 
 // DefaultMaxFlushDelay is the MaxFlushDelay of a zero Options, chosen by
@@ -107,6 +112,9 @@ func clientOptions(rawURL string, opts Options) (rueidis.ClientOption, error) {
 		clientOpts.MaxFlushDelay = opts.MaxFlushDelay
 	}
 	clientOpts.PipelineMultiplex = opts.PipelineMultiplex
+	if opts.TLS != nil {
+		clientOpts.TLSConfig = opts.TLS.Clone()
+	}
 	return clientOpts, nil
 }
 

@@ -215,9 +215,9 @@ const (
 // Redis that does not answer at start is connected to in the background, as
 // the main store is; meanwhile every check fails at once as unavailable, and
 // the rules' failure modes answer.
-func withRatelimitKeys(rs sluice.Store, redisURL, prefix string, log *slog.Logger) (sluice.Store, func() error, error) {
+func withRatelimitKeys(rs sluice.Store, redisURL string, redisTLS *tls.Config, prefix string, log *slog.Logger) (sluice.Store, func() error, error) {
 	// No flush delay: the options this connection had before it could wait.
-	conn, err := sluiceredis.Connect(redisURL, sluiceredis.Options{MaxFlushDelay: -1}, log.With("connection", "--envoy-key-format ratelimit"))
+	conn, err := sluiceredis.Connect(redisURL, sluiceredis.Options{MaxFlushDelay: -1, TLS: redisTLS}, log.With("connection", "--envoy-key-format ratelimit"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Redis for --envoy-key-format ratelimit: %w", err)
 	}

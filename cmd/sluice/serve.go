@@ -39,8 +39,10 @@ type serveConfig struct {
 	GRPCAddr    string
 	Redis       string
 	RedisPrefix string
-	Database    string
-	AdminToken  string
+	// RedisTLS is the TLS of the Redis connections (redistls.go).
+	RedisTLS   redisTLSFlags
+	Database   string
+	AdminToken string
 	// AdminTokenFile holds the operator token, so it is not in the
 	// process's command line or environment.
 	AdminTokenFile string
@@ -231,6 +233,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.Float64Var(&cfg.AccessLogSample, "access-log-sample", defaultAccessLogSample, "with --access-log: fraction of allowed checks logged, 0 to 1")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
 	addConsoleFlags(f, &cfg)
+	addRedisTLSFlags(f, &cfg.RedisTLS)
 	return cmd
 }
 
@@ -333,6 +336,9 @@ func (cfg serveConfig) validate() error {
 		}
 	default:
 		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
+	}
+	if err := cfg.RedisTLS.validate(cfg.Redis); err != nil {
+		return err
 	}
 	if err := cfg.validateXDSTLS(); err != nil {
 		return err
@@ -673,14 +679,18 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 		s.onClose(ms.Close)
 		return ms, nil, nil
 	}
-	rs, err := sluiceredis.Connect(s.cfg.Redis, sluiceredis.Options{Prefix: s.cfg.RedisPrefix}, s.log)
+	redisTLS, err := s.cfg.RedisTLS.config(s.cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, err := sluiceredis.Connect(s.cfg.Redis, sluiceredis.Options{Prefix: s.cfg.RedisPrefix, TLS: redisTLS}, s.log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open Redis: %w", err)
 	}
 	s.onClose(rs.Close)
 	store, ping = rs, rs.Ping
 	if s.cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
-		wrapped, closeKeys, err := withRatelimitKeys(rs, s.cfg.Redis, s.cfg.EnvoyKeyPrefix, s.log)
+		wrapped, closeKeys, err := withRatelimitKeys(rs, s.cfg.Redis, redisTLS, s.cfg.EnvoyKeyPrefix, s.log)
 		if err != nil {
 			return nil, nil, err
 		}

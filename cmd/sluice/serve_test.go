@@ -96,6 +96,15 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"negative_drain_period", func(c *serveConfig) { c.DrainPeriod = -time.Second }, "--drain-period"},
 		{"metrics_on_the_public_listener", func(c *serveConfig) { c.Addr, c.MetricsAddr = "127.0.0.1:18080", "127.0.0.1:18080" }, "--metrics-addr"},
 		{"unknown_log_level", func(c *serveConfig) { c.LogLevel = "loud" }, "log level"},
+		{"redis_tls_without_redis", func(c *serveConfig) { c.RedisTLS.On = true }, "--redis is not set"},
+		{"redis_tls_files_without_tls", func(c *serveConfig) { c.Redis, c.RedisTLS.CA = "redis://127.0.0.1:1", "/ca.pem" }, "TLS to Redis is off"},
+		{"redis_tls_cert_without_key", func(c *serveConfig) {
+			c.Redis, c.RedisTLS.On, c.RedisTLS.Cert = "redis://127.0.0.1:1", true, "/c.pem"
+		}, "go together"},
+		{"redis_tls_missing_ca", func(c *serveConfig) {
+			c.Redis, c.RedisTLS.On, c.RedisTLS.CA = "redis://127.0.0.1:1", true, filepath.Join(t.TempDir(), "nope.pem")
+		}, "--redis-tls-ca: the CA file cannot be read"},
+		{"unknown_envoy_counting", func(c *serveConfig) { c.EnvoyCounting = "loose" }, "--envoy-counting"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/internal/tlsconfig/tlstest"
 )
 
 // TestEnvoyModeAsBinRatelimit runs the binary as Envoy Gateway, Istio,
@@ -26,15 +27,45 @@ import (
 // ends is enforced: ENV's token-quota.sh), and serve on ENV's HTTP port what
 // ENV serves there and nothing of Sluice's own API.
 func TestEnvoyModeAsBinRatelimit(t *testing.T) {
-	redis := testenv.Redis(t)
-	// Every directory 65534 reads must be reachable by it: t.TempDir's
-	// parents are 0700.
+	base := envModeDir(t)
+	runEnvMode(t, base, "REDIS_URL="+testenv.Redis(t).Addr)
+}
+
+// TestEnvoyModeRedisTLS is the same run on a Redis reached over TLS as
+// Envoy Gateway configures envoyproxy/ratelimit: REDIS_TLS with a private
+// CA, and a client certificate the server requires (tls-auth-clients).
+func TestEnvoyModeRedisTLS(t *testing.T) {
+	base := envModeDir(t)
+	ca := tlstest.NewCA(t, "redis-ca")
+	server := ca.Server(t)
+	client := ca.Client(t, "ratelimit")
+	files := map[string][]byte{"ca.pem": ca.PEM, "server.pem": server.Cert, "server-key.pem": server.Key,
+		"client.pem": client.Cert, "client-key.pem": client.Key}
+	for name, data := range files {
+		// Readable by uid 65534: a test's keys, not a secret.
+		mustRun(t, os.WriteFile(filepath.Join(base, name), data, 0o644))
+	}
+	at := func(name string) string { return filepath.Join(base, name) }
+	redis := testenv.RedisTLS(t, testenv.RedisTLSFiles{Cert: at("server.pem"), Key: at("server-key.pem"), CA: at("ca.pem"), AuthClients: true})
+	runEnvMode(t, base, "REDIS_URL="+redis.TLSAddr, "REDIS_TLS=true", "REDIS_TLS_CACERT="+at("ca.pem"),
+		"REDIS_TLS_CLIENT_CERT="+at("client.pem"), "REDIS_TLS_CLIENT_KEY="+at("client-key.pem"))
+}
+
+// envModeDir is a directory uid 65534 can read: t.TempDir's parents are
+// 0700.
+func envModeDir(t *testing.T) string {
 	base, err := os.MkdirTemp("", "sluice-envmode-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	mustRun(t, os.Chmod(base, 0o755))
+	return base
+}
+
+// runEnvMode runs base/bin/ratelimit with ENV's variables, redisEnv among
+// them, and checks what TestEnvoyModeAsBinRatelimit says.
+func runEnvMode(t *testing.T, base string, redisEnv ...string) {
 	for _, d := range []string{"bin", "runtime/current/ratelimit/config", "readonly"} {
 		mustRun(t, os.MkdirAll(filepath.Join(base, d), 0o755))
 	}
@@ -57,12 +88,13 @@ descriptors:
 	cmd.Env = []string{
 		"PATH=/usr/bin:/bin", "HOME=" + readonly, "TMPDIR=" + readonly,
 		"USE_STATSD=false", "LOG_LEVEL=debug", "LOG_FORMAT=json",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
+		"REDIS_SOCKET_TYPE=tcp",
 		"RUNTIME_ROOT=" + filepath.Join(base, "runtime/current"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=" + port(httpAddr),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debugAddr),
 	}
+	cmd.Env = append(cmd.Env, redisEnv...)
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	} else {

@@ -25,6 +25,9 @@ type RedisServer struct {
 	Port int
 	// Dir is the server's working directory; its log is Dir/redis.log.
 	Dir string
+	// TLSAddr is "127.0.0.1:port" of the TLS listener of RedisTLS; "" for
+	// the others.
+	TLSAddr string
 
 	t       testing.TB
 	logPath string
@@ -43,6 +46,36 @@ func Redis(t testing.TB) *RedisServer {
 	skipShort(t, "a redis-server")
 	requireBinary(t, "redis-server", "redis-server")
 	return startRedis(t, nil)
+}
+
+// RedisTLSFiles are the PEM files of a redis-server's TLS listener.
+type RedisTLSFiles struct {
+	// Cert and Key are the server's certificate and key.
+	Cert, Key string
+	// CA holds the CA certificates client certificates must chain to.
+	CA string
+	// AuthClients requires a client certificate (tls-auth-clients yes).
+	AuthClients bool
+}
+
+// RedisTLS is Redis with a TLS listener too, on TLSAddr, serving f; the
+// plain listener on Addr stays, for the test's own commands and readiness.
+func RedisTLS(t testing.TB, f RedisTLSFiles) *RedisServer {
+	t.Helper()
+	skipShort(t, "a redis-server")
+	requireBinary(t, "redis-server", "redis-server")
+	var tlsPort int
+	s := startRedis(t, func(dir string, port int) ([]string, error) {
+		tlsPort = FreePort(t)
+		auth := "no"
+		if f.AuthClients {
+			auth = "yes"
+		}
+		return []string{"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", f.Cert, "--tls-key-file", f.Key,
+			"--tls-ca-cert-file", f.CA, "--tls-auth-clients", auth}, nil
+	})
+	s.TLSAddr = "127.0.0.1:" + strconv.Itoa(tlsPort)
+	return s
 }
 
 // URL returns "redis://127.0.0.1:port/0".

@@ -43,6 +43,8 @@ const (
 	RoleCert     Role = "cert"
 	RoleKey      Role = "key"
 	RoleClientCA Role = "client_ca"
+	// RoleCA is the CA file a client checks a server's certificate with.
+	RoleCA Role = "ca"
 )
 
 // FileError is a problem with one of the files.
@@ -171,13 +173,17 @@ func firstCertificate(data []byte) (*x509.Certificate, error) {
 
 // LoadCAPool reads a file of PEM CA certificates.
 func LoadCAPool(path string) (*x509.CertPool, error) {
+	return loadPool(path, RoleClientCA, "the client CA file")
+}
+
+func loadPool(path string, role Role, what string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &FileError{RoleClientCA, path, fmt.Errorf("the client CA file cannot be read: %w", err)}
+		return nil, &FileError{role, path, fmt.Errorf("%s cannot be read: %w", what, err)}
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, &FileError{RoleClientCA, path, fmt.Errorf("%s holds no PEM certificate", path)}
+		return nil, &FileError{role, path, fmt.Errorf("%s holds no PEM certificate", path)}
 	}
 	return pool, nil
 }

@@ -79,6 +79,13 @@ func (ca *CA) Server(t testing.TB) Pair {
 	return ca.issue(t, "server", x509.ExtKeyUsageServerAuth)
 }
 
+// ServerNamed issues a server certificate carrying dnsNames alone: no IP
+// address, so a server at 127.0.0.1 fails a name check.
+func (ca *CA) ServerNamed(t testing.TB, dnsNames ...string) Pair {
+	t.Helper()
+	return ca.issue(t, "server", x509.ExtKeyUsageServerAuth, dnsNames...)
+}
+
 // Client issues a client certificate for name, with dnsNames as its subject
 // alternative names (none by default).
 func (ca *CA) Client(t testing.TB, name string, dnsNames ...string) Pair {
@@ -97,7 +104,7 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, dnsNames 
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dnsNames,
 	}
-	if usage == x509.ExtKeyUsageServerAuth {
+	if usage == x509.ExtKeyUsageServerAuth && len(dnsNames) == 0 {
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 		tmpl.DNSNames = []string{"localhost"}
 	}

@@ -109,12 +109,12 @@ func serveConn(t *testing.T, srv *envoyrls.Server) *grpc.ClientConn {
 
 // memoryServer is a server on a memory store with a settable clock, loaded
 // from dir.
-func memoryServer(t *testing.T, dir string, opts envoyrls.Options) (*envoyrls.Server, *testClock) {
+func memoryServer(t testing.TB, dir string, opts envoyrls.Options) (*envoyrls.Server, *testClock) {
 	return memoryServerObserved(t, dir, opts, nil)
 }
 
 // memoryServerObserved is memoryServer reporting decisions to obs.
-func memoryServerObserved(t *testing.T, dir string, opts envoyrls.Options, obs *observed) (*envoyrls.Server, *testClock) {
+func memoryServerObserved(t testing.TB, dir string, opts envoyrls.Options, obs *observed) (*envoyrls.Server, *testClock) {
 	t.Helper()
 	clock := newTestClock()
 	store := memory.New(memory.Options{Clock: clock.Now})

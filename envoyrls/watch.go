@@ -3,13 +3,24 @@ package envoyrls
 import (
 	"context"
 	"crypto/sha256"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // Watch reloads the configuration of dir (read with Options.Load) into s
-// whenever a file of it changes (polling every interval, default 1s, comparing contents, so an edit
-// that keeps the modification time is seen too). A directory that fails to
+// whenever a file of it changes: told by inotify (fsnotify) of every change
+// in dir, the directory it links to, their subdirectories and dir's parent,
+// so a Kubernetes ConfigMap's ..data swap or a RUNTIME_ROOT symlink swap is
+// seen within milliseconds; and polling every interval (default 1s) as a
+// safety net where inotify sees nothing (network file systems). Either way
+// the files' contents are compared, so an edit that keeps the modification
+// time is seen too. A directory that fails to
 // load leaves the last good configuration in force, and the reason is logged.
 // It returns when ctx is done.
 func (s *Server) Watch(ctx context.Context, dir string, interval time.Duration) {
@@ -44,12 +55,29 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 	firstPoll := true
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	notify := newDirNotify(dir, s.log)
+	defer notify.close()
+	// The first look is at once: a change made between the caller's first
+	// load and this call is not missed.
+	soon := time.NewTimer(0)
+	defer soon.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-soon.C:
+		case <-notify.events():
+			// A ConfigMap update is several renames and links in a row:
+			// look once they have settled, not at each.
+			soon.Reset(notifySettle)
+			continue
+		case <-notify.errors():
+			// Events were lost (a queue overflow): look now.
+			soon.Reset(0)
+			continue
 		}
+		notify.sync()
 		fp, err := fingerprint(dir, s.load)
 		wasFirst := firstPoll
 		firstPoll = false
@@ -86,6 +114,108 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 				s.log.Warn("envoy rate limit configuration: "+w, "dir", dir)
 			}
 		}
+	}
+}
+
+// notifySettle is how long after a change Watch looks at the files: a
+// ConfigMap swap's steps come within microseconds of each other.
+const notifySettle = 10 * time.Millisecond
+
+// dirNotify watches, with inotify, the directories whose changes can change
+// a configuration directory's files: the directory, the one it links to,
+// their subdirectories, and its parent (where a symlinked directory is
+// swapped). Without inotify (or past the user's watch limit) it reports
+// nothing, and Watch polls alone.
+type dirNotify struct {
+	dir     string
+	log     *slog.Logger
+	w       *fsnotify.Watcher
+	watched map[string]bool
+	failed  bool
+}
+
+func newDirNotify(dir string, log *slog.Logger) *dirNotify {
+	n := &dirNotify{dir: dir, log: log, watched: map[string]bool{}}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		log.Warn("envoy rate limit configuration: inotify is unavailable; polling only", "dir", dir, "error", err)
+		return n
+	}
+	n.w = w
+	n.sync()
+	return n
+}
+
+// events is the channel of changes; nil (never ready) without inotify.
+func (n *dirNotify) events() <-chan fsnotify.Event {
+	if n.w == nil {
+		return nil
+	}
+	return n.w.Events
+}
+
+// errors is the channel of inotify's errors; nil without inotify.
+func (n *dirNotify) errors() <-chan error {
+	if n.w == nil {
+		return nil
+	}
+	return n.w.Errors
+}
+
+// sync watches the directories that exist now, and stops watching the
+// ones gone (a swapped-out ConfigMap version).
+func (n *dirNotify) sync() {
+	if n.w == nil {
+		return
+	}
+	// Watched by their real paths: after a swap, the same name is another
+	// directory, to be watched anew.
+	want := map[string]bool{}
+	add := func(path string) {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			want[real] = true
+		}
+	}
+	add(filepath.Dir(n.dir))
+	// A symlink on the way to dir (RUNTIME_ROOT's current, a ConfigMap's
+	// ..data) is swapped in the directory that holds it.
+	for p := n.dir; p != filepath.Dir(p); p = filepath.Dir(p) {
+		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			add(filepath.Dir(p))
+		}
+	}
+	if real, err := filepath.EvalSymlinks(n.dir); err == nil {
+		_ = filepath.WalkDir(real, func(path string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				want[path] = true
+			}
+			return nil
+		})
+	}
+	for path := range want {
+		if n.watched[path] {
+			continue
+		}
+		if err := n.w.Add(path); err != nil {
+			if !n.failed {
+				n.log.Warn("envoy rate limit configuration: cannot watch a directory with inotify; polling covers it", "path", path, "error", err)
+				n.failed = true
+			}
+			continue
+		}
+		n.watched[path] = true
+	}
+	for path := range n.watched {
+		if !want[path] {
+			_ = n.w.Remove(path)
+			delete(n.watched, path)
+		}
+	}
+}
+
+func (n *dirNotify) close() {
+	if n.w != nil {
+		_ = n.w.Close()
 	}
 }
 

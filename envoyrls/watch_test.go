@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -134,4 +135,144 @@ func TestBrokenConfigKeepsLastGood(t *testing.T) {
 	}
 	write(t, dir, "live.yaml", liveConfig(7))
 	testenv.Eventually(t, 10*time.Second, "the fixed file to load", func() bool { return limitOf(srv) == 7 })
+}
+
+// TestWatchSeesConfigMapAndSymlinkSwapsWithoutPolling: with the poll an
+// hour apart, only inotify can tell of a change. Kubernetes updates a
+// mounted ConfigMap by writing a new ..<timestamp> directory, pointing
+// ..data_tmp at it and renaming ..data_tmp over ..data (the files are
+// links through ..data); envoyproxy/ratelimit's own layout swaps the
+// RUNTIME_ROOT symlink itself. Both are seen, several times over, as are
+// a new subdirectory's files.
+func TestWatchSeesConfigMapAndSymlinkSwapsWithoutPolling(t *testing.T) {
+	t.Run("configmap", func(t *testing.T) {
+		mount := t.TempDir()
+		version := 0
+		swap := func(perUnit int) {
+			t.Helper()
+			version++
+			name := fmt.Sprintf("..2026_12_02_%02d", version)
+			if err := os.Mkdir(filepath.Join(mount, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(mount, name), "live.yaml", liveConfig(perUnit))
+			tmp := filepath.Join(mount, "..data_tmp")
+			if err := os.Symlink(name, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(mount, "..data")); err != nil {
+				t.Fatal(err)
+			}
+			if version > 1 {
+				// The kubelet then removes the old version.
+				if err := os.RemoveAll(filepath.Join(mount, fmt.Sprintf("..2026_12_02_%02d", version-1))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		swap(1)
+		if err := os.Symlink("..data/live.yaml", filepath.Join(mount, "live.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		srv, _ := memoryServer(t, mount, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&testenv.Buffer{}, nil))})
+		watchEvery(t, srv, mount, time.Hour)
+		for perUnit := 2; perUnit <= 4; perUnit++ {
+			swap(perUnit)
+			testenv.Eventually(t, 10*time.Second, fmt.Sprintf("the ConfigMap's limit %d, seen by inotify", perUnit), func() bool { return limitOf(srv) == uint32(perUnit) })
+		}
+	})
+	t.Run("runtime_root_symlink", func(t *testing.T) {
+		root := t.TempDir()
+		current := filepath.Join(root, "current")
+		for v := 1; v <= 3; v++ {
+			dir := filepath.Join(root, fmt.Sprintf("v%d", v), "config")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, dir, "live.yaml", liveConfig(10+v))
+		}
+		if err := os.Symlink("v1", current); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(current, "config")
+		srv, _ := memoryServer(t, dir, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(&testenv.Buffer{}, nil))})
+		watchEvery(t, srv, dir, time.Hour)
+		for v := 2; v <= 3; v++ {
+			tmp := filepath.Join(root, "current_tmp")
+			if err := os.Symlink(fmt.Sprintf("v%d", v), tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, current); err != nil {
+				t.Fatal(err)
+			}
+			want := uint32(10 + v)
+			testenv.Eventually(t, 10*time.Second, fmt.Sprintf("RUNTIME_ROOT swapped to v%d, seen by inotify", v), func() bool { return limitOf(srv) == want })
+		}
+		// A file in a new subdirectory counts too.
+		sub := filepath.Join(root, "v3", "config", "more")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, "the new subdirectory watched", func() bool {
+			write(t, sub, "extra.yaml", "domain: extra\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+			return srv.Config().Domain("extra") != nil
+		})
+	})
+}
+
+func watchEvery(t *testing.T, srv *envoyrls.Server, dir string, interval time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Watch(ctx, dir, interval)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// BenchmarkConfigMapSwapSeen measures, per op, a ConfigMap ..data swap until
+// its limit is in force: inotify's path (the poll is an hour apart). See
+// BENCHMARKS.md, "Envoy configuration reload".
+func BenchmarkConfigMapSwapSeen(b *testing.B) {
+	mount := b.TempDir()
+	version := 0
+	swap := func(perUnit int) {
+		version++
+		name := fmt.Sprintf("..v%06d", version)
+		must := func(err error) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		must(os.Mkdir(filepath.Join(mount, name), 0o755))
+		must(os.WriteFile(filepath.Join(mount, name, "live.yaml"), []byte(liveConfig(perUnit)), 0o644))
+		tmp := filepath.Join(mount, "..data_tmp")
+		must(os.Symlink(name, tmp))
+		must(os.Rename(tmp, filepath.Join(mount, "..data")))
+		if version > 1 {
+			must(os.RemoveAll(filepath.Join(mount, fmt.Sprintf("..v%06d", version-1))))
+		}
+	}
+	swap(1)
+	if err := os.Symlink("..data/live.yaml", filepath.Join(mount, "live.yaml")); err != nil {
+		b.Fatal(err)
+	}
+	srv, _ := memoryServer(b, mount, envoyrls.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Watch(ctx, mount, time.Hour) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(50 * time.Millisecond) // the watch's first look
+	b.ResetTimer()
+	for i := range b.N {
+		want := uint32(2 + i)
+		swap(int(want))
+		for limitOf(srv) != want {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 }

@@ -99,13 +99,13 @@ var EnvTable = []EnvRow{
 
 	// Configuration.
 	mapped("envoy-config", runtimeDir, "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "CONFIG_TYPE"),
-	ignored("Sluice polls the configuration directory's contents every second, which sees edits and Kubernetes' symlink swaps alike", "RUNTIME_WATCH_ROOT"),
+	ignored("Sluice watches the configuration directory with inotify (and polls it every second as a safety net), which sees edits and Kubernetes' symlink swaps alike", "RUNTIME_WATCH_ROOT"),
 	mapped("envoy-ignore-dotfiles", nil, "RUNTIME_IGNOREDOTFILES"),
 	mapped("envoy-merge-domains", nil, "MERGE_DOMAIN_CONFIG"),
 	mapped("envoy-xds-server", whenXDS("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL"),
 	mapped("envoy-xds-node-id", whenXDS("CONFIG_GRPC_XDS_NODE_ID", ""), "CONFIG_GRPC_XDS_NODE_ID"),
 	mapped("envoy-xds-retry-interval", whenXDS("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", ""), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"),
-	ignored("Sluice starts its listeners at once and answers UNAVAILABLE (health NOT_SERVING) until the first configuration arrives from xDS", "FORCE_START_WITHOUT_INITIAL_CONFIG"),
+	mapped("envoy-serve-before-config", nil, "FORCE_START_WITHOUT_INITIAL_CONFIG"),
 	mapped("envoy-xds-tls", whenXDS("CONFIG_GRPC_XDS_SERVER_USE_TLS", ""), "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
 	// (The files apply, as there, with CONFIG_GRPC_XDS_SERVER_USE_TLS.)
 	mapped("envoy-xds-tls-ca", whenXDSTLS("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),

@@ -71,6 +71,12 @@ type Options struct {
 	// RatelimitKeys counts default fixed windows under envoyproxy/ratelimit's
 	// Redis keys, for a store wrapped in a RatelimitKeyStore (see there).
 	RatelimitKeys bool
+	// ServeBeforeConfig reports health SERVING before the first
+	// configuration arrives (envoyproxy/ratelimit's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG), so probes pass and Envoy's own
+	// failure_mode_deny decides the calls, which are answered UNAVAILABLE
+	// until then. Default: NOT_SERVING until a configuration is in force.
+	ServeBeforeConfig bool
 	// Counting is how the hits of domains that do not say (counting: in
 	// their YAML) count: CountingStrict when "", CountingEnvoy in ENV mode.
 	Counting Counting
@@ -110,9 +116,11 @@ type Server struct {
 	clock           func() time.Time
 	ratelimitKeys   bool
 	defaultCounting Counting
-	mu              sync.Mutex // serialises SetConfig
-	config          atomic.Pointer[compiled]
-	health          *health.Server
+	// serveBeforeConfig is Options.ServeBeforeConfig.
+	serveBeforeConfig bool
+	mu                sync.Mutex // serialises SetConfig
+	config            atomic.Pointer[compiled]
+	health            *health.Server
 	// unknownDomain counts the descriptors of domains no file defines.
 	unknownDomain *check.Scope
 }
@@ -149,20 +157,21 @@ func NewServer(opts Options) *Server {
 		panic("envoyrls: Options.Engine is required")
 	}
 	s := &Server{
-		engine:          opts.Engine,
-		metrics:         opts.Metrics,
-		log:             opts.Logger,
-		responseHeaders: opts.ResponseHeaders,
-		headerStyle:     opts.HeaderStyle,
-		headerNames:     [3]string{cmp.Or(opts.HeaderLimit, "RateLimit-Limit"), cmp.Or(opts.HeaderRemaining, "RateLimit-Remaining"), cmp.Or(opts.HeaderReset, "RateLimit-Reset")},
-		shadow:          opts.Shadow,
-		dynamicMetadata: opts.DynamicMetadata,
-		load:            opts.Load,
-		clock:           opts.Clock,
-		ratelimitKeys:   opts.RatelimitKeys,
-		defaultCounting: opts.Counting,
-		health:          health.NewServer(),
-		unknownDomain:   opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
+		engine:            opts.Engine,
+		metrics:           opts.Metrics,
+		log:               opts.Logger,
+		responseHeaders:   opts.ResponseHeaders,
+		headerStyle:       opts.HeaderStyle,
+		headerNames:       [3]string{cmp.Or(opts.HeaderLimit, "RateLimit-Limit"), cmp.Or(opts.HeaderRemaining, "RateLimit-Remaining"), cmp.Or(opts.HeaderReset, "RateLimit-Reset")},
+		shadow:            opts.Shadow,
+		dynamicMetadata:   opts.DynamicMetadata,
+		load:              opts.Load,
+		clock:             opts.Clock,
+		ratelimitKeys:     opts.RatelimitKeys,
+		defaultCounting:   opts.Counting,
+		serveBeforeConfig: opts.ServeBeforeConfig,
+		health:            health.NewServer(),
+		unknownDomain:     opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -170,7 +179,7 @@ func NewServer(opts Options) *Server {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	s.setServing(false)
+	s.setServing(s.serveBeforeConfig)
 	return s
 }
 
@@ -188,7 +197,7 @@ func (s *Server) SetConfig(cfg *Config) {
 	if old != nil {
 		s.dropGoneSeries(old.cfg, cfg)
 	}
-	s.setServing(cfg != nil)
+	s.setServing(cfg != nil || s.serveBeforeConfig)
 }
 
 // compile makes the engine rules of every rule of cfg.

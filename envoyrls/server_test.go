@@ -3,6 +3,8 @@ package envoyrls_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,8 +13,10 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicelabs/sluice"
@@ -414,5 +418,26 @@ func TestManyDescriptorsBoundedFanOut(t *testing.T) {
 	}
 	if p := f.peak.Load(); p > 16 {
 		t.Fatalf("%d store calls in flight at once for one request, want at most 16", p)
+	}
+}
+
+// TestServeBeforeConfig: with ServeBeforeConfig (FORCE_START_WITHOUT_INITIAL_CONFIG)
+// the health check passes before any configuration arrives, and calls are
+// answered UNAVAILABLE meanwhile, as envoyproxy/ratelimit does; without it
+// the health check fails until then.
+func TestServeBeforeConfig(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		engine := check.New(memory.New(memory.Options{}), check.Options{})
+		t.Cleanup(func() { engine.Close() })
+		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ServeBeforeConfig: force})
+		rec := httptest.NewRecorder()
+		srv.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthcheck", nil))
+		if healthy := rec.Code == http.StatusOK; healthy != force {
+			t.Errorf("ServeBeforeConfig %v: /healthcheck %d before any configuration", force, rec.Code)
+		}
+		_, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("ServeBeforeConfig %v: a call before any configuration: %v, want UNAVAILABLE", force, err)
+		}
 	}
 }

@@ -50,7 +50,9 @@ type envoyConfig struct {
 	JSONOnMux bool
 	// Counting is how domains' hits count unless their YAML says.
 	Counting envoyrls.Counting
-	Metrics  *metrics.Metrics // may be nil
+	// ServeBeforeConfig reports SERVING before the first configuration.
+	ServeBeforeConfig bool
+	Metrics           *metrics.Metrics // may be nil
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
 	// responses (--envoy-response-headers).
 	ResponseHeaders bool
@@ -156,7 +158,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 		logger = slog.Default()
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
-	opts.RatelimitKeys, opts.Counting = cfg.RatelimitKeys, cfg.Counting
+	opts.RatelimitKeys, opts.Counting, opts.ServeBeforeConfig = cfg.RatelimitKeys, cfg.Counting, cfg.ServeBeforeConfig
 	srv := envoyrls.NewServer(opts)
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {

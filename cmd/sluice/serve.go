@@ -110,6 +110,9 @@ type serveConfig struct {
 	// EnvoyMode runs as envoyproxy/ratelimit (envmode.go): the Envoy
 	// service alone, ENV's HTTP port on Addr, nothing written to disk.
 	EnvoyMode bool
+	// EnvoyServeBeforeConfig reports the Envoy service SERVING before its
+	// first configuration (FORCE_START_WITHOUT_INITIAL_CONFIG).
+	EnvoyServeBeforeConfig bool
 	// EnvoyCounting is how Envoy domains' hits count unless their YAML
 	// says: strict or envoy (envoyrls.Counting).
 	EnvoyCounting string
@@ -216,6 +219,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
 	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	f.BoolVar(&cfg.EnvoyMode, "envoy-mode", false, "run as envoyproxy/ratelimit: its variables with its defaults, the Envoy service alone, --addr serving only GET /healthcheck and POST /json, no catalog database and nothing written to disk (the binary run as /bin/ratelimit does this)")
+	f.BoolVar(&cfg.EnvoyServeBeforeConfig, "envoy-serve-before-config", false, "report the Envoy service healthy (SERVING) before its first configuration arrives from --envoy-xds-server, so probes pass and Envoy's failure_mode_deny decides the calls answered UNAVAILABLE meanwhile (FORCE_START_WITHOUT_INITIAL_CONFIG)")
 	f.StringVar(&cfg.EnvoyCounting, "envoy-counting", string(envoyrls.CountingStrict), "how Envoy domains' hits count unless their YAML's counting says: strict (a denied request consumes nothing) or envoy (every hit counts, past the limit too, as envoyproxy/ratelimit; the default of --envoy-mode)")
 	f.StringVar(&cfg.EnvoyKeyFormat, "envoy-key-format", "sluice", "Redis keys of the Envoy service's default fixed windows: sluice, or ratelimit to share counters with envoyproxy/ratelimit on the same Redis during a migration (needs --redis)")
 	f.StringVar(&cfg.EnvoyKeyPrefix, "envoy-key-prefix", "", "with --envoy-key-format ratelimit: envoyproxy/ratelimit's CACHE_KEY_PREFIX")
@@ -769,33 +773,34 @@ func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *ch
 func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.Server], engine *check.Engine, m *metrics.Metrics, traces *processTracing) (stop func(context.Context) error, err error) {
 	cfg := s.cfg
 	stopOnce, err := startEnvoy(ctx, envoyConfig{
-		Server:           srv,
-		GRPCAddr:         cfg.GRPCAddr,
-		GRPCUDS:          cfg.GRPCUDS,
-		GRPCClientSAN:    cfg.GRPCTLSClientSAN,
-		MaxConnAge:       cfg.GRPCMaxConnectionAge,
-		MaxConnAgeGrace:  cfg.GRPCMaxConnectionAgeGrace,
-		DebugAddr:        cfg.DebugAddr,
-		JSONAddr:         cfg.EnvoyJSONAddr,
-		ConfigDir:        cfg.EnvoyConfig,
-		RatelimitKeys:    cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
-		Counting:         envoyrls.Counting(cfg.EnvoyCounting),
-		JSONOnMux:        cfg.EnvoyMode,
-		XDSServer:        cfg.EnvoyXDSServer,
-		XDSNodeID:        cfg.EnvoyXDSNodeID,
-		XDSRetryInterval: cfg.EnvoyXDSRetryInterval,
-		XDSTLS:           cfg.xdsTLS(),
-		XDSNodeMetadata:  cfg.EnvoyXDSNodeMetadata,
-		XDSHeaders:       cfg.EnvoyXDSHeaders,
-		Engine:           engine,
-		Logger:           s.log,
-		Mux:              s.mux,
-		Metrics:          m,
-		ResponseHeaders:  cfg.EnvoyResponseHeaders,
-		Flags:            cfg.Envoy,
-		JSONTLS:          s.httpTLS,
-		GRPCTLS:          s.grpcTLS,
-		GRPCOptions:      cfg.grpcOptions(s.log, traces),
+		Server:            srv,
+		GRPCAddr:          cfg.GRPCAddr,
+		GRPCUDS:           cfg.GRPCUDS,
+		GRPCClientSAN:     cfg.GRPCTLSClientSAN,
+		MaxConnAge:        cfg.GRPCMaxConnectionAge,
+		MaxConnAgeGrace:   cfg.GRPCMaxConnectionAgeGrace,
+		DebugAddr:         cfg.DebugAddr,
+		JSONAddr:          cfg.EnvoyJSONAddr,
+		ConfigDir:         cfg.EnvoyConfig,
+		RatelimitKeys:     cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
+		Counting:          envoyrls.Counting(cfg.EnvoyCounting),
+		ServeBeforeConfig: cfg.EnvoyServeBeforeConfig,
+		JSONOnMux:         cfg.EnvoyMode,
+		XDSServer:         cfg.EnvoyXDSServer,
+		XDSNodeID:         cfg.EnvoyXDSNodeID,
+		XDSRetryInterval:  cfg.EnvoyXDSRetryInterval,
+		XDSTLS:            cfg.xdsTLS(),
+		XDSNodeMetadata:   cfg.EnvoyXDSNodeMetadata,
+		XDSHeaders:        cfg.EnvoyXDSHeaders,
+		Engine:            engine,
+		Logger:            s.log,
+		Mux:               s.mux,
+		Metrics:           m,
+		ResponseHeaders:   cfg.EnvoyResponseHeaders,
+		Flags:             cfg.Envoy,
+		JSONTLS:           s.httpTLS,
+		GRPCTLS:           s.grpcTLS,
+		GRPCOptions:       cfg.grpcOptions(s.log, traces),
 	})
 	if err != nil {
 		return nil, err

@@ -125,7 +125,6 @@ type Limiter struct {
 	engine    *check.Engine
 	ownEngine bool
 	rule      *check.Rule
-	remote    bool // Options.Client is set: the engine's store is a remoteStore
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -193,7 +192,7 @@ func NewLimiter(opts Options) (*Limiter, error) {
 			if logger == nil {
 				logger = slog.Default()
 			}
-			l.remote, store = true, &remoteStore{c: opts.Client, log: logger}
+			store = &remoteStore{c: opts.Client, log: logger}
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -307,7 +306,7 @@ type outcome struct {
 
 func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
 	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Reserve: l.opts.Reserve, Start: start}
-	if !l.remote {
+	if l.opts.Client == nil {
 		res, err := l.engine.Check(r.Context(), q)
 		return outcome{res: res}, err
 	}

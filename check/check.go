@@ -225,12 +225,6 @@ type Query struct {
 	// Now, when set, is the time the store decides at; tests only (they
 	// give the Engine the same Clock).
 	Now time.Time
-	// Ask, when set, decides this check instead of the engine's store: a
-	// remote service that holds the rule itself (the middleware's remote
-	// mode). The guard's deadline, breaker and failure policy still apply;
-	// the deny cache should be off (DenyCacheSize < 0), since such a
-	// service's counters can be reset behind this process's back.
-	Ask func(ctx context.Context) (sluice.Decision, error)
 }
 
 // Outcome is how a check ended, as counted in sluice_decisions_total.
@@ -335,7 +329,7 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	admits := e.deny.mark(r, q.Subject, limits)
 	sentAt := e.clock()
 	storeStart := tr.start()
-	d, err := e.guard.CheckVia(ctx, req, r.Mode, q.Ask)
+	d, err := e.guard.Check(ctx, req, r.Mode)
 	tr.stored(storeStart)
 	nsInFlight.Add(-1)
 	e.inFlight.Add(-1)

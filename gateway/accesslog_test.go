@@ -29,7 +29,7 @@ func loggedGateway(t *testing.T, yamlConfig string, logs *testenv.Buffer, tr *tr
 		t.Fatalf("config: %v\n%s", err, yamlConfig)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg,
+	gw, err := gateway.New(cfg, gateway.Options{Store: storeOf(t, cfg), Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), Tracing: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,8 @@ type Config struct {
 	AdminListen string `yaml:"admin_listen"`
 	// Redis is the store URL shared by every gateway instance
 	// (redis://, redis-cluster://, redis-sentinel://); empty keeps counters
-	// in process, for a single instance.
+	// in process, for a single instance. The gateway's caller opens it
+	// (sluice gateway does) and hands the store to New.
 	Redis string `yaml:"redis"`
 	// RedisPrefix is put before every key (default "sluice:").
 	RedisPrefix string `yaml:"redis_prefix"`

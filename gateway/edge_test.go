@@ -155,7 +155,7 @@ routes:
 	recorder := tracetest.NewSpanRecorder()
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Gatherer: reg, Tracing: tracing.New(provider)})
+	gw, err := gateway.New(cfg, gateway.Options{Store: storeOf(t, cfg), Metrics: metrics.New(reg), Gatherer: reg, Tracing: tracing.New(provider)})
 	if err != nil {
 		t.Fatal(err)
 	}

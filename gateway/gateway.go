@@ -43,16 +43,19 @@ import (
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/accesslog"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
-	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/middleware"
 	"github.com/sluicelabs/sluice/ratelimitheader"
-	sluiceredis "github.com/sluicelabs/sluice/redis"
 	"github.com/sluicelabs/sluice/tracing"
 )
 
 // Options are the gateway's process-wide dependencies.
 type Options struct {
+	// Store holds every route's counters (required): the store the
+	// config's redis field names (Redis, or in process when empty), opened
+	// by the caller, who closes it after the Gateway. A Store with a
+	// Ping(context.Context) error method is pinged by /readyz.
+	Store sluice.Store
 	// Metrics receives decisions under source "gateway"; may be nil.
 	Metrics *metrics.Metrics
 	// Gatherer serves /metrics; nil serves prometheus.DefaultGatherer.
@@ -71,11 +74,9 @@ type Options struct {
 // Gateway is an http.Handler serving a Config; Reload swaps the config
 // without dropping requests.
 type Gateway struct {
-	opts  Options
-	store sluice.Store
-	close func() error
-	// redis and redisPrefix name the store opened at start; a reload
-	// cannot change them.
+	opts Options
+	// redis and redisPrefix name the store of the first config, the one
+	// the caller opened: a reload cannot change them.
 	redis, redisPrefix string
 	// engine checks every route's limits: one breaker and deny cache for
 	// the one store, kept across reloads. storeTimeout is its deadline.
@@ -96,9 +97,12 @@ type Gateway struct {
 	authLog *authFailureLog
 }
 
-// New opens the store named by cfg (Redis, or in process) and returns a
-// Gateway serving cfg. Close releases it.
+// New returns a Gateway serving cfg with the counters of opts.Store. Close
+// releases what it started; the store stays the caller's.
 func New(cfg *Config, opts Options) (*Gateway, error) {
+	if opts.Store == nil {
+		return nil, errors.New("gateway: Options.Store is required: open the store the config names (redis, or memory when it names none) and pass it")
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -108,31 +112,14 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, redis: cfg.Redis, redisPrefix: cfg.RedisPrefix, storeTimeout: cfg.StoreTimeout, server: cfg.Server, tls: cfg.TLS,
 		adminListen: cfg.AdminListen, authLog: &authFailureLog{log: opts.Logger, throttle: accesslog.NewThrottle()}}
 	g.handler = opts.Tracing.Handler(http.HandlerFunc(g.serve), "sluice-gateway")
-	var closeStore func() error
-	if cfg.Redis != "" {
-		// A Redis that does not answer yet is connected to in the
-		// background; routes get their failure modes meanwhile.
-		rs, err := sluiceredis.Connect(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, opts.Logger)
-		if err != nil {
-			return nil, err
-		}
-		g.store, closeStore = rs, rs.Close
-	} else {
-		ms := memory.New(memory.Options{})
-		g.store, closeStore = ms, ms.Close
-	}
-	g.engine = check.New(g.store, check.Options{
+	g.engine = check.New(opts.Store, check.Options{
 		Guard:          guard.Options{Name: "gateway", Timeout: time.Duration(cfg.StoreTimeout)},
 		Metrics:        opts.Metrics,
 		TracerProvider: opts.Tracing.TracerProvider(),
 	})
-	g.close = func() error {
-		g.engine.Close()
-		return closeStore()
-	}
 	rt, err := g.build(cfg)
 	if err != nil {
-		g.close()
+		g.engine.Close()
 		return nil, err
 	}
 	g.current.Store(rt)
@@ -186,14 +173,15 @@ func (g *Gateway) Reload(cfg *Config) error {
 	return nil
 }
 
-// Close stops background work and closes the store.
+// Close stops background work. It does not close the store, which the
+// caller owns.
 func (g *Gateway) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if rt := g.current.Load(); rt != nil {
 		rt.close()
 	}
-	return g.close()
+	return g.engine.Close()
 }
 
 func sameTLS(a, b *TLSConfig) bool {
@@ -268,7 +256,7 @@ const readyPingTimeout = 500 * time.Millisecond
 // "connecting" (not connected since the start, being connected to).
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	state := "ok"
-	if p, ok := g.store.(interface{ Ping(context.Context) error }); ok {
+	if p, ok := g.opts.Store.(interface{ Ping(context.Context) error }); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), readyPingTimeout)
 		err := p.Ping(ctx)
 		cancel()
@@ -362,7 +350,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				cost = *rc.Cost
 			}
 			opts := middleware.Options{
-				Store:       g.store,
+				Store:       g.opts.Store,
 				Name:        rc.Name,
 				Tenant:      "gateway",
 				Limits:      limits,
@@ -395,7 +383,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			// limiter of its own, of cost 1, in front of the rate limits: a
 			// request they deny gives its lease back at once.
 			conc, err := middleware.NewLimiter(middleware.Options{
-				Store: g.store, Name: rc.Name + ".concurrency", Tenant: "gateway",
+				Store: g.opts.Store, Name: rc.Name + ".concurrency", Tenant: "gateway",
 				Limits: []sluice.Limit{cl.Named("inflight")}, Key: rc.keyFunc(trusted), FailureMode: rc.FailureMode,
 				Engine: g.engine, Metrics: g.opts.Metrics, Source: metrics.SourceGateway,
 			})

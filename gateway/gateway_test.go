@@ -14,6 +14,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/sluicelabs/sluice/gateway"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/middleware"
 	"github.com/sluicelabs/sluice/ratelimitheader"
@@ -634,5 +635,51 @@ routes:
 	}
 	if n, err := redis.Do("DBSIZE"); err != nil || n == "0" {
 		t.Errorf("Redis holds no counters: %q %v", n, err)
+	}
+}
+
+// TestGatewayCountsInTheStoreItIsHanded: the gateway opens no store of its
+// own: it needs one, counts in the one it is given (two gateways handed one
+// Redis store admit the limit together), and leaves it open on Close, since
+// the caller owns it.
+func TestGatewayCountsInTheStoreItIsHanded(t *testing.T) {
+	redis := testenv.Redis(t)
+	up := newUpstream(t, "app")
+	cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf(`
+redis: %s
+routes:
+  - {name: api, path_prefix: /api, upstream: %q, failure_mode: closed, limits: [{name: m, algorithm: fixed_window, limit: 2, window: 1h}]}
+`, redis.URL(), up.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.New(cfg, gateway.Options{}); err == nil || !strings.Contains(err.Error(), "Store is required") {
+		t.Fatalf("New without a store: err = %v, want one asking for it", err)
+	}
+	store := storeOf(t, cfg)
+	one, err := gateway.New(cfg, gateway.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := gateway.New(cfg, gateway.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	status := func(gw *gateway.Gateway) int {
+		w := httptest.NewRecorder()
+		gw.ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+		return w.Code
+	}
+	if a, b := status(one), status(two); a != 200 || b != 200 {
+		t.Fatalf("first request through each gateway: %d, %d, want 200, 200", a, b)
+	}
+	if err := one.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A closed store would fail this closed route with 503: 429 says the
+	// store is open and holds both gateways' counts.
+	if code := status(two); code != http.StatusTooManyRequests {
+		t.Fatalf("third request, after the other gateway closed: %d, want 429 from the shared, still open store", code)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -29,8 +30,11 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/gateway"
+	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 const hsSecret = "an-hs256-secret-of-at-least-32-bytes!"
@@ -185,8 +189,26 @@ func newUpstream(t testing.TB, name string) *upstream {
 	return u
 }
 
+// storeOf opens the store cfg names, as sluice gateway does: Redis when it
+// names one, else a memory store. It is closed when the test ends, after the
+// gateways the test closed.
+func storeOf(t testing.TB, cfg *gateway.Config) sluice.Store {
+	t.Helper()
+	if cfg.Redis == "" {
+		ms := memory.New(memory.Options{})
+		t.Cleanup(func() { ms.Close() })
+		return ms
+	}
+	rs, err := sluiceredis.Connect(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return rs
+}
+
 // newGateway parses the YAML config and builds a Gateway with metrics of
-// its own; the caller closes it.
+// its own, on the store the config names; the caller closes it.
 func newGateway(t testing.TB, yamlConfig string) (*gateway.Config, *gateway.Gateway) {
 	t.Helper()
 	cfg, err := gateway.ParseConfig([]byte(yamlConfig))
@@ -194,7 +216,7 @@ func newGateway(t testing.TB, yamlConfig string) (*gateway.Config, *gateway.Gate
 		t.Fatalf("config: %v\n%s", err, yamlConfig)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg})
+	gw, err := gateway.New(cfg, gateway.Options{Store: storeOf(t, cfg), Metrics: metrics.New(reg), Requests: metrics.NewGatewayRequests(reg), Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

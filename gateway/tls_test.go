@@ -70,7 +70,7 @@ func TestGatewayServesMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(reg), Gatherer: reg})
+	gw, err := gateway.New(cfg, gateway.Options{Store: storeOf(t, cfg), Metrics: metrics.New(reg), Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

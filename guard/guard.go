@@ -215,18 +215,9 @@ func (g *Guard) shardOf(tenant, rule, subject string) *shard {
 // store fails or the breaker is open, by mode (see the package doc). An
 // unknown or empty mode fails closed.
 func (g *Guard) Check(ctx context.Context, req sluice.Request, mode sluice.FailureMode) (sluice.Decision, error) {
-	return g.CheckVia(ctx, req, mode, nil)
-}
-
-// CheckVia is Check with the primary store's call replaced by ask, when ask
-// is not nil: a check decided elsewhere, such as by a remote Sluice service
-// that holds the rule itself, under this guard's deadline, breaker and
-// failure policy. req still picks the breaker and is what a failure policy
-// decides.
-func (g *Guard) CheckVia(ctx context.Context, req sluice.Request, mode sluice.FailureMode, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
 	sh := g.shardOf(req.Tenant, req.Rule, req.Subject)
 	d, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		return g.checkPrimary(ctx, sh, req, ask)
+		return g.checkPrimary(ctx, sh, req)
 	})
 	if err == nil {
 		return d, nil
@@ -244,16 +235,10 @@ func (g *Guard) CheckVia(ctx context.Context, req sluice.Request, mode sluice.Fa
 	return g.fallback(ctx, req, mode, err)
 }
 
-func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request, ask func(context.Context) (sluice.Decision, error)) (sluice.Decision, error) {
+func (g *Guard) checkPrimary(ctx context.Context, sh *shard, req sluice.Request) (sluice.Decision, error) {
 	start := time.Now()
 	callCtx, c := g.callContext(ctx, sh, start)
-	var d sluice.Decision
-	var err error
-	if ask != nil {
-		d, err = ask(callCtx)
-	} else {
-		d, err = g.primary.Check(callCtx, req)
-	}
+	d, err := g.primary.Check(callCtx, req)
 	c.leave()
 	return d, g.judge(ctx, c.ctx, sh, start, err)
 }
@@ -296,7 +281,8 @@ var clockBase = time.Now()
 func monotonic() int64 { return int64(time.Since(clockBase)) }
 
 // callContext returns the context of a store call to sh started at start:
-// ctx's values, with the shared context of start's cohort (see deadline.go),
+// ctx's values (a store may read the check's own, as the remote
+// middleware's store reads its route), with the shared context of start's cohort (see deadline.go),
 // which is also returned so the call can leave it and be judged by its
 // cause. The caller's own cancellation is not passed on (the call ends when
 // the store answers, is judged unresponsive, or the maximum wait passes, and

@@ -118,8 +118,7 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // Hold gives back a hold of the remote service.
-func (r remoteCounters) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, error) {
-	s := r.s
+func (s *remoteStore) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, error) {
 	var res sluice.HoldResult
 	var err error
 	switch op.Action {

@@ -125,7 +125,6 @@ type Limiter struct {
 	engine    *check.Engine
 	ownEngine bool
 	rule      *check.Rule
-	remote    *remoteService // nil unless Options.Client is set
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -193,8 +192,7 @@ func NewLimiter(opts Options) (*Limiter, error) {
 			if logger == nil {
 				logger = slog.Default()
 			}
-			l.remote = &remoteService{c: opts.Client, log: logger}
-			store = remoteCounters{l.remote}
+			store = &remoteStore{c: opts.Client, log: logger}
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -308,28 +306,24 @@ type outcome struct {
 
 func (l *Limiter) check(r *http.Request, key string, cost int64, start time.Time) (outcome, error) {
 	q := check.Query{Rule: l.rule, Subject: key, Cost: cost, Reserve: l.opts.Reserve, Start: start}
-	if l.remote == nil {
+	if l.opts.Client == nil {
 		res, err := l.engine.Check(r.Context(), q)
 		return outcome{res: res}, err
 	}
-	var remote client.Result
-	route := l.opts.Route(r)
-	q.Ask = func(ctx context.Context) (sluice.Decision, error) {
-		var err error
-		remote, err = l.remote.check(ctx, route, key, cost, q.Reserve)
-		return remote.Decision, err
-	}
-	res, err := l.engine.Check(r.Context(), q)
+	call := &remoteCall{route: l.opts.Route(r)}
+	res, err := l.engine.Check(withRemoteCall(r.Context(), call), q)
 	if err != nil {
 		return outcome{}, err
 	}
-	if res.Outcome == check.Degraded {
+	if res.Outcome == check.Degraded || !call.answered {
+		// The failure mode answered: no remote rule speaks for the
+		// decision, so the headers are this Limiter's.
 		return outcome{res: res}, nil
 	}
-	if remote.Rule == "" {
+	if call.answer.Rule == "" {
 		return outcome{noRule: true}, nil
 	}
-	return outcome{res: res, shadow: remote.Shadow, header: remote.Header}, nil
+	return outcome{res: res, shadow: call.answer.Shadow, header: call.answer.Header}, nil
 }
 
 // denyWithProblem is the default DenyHandler.

@@ -16,35 +16,77 @@ import (
 // network round trip plus the service's own store call.
 const remoteTimeout = 250 * time.Millisecond
 
-// remoteService is the remote mode's seam: a Sluice service asked about a
-// route and a subject, whose rule decides. Each check reaches it as the
-// engine query's Ask, so the guard's deadline, breaker and failure policy
-// protect it as they protect a store.
-type remoteService struct {
+// remoteStore is the store of remote mode's engine: a Sluice service asked
+// over its check API, whose rule for the route decides. It is a store like
+// any other to the engine, so its guard's deadline, breaker and failure
+// policy protect the service's checks as they protect Redis's, through the
+// one entry point every check takes.
+//
+// Two things of a check do not fit a sluice.Request, and travel with the
+// check's context instead (see remoteCall): the route, which picks the
+// service's rule, and what the service answers besides a decision (the
+// rule's name, its shadow flag, its headers). The Request's Tenant, Rule and
+// Limits are not sent: the API key names the tenant, the route the rule,
+// and Limits are the failure mode local's own, for while the service cannot
+// answer.
+type remoteStore struct {
 	c   *client.Client
 	log *slog.Logger
 	// lastRefusal is when a refused key was last logged (unix ns).
 	lastRefusal atomic.Int64
 }
 
+var (
+	_ sluice.Store  = (*remoteStore)(nil)
+	_ sluice.Holder = (*remoteStore)(nil)
+)
+
 // refusalLogInterval spaces the log lines about a refused API key: loud
 // enough to be found, not one line per request.
 const refusalLogInterval = 10 * time.Second
 
-// check asks the service; its 400 is an input error (sluice.ErrInvalid)
-// with the service's own sentence.
-func (s *remoteService) check(ctx context.Context, route, subject string, cost int64, reserve bool) (client.Result, error) {
+// remoteCall is one check's exchange with the service: the route asked
+// about, and the service's answer once it gave one. The middleware puts it
+// in the context of the check it sends through the engine; the guard passes
+// the context's values on to the store's call.
+type remoteCall struct {
+	route    string
+	answer   client.Result
+	answered bool
+}
+
+type remoteCallKey struct{}
+
+// withRemoteCall returns ctx carrying call to remoteStore.Check.
+func withRemoteCall(ctx context.Context, call *remoteCall) context.Context {
+	return context.WithValue(ctx, remoteCallKey{}, call)
+}
+
+// Check asks the service about the route of ctx's remoteCall, and records
+// the whole answer there. A cost of 0 peeks, as on any store; its 400 is an
+// input error (sluice.ErrInvalid) with the service's own sentence.
+func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	call, ok := ctx.Value(remoteCallKey{}).(*remoteCall)
+	switch {
+	case !ok:
+		return sluice.Decision{}, &remoteUnsupported{"a check without a route (the service picks its rule by route; checks reach it through the middleware)"}
+	case req.HoldTTL != 0:
+		return sluice.Decision{}, &remoteUnsupported{"a hold TTL of the check's own (the check API takes none)"}
+	case !req.Now.IsZero():
+		return sluice.Decision{}, &remoteUnsupported{"a check at a given time (the service decides at its own)"}
+	}
 	check := s.c.Check
-	if reserve {
+	if req.Reserve {
 		check = s.c.Reserve
 	}
-	res, err := check(ctx, route, subject, cost)
+	res, err := check(ctx, call.route, req.Subject, req.Cost)
 	if err == nil {
-		return res, nil
+		call.answer, call.answered = res, true
+		return res.Decision, nil
 	}
 	var e *client.Error
 	if errors.As(err, &e) && e.StatusCode == http.StatusBadRequest {
-		return client.Result{}, &remoteInvalid{e}
+		return sluice.Decision{}, &remoteInvalid{e}
 	}
 	if errors.As(err, &e) && (e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden) {
 		// Every check will fail the same way until the key is fixed,
@@ -55,20 +97,26 @@ func (s *remoteService) check(ctx context.Context, route, subject string, cost i
 				"status", e.StatusCode, "code", e.Code, "message", e.Message)
 		}
 	}
-	return client.Result{}, err
+	return sluice.Decision{}, err
 }
 
-// remoteCounters is the store of a remote mode's engine: every check is
-// asked of the service (check.Query.Ask), so no check ever reaches it; the
-// holds a check took there are given back through it (Hold, in holds.go).
-type remoteCounters struct{ s *remoteService }
-
-func (remoteCounters) Check(context.Context, sluice.Request) (sluice.Decision, error) {
-	return sluice.Decision{}, errors.New("a remote Sluice service is asked about a route; this check named none")
+// Reset is not offered by the check API: a remote service's counters are
+// reset through its admin API, with an operator's or admin key.
+func (s *remoteStore) Reset(context.Context, string, string, string, []sluice.Limit) error {
+	return &remoteUnsupported{"resetting counters (use the service's admin API: DELETE /v1/tenants/{tenant}/rules/{rule}/subjects/{subject})"}
 }
 
-func (remoteCounters) Reset(context.Context, string, string, string, []sluice.Limit) error {
-	return errors.New("counters of a remote Sluice service are reset through its admin API")
+// remoteUnsupported is what the check API cannot carry. It is input the
+// store refuses, not a store failure: it wraps sluice.ErrInvalid, so the
+// guard neither counts it against the breaker nor answers it by the failure
+// mode, and errors.ErrUnsupported.
+type remoteUnsupported struct{ what string }
+
+func (e *remoteUnsupported) Error() string {
+	return "a remote Sluice service cannot do this through its check API: " + e.what
+}
+func (e *remoteUnsupported) Unwrap() []error {
+	return []error{sluice.ErrInvalid, errors.ErrUnsupported}
 }
 
 // remoteInvalid is the service's 400, shown with the service's own message.

@@ -2,11 +2,15 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,12 +21,23 @@ import (
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/catalogtest"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/middleware"
 )
 
 // serviceWith runs the real check API with one tenant, one check key and
 // rule.
 func serviceWith(t *testing.T, rule sluice.Rule) (*httptest.Server, string) {
+	t.Helper()
+	h, secret := serviceHandler(t, rule)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, secret
+}
+
+// serviceHandler is the real check API with one tenant, one check key and
+// rule, for a test to serve as it likes.
+func serviceHandler(t *testing.T, rule sluice.Rule) (http.Handler, string) {
 	t.Helper()
 	catalog, secret := catalogtest.SQLiteTenant(t, rule)
 	g := check.New(newMemory(t), check.Options{})
@@ -31,9 +46,7 @@ func serviceWith(t *testing.T, rule sluice.Rule) (*httptest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
-	return srv, secret
+	return api.Handler(), secret
 }
 
 // serviceWithRule runs the real check API with one tenant, one check key and
@@ -154,5 +167,179 @@ func TestRefusedKeyIsLogged(t *testing.T) {
 	}
 	if !strings.Contains(out, "status=401") || strings.Contains(out, "sk_not_a_key") {
 		t.Fatalf("the log must give the status and never the key:\n%s", out)
+	}
+}
+
+// countingTransport counts the calls a client makes of the network.
+type countingTransport struct{ n atomic.Int64 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// countedClient is a client of the service at url whose calls are counted.
+func countedClient(t *testing.T, url, secret string) (*client.Client, *countingTransport) {
+	t.Helper()
+	calls := &countingTransport{}
+	c, err := client.New(url, secret, client.WithHTTPClient(&http.Client{Transport: calls, Timeout: 2 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, calls
+}
+
+// TestRemoteServiceIsAStore: remote mode's store is a store like any other
+// to the engine: a check with a route asks the service (a cost of 0 peeks,
+// consuming nothing), and what the check API cannot do (a reset, a check
+// without a route) is refused as unsupported, without asking the service
+// and without counting against the breaker.
+func TestRemoteServiceIsAStore(t *testing.T) {
+	srv, secret := serviceWithRule(t)
+	c, calls := countedClient(t, srv.URL, secret)
+	var opened atomic.Bool
+	engine := check.New(middleware.RemoteStore(c), check.Options{DenyCacheSize: -1,
+		Guard: guard.Options{FailureThreshold: 1, OnStateChange: func(_, _, to string) { opened.Store(opened.Load() || to == "open") }}})
+	t.Cleanup(func() { engine.Close() })
+	// The limits are the failure mode local's; the service's rule decides.
+	rule := engine.NewRule(metrics.Labels{}, check.Rule{Name: "remote", Mode: sluice.FailClosed,
+		Limits: []sluice.Limit{sluice.FixedWindow(10, time.Hour).Named("local")}})
+	ctx := middleware.WithRemoteRoute(context.Background(), "/api/orders/1")
+
+	for i := range 3 {
+		res, err := engine.Check(ctx, check.Query{Rule: rule, Subject: "alice", Cost: 0})
+		if err != nil || !res.Pass() || res.Decision.Remaining != 2 {
+			t.Fatalf("peek %d: %+v, %v; want allowed with both units left", i, res.Decision, err)
+		}
+	}
+	for i, want := range []bool{true, true, false} {
+		res, err := engine.Check(ctx, check.Query{Rule: rule, Subject: "alice", Cost: 1})
+		if err != nil || res.Pass() != want {
+			t.Fatalf("check %d: %+v, %v; want allowed %v (the peeks took nothing of the 2)", i, res.Decision, err, want)
+		}
+	}
+
+	asked := calls.n.Load()
+	if _, err := engine.Check(context.Background(), check.Query{Rule: rule, Subject: "alice", Cost: 1}); !errors.Is(err, errors.ErrUnsupported) || !errors.Is(err, sluice.ErrInvalid) {
+		t.Errorf("check without a route: %v, want ErrUnsupported and ErrInvalid", err)
+	}
+	if err := engine.Reset(ctx, rule, "alice"); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "admin API") {
+		t.Errorf("reset: %v, want ErrUnsupported pointing to the admin API", err)
+	}
+	if n := calls.n.Load(); n != asked {
+		t.Errorf("the service was asked %d times for what the check API cannot do", n-asked)
+	}
+	if opened.Load() || engine.BreakerState() != "closed" {
+		t.Errorf("breaker %s: refusing what the check API cannot do is no store failure", engine.BreakerState())
+	}
+}
+
+// TestRemoteServiceDown: remote mode's checks take the engine's one entry
+// point, so a dead service gets a store's treatment: each failed check is
+// answered by the failure mode; after FailureThreshold failures the breaker
+// opens and the service is no longer asked; once the service is back, a
+// probe closes the breaker and the service's rule decides again, headers and
+// all.
+func TestRemoteServiceDown(t *testing.T) {
+	rule := sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*",
+		Limits: []sluice.Limit{sluice.FixedWindow(100, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed}
+	h, secret := serviceHandler(t, rule)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) *http.Server {
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return srv
+	}
+	srv := serve(ln)
+	c, calls := countedClient(t, "http://"+addr, secret)
+	req := func(h http.Handler) *httptest.ResponseRecorder {
+		return get(h, func(r *http.Request) { r.URL.Path = "/api/orders/1" })
+	}
+	const policy = `"orders.minute";q=100;w=60`
+
+	t.Run("breaker", func(t *testing.T) {
+		var mu sync.Mutex
+		var states []string
+		h := mustMiddleware(t, middleware.Options{Client: c, FailureMode: sluice.FailClosed,
+			Guard: guard.Options{FailureThreshold: 3, OpenTimeout: 200 * time.Millisecond, OnStateChange: func(_, _, to string) {
+				mu.Lock()
+				states = append(states, to)
+				mu.Unlock()
+			}}})(&served{})
+		if w := req(h); w.Code != 200 || w.Header().Get("RateLimit-Policy") != policy {
+			t.Fatalf("service up: %d %v", w.Code, w.Header())
+		}
+		srv.Close()
+		for i := range 3 {
+			if w := req(h); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("service down, check %d: %d %v, want 503 with Retry-After (fails closed)", i, w.Code, w.Header())
+			}
+		}
+		asked := calls.n.Load()
+		if w := req(h); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("breaker open: %d, want 503", w.Code)
+		}
+		if n := calls.n.Load(); n != asked {
+			t.Fatalf("the service was asked %d times with the breaker open", n-asked)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve(ln)
+		testenv.Eventually(t, 10*time.Second, "the service decides again", func() bool {
+			w := req(h)
+			return w.Code == 200 && w.Header().Get("RateLimit-Policy") == policy
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Join(states, ",") != "open,half-open,closed" {
+			t.Fatalf("breaker states %v, want open, half-open, closed", states)
+		}
+	})
+
+	t.Run("failure_modes", func(t *testing.T) {
+		dead, _ := countedClient(t, "http://127.0.0.1:1", secret)
+		open := mustMiddleware(t, middleware.Options{Client: dead})(&served{})
+		for range 3 {
+			if w := req(open); w.Code != 200 || w.Header().Get("RateLimit-Policy") != "" {
+				t.Fatalf("fail open: %d %v, want 200 without the service's headers", w.Code, w.Header())
+			}
+		}
+		local := mustMiddleware(t, middleware.Options{Client: dead, Name: "fallback", FailureMode: sluice.FailLocal,
+			Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour).Named("hour")}})(&served{})
+		for i, want := range []int{200, 429} {
+			w := req(local)
+			if w.Code != want || w.Header().Get("RateLimit-Policy") != `"fallback.hour";q=1;w=3600` {
+				t.Fatalf("fail local, request %d: %d %v, want %d under the local limit's policy", i, w.Code, w.Header(), want)
+			}
+		}
+	})
+}
+
+// TestRemoteShadowRule: a shadow rule of the service lets every request
+// through, with the service's headers.
+func TestRemoteShadowRule(t *testing.T) {
+	srv, secret := serviceWith(t, sluice.Rule{Tenant: "acme", Name: "orders", Route: "/api/orders*", Shadow: true,
+		Limits: []sluice.Limit{sluice.FixedWindow(1, time.Minute).Named("minute")}, FailureMode: sluice.FailClosed})
+	c, err := client.New(srv.URL, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &served{}
+	h := mustMiddleware(t, middleware.Options{Client: c})(app)
+	for i := range 3 {
+		w := get(h, func(r *http.Request) { r.URL.Path = "/api/orders/1" })
+		if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"orders.minute";q=1;w=60` {
+			t.Fatalf("request %d: %d %v, want 200 with the service's headers", i, w.Code, w.Header())
+		}
+	}
+	if app.n.Load() != 3 {
+		t.Fatalf("%d of 3 requests reached the application", app.n.Load())
 	}
 }

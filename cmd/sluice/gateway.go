@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice/gateway"
+	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 )
 
@@ -82,7 +83,14 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 		return err
 	}
 	defer traces.shutdown()
-	gw, err := gateway.New(cfg, gateway.Options{Metrics: metrics.New(registry), Requests: metrics.NewGatewayRequests(registry),
+	// The store the file names, opened as serve opens --redis; a reload
+	// cannot change it (the gateway refuses one that names another).
+	store, _, closeStore, err := openStore(cfg.Redis, cfg.RedisPrefix, nil, memory.Options{}, log)
+	if err != nil {
+		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
+	}
+	defer closeStore()
+	gw, err := gateway.New(cfg, gateway.Options{Store: store, Metrics: metrics.New(registry), Requests: metrics.NewGatewayRequests(registry),
 		Gatherer: registry, Logger: log, Tracing: traces.Tracing})
 	if err != nil {
 		return err

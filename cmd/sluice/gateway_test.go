@@ -269,3 +269,77 @@ routes:
 		}
 	}
 }
+
+// TestGatewayCommandOpensTheStoreOfItsFile: sluice gateway opens the store
+// its file names and hands it to the gateway: with redis, two gateways
+// share one set of counters; without, each counts in a memory store of its
+// own. /readyz reports the store it opened.
+func TestGatewayCommandOpensTheStoreOfItsFile(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	for _, tc := range []struct {
+		name  string
+		redis func(t *testing.T) string
+		// third is the status of the third request, the first through the
+		// second gateway, against a limit of two.
+		third int
+	}{
+		{"redis_shared", func(t *testing.T) string { return "redis: " + testenv.Redis(t).URL() + "\n" }, http.StatusTooManyRequests},
+		{"memory_per_process", func(*testing.T) string { return "" }, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := tc.redis(t)
+			start := func() (addr, adminAddr string) {
+				addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+				adminAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+				path := filepath.Join(t.TempDir(), "gateway.yaml")
+				config := fmt.Sprintf("listen: %q\nadmin_listen: %q\n%sroutes:\n  - {name: api, path_prefix: /api, upstream: %q, failure_mode: closed, limits: [{name: h, algorithm: fixed_window, limit: 2, window: 1h}]}\n",
+					addr, adminAddr, store, up.URL)
+				if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					done <- runGateway(ctx, gatewayFlags{Config: path, ShutdownTimeout: 5 * time.Second},
+						slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+				}()
+				t.Cleanup(func() {
+					cancel()
+					if err := <-done; err != nil {
+						t.Errorf("runGateway: %v", err)
+					}
+				})
+				testenv.Eventually(t, 10*time.Second, "the gateway is ready", func() bool {
+					resp, err := http.Get("http://" + adminAddr + "/readyz")
+					if err != nil {
+						return false
+					}
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(resp.Body)
+					return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"store":"ok"`)
+				})
+				return addr, adminAddr
+			}
+			status := func(addr string) int {
+				t.Helper()
+				resp, err := http.Get("http://" + addr + "/api")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			one, _ := start()
+			two, _ := start()
+			for i := range 2 {
+				if code := status(one); code != http.StatusOK {
+					t.Fatalf("request %d through the first gateway: %d, want 200", i, code)
+				}
+			}
+			if code := status(two); code != tc.third {
+				t.Fatalf("third request, through the second gateway: %d, want %d", code, tc.third)
+			}
+		})
+	}
+}

@@ -30,7 +30,6 @@ import (
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
-	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 // serveConfig is everything sluice serve is configured with.
@@ -673,28 +672,21 @@ func newMetrics(cfg serveConfig) (*prometheus.Registry, *metrics.Metrics) {
 	return registry, metrics.NewWithOptions(registry, metrics.Options{MaxRuleSeries: cfg.MaxMetricSeries})
 }
 
-// openStore opens the rate-limit store: Redis with --redis (a Redis that
-// does not answer yet is connected to in the background; checks get their
-// rules' failure modes meanwhile), else the memory store. ping is nil for
-// the memory store.
+// openStore opens the rate-limit store of --redis (see openStore), with
+// the Envoy key format's wrapper when asked. ping is nil for the memory
+// store.
 func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(context.Context) error, err error) {
-	if s.cfg.Redis == "" {
-		ms := memory.New(s.cfg.memoryOptions(m))
-		s.onClose(ms.Close)
-		return ms, nil, nil
-	}
 	redisTLS, err := s.cfg.RedisTLS.config(s.cfg.Redis)
 	if err != nil {
 		return nil, nil, err
 	}
-	rs, err := sluiceredis.Connect(s.cfg.Redis, sluiceredis.Options{Prefix: s.cfg.RedisPrefix, TLS: redisTLS}, s.log)
+	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.RedisPrefix, redisTLS, s.cfg.memoryOptions(m), s.log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open Redis: %w", err)
+		return nil, nil, err
 	}
-	s.onClose(rs.Close)
-	store, ping = rs, rs.Ping
-	if s.cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
-		wrapped, closeKeys, err := withRatelimitKeys(rs, s.cfg.Redis, redisTLS, s.cfg.EnvoyKeyPrefix, s.log)
+	s.onClose(closeStore)
+	if s.cfg.Redis != "" && s.cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit {
+		wrapped, closeKeys, err := withRatelimitKeys(store, s.cfg.Redis, redisTLS, s.cfg.EnvoyKeyPrefix, s.log)
 		if err != nil {
 			return nil, nil, err
 		}

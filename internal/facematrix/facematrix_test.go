@@ -67,7 +67,7 @@ func TestEveryFaceGivesTheSameAnswer(t *testing.T) {
 	engine := check.New(store, check.Options{})
 	t.Cleanup(func() { engine.Close() })
 
-	faces := []face{httpFace(t, engine), envoyFace(t, engine), middlewareFace(t, store, engine), gatewayFace(t, srv.URL())}
+	faces := []face{httpFace(t, engine), envoyFace(t, engine), middlewareFace(t, store, engine), gatewayFace(t, srv.URL(), store)}
 
 	for _, state := range []struct {
 		name string
@@ -175,7 +175,9 @@ func middlewareFace(t *testing.T, store sluice.Store, engine *check.Engine) face
 	}}
 }
 
-func gatewayFace(t *testing.T, redisURL string) face {
+// gatewayFace is a gateway whose file names the Redis at redisURL, handed
+// that Redis's store as sluice gateway hands it the one it opens.
+func gatewayFace(t *testing.T, redisURL string, store sluice.Store) face {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "served") }))
 	t.Cleanup(upstream.Close)
 	var yaml strings.Builder
@@ -188,7 +190,7 @@ func gatewayFace(t *testing.T, redisURL string) face {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, yaml.String())
 	}
-	gw, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	gw, err := gateway.New(cfg, gateway.Options{Store: store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

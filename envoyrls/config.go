@@ -150,6 +150,46 @@ type Rule struct {
 	Unit            rlspb.RateLimitResponse_RateLimit_Unit
 	UnitMultiplier  uint32
 	FailureMode     sluice.FailureMode
+	// Also are the further limits of a descriptor with several
+	// (rate_limits, a Sluice extension): the request passes only if every
+	// one allows, checked in one store call, and a deny by one consumes
+	// nothing in the others. Each holds its Limit and its unit; the rest of
+	// the rule (name, replaces, shadow, failure mode) is this one's.
+	Also []*Rule
+}
+
+// limits are every limit the rule checks: its own, then Also's.
+func (r *Rule) limits() []sluice.Limit {
+	out := []sluice.Limit{r.Limit}
+	for _, a := range r.Also {
+		out = append(out, a.Limit)
+	}
+	return out
+}
+
+// neverFits returns the rule (r, or one of Also) whose limit can never hold
+// cost, or nil.
+func (r *Rule) neverFits(cost int64) *Rule {
+	if cost > r.Limit.Capacity {
+		return r
+	}
+	for _, a := range r.Also {
+		if cost > a.Limit.Capacity {
+			return a
+		}
+	}
+	return nil
+}
+
+// shown is the rule (r, or one of Also) whose limit is named limit: the one
+// a descriptor's status reports.
+func (r *Rule) shown(limit string) *Rule {
+	for _, a := range r.Also {
+		if a.Limit.Name == limit {
+			return a
+		}
+	}
+	return r
 }
 
 // The YAML schema: envoyproxy/ratelimit's, plus Sluice's extensions
@@ -166,6 +206,7 @@ type yamlDescriptor struct {
 	Key            string           `yaml:"key"`
 	Value          string           `yaml:"value"`
 	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
+	RateLimits     []yamlRateLimit  `yaml:"rate_limits"`
 	Descriptors    []yamlDescriptor `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
 	QuotaMode      bool             `yaml:"quota_mode"`
@@ -412,10 +453,23 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 		if err := parent.add(n); err != nil {
 			return fmt.Errorf("line %d: %w", yd.line, err)
 		}
+		if yd.RateLimit != nil && yd.RateLimits != nil {
+			return fmt.Errorf("line %d: descriptor %s: rate_limit and rate_limits both give its limits; use rate_limits alone for several", yd.line, n.path)
+		}
+		if len(yd.RateLimits) > 0 {
+			yd.RateLimit = &yd.RateLimits[0]
+		} else if yd.RateLimits != nil {
+			return fmt.Errorf("line %d: descriptor %s: rate_limits is empty", yd.line, n.path)
+		}
 		if yd.RateLimit != nil {
 			r, err := newRule(n, yd.RateLimit, d)
 			if err != nil {
 				return fmt.Errorf("line %d: descriptor %s: %w", yd.line, n.path, err)
+			}
+			if len(yd.RateLimits) > 1 {
+				if err := addAlso(r, n, yd.RateLimits, d); err != nil {
+					return fmt.Errorf("line %d: descriptor %s: rate_limits: %w", yd.line, n.path, err)
+				}
 			}
 			r.QuotaMode = yd.QuotaMode
 			md, err := parseMetadata(&yd.Metadata)
@@ -639,6 +693,43 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 		return nil, fmt.Errorf("rate_limit: %w", err)
 	}
 	return r, nil
+}
+
+// addAlso gives r, made from the first of ys, the limits of the others.
+// The first entry names the rule (name, replaces, failure_mode); every entry
+// is a real limit, each counting its own window.
+func addAlso(r *Rule, n *node, ys []yamlRateLimit, d *Domain) error {
+	seen := map[string]bool{}
+	for i := range ys {
+		y := &ys[i]
+		switch {
+		case y.Unlimited:
+			return fmt.Errorf("entry %d is unlimited: a descriptor with several limits has no unlimited one", i+1)
+		case y.RequestsPerUnit == nil || *y.RequestsPerUnit == 0:
+			return fmt.Errorf("entry %d has no requests_per_unit (or 0, which would deny everything): each of several limits needs one", i+1)
+		case i > 0 && (y.Name != "" || len(y.Replaces) > 0 || y.FailureMode != ""):
+			return fmt.Errorf("entry %d sets name, replaces or failure_mode, which belong to the first entry: they are the descriptor's, not one limit's", i+1)
+		}
+		a := r
+		if i > 0 {
+			var err error
+			if a, err = newRule(n, y, d); err != nil {
+				return fmt.Errorf("entry %d: %w", i+1, err)
+			}
+			if a.UnitMultiplier > 1 {
+				a.Limit.Name = fmt.Sprintf("per_%d_%s", a.UnitMultiplier, strings.ToLower(y.Unit))
+			}
+			a.Name = r.Name // for the status's current_limit
+			r.Also = append(r.Also, a)
+		} else if a.UnitMultiplier > 1 {
+			a.Limit.Name = fmt.Sprintf("per_%d_%s", a.UnitMultiplier, strings.ToLower(y.Unit))
+		}
+		if seen[a.Limit.Name] {
+			return fmt.Errorf("entry %d counts %s like another entry: give each its own unit or unit_multiplier", i+1, strings.ReplaceAll(a.Limit.Name, "_", " "))
+		}
+		seen[a.Limit.Name] = true
+	}
+	return nil
 }
 
 // escapePath percent-escapes the characters that structure a rule path, so

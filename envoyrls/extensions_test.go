@@ -350,3 +350,83 @@ func TestLimitOverrideFromEnvoy(t *testing.T) {
 		t.Fatalf("unknown domain: %v", r.OverallCode)
 	}
 }
+
+// TestSeveralLimitsOnOneDescriptor: rate_limits (a Sluice extension, asked
+// of envoyproxy/ratelimit in its issues 107, 262, 390 and 693) gives one
+// descriptor several limits, checked together: a request passes only if
+// every one allows, a deny by one consumes nothing in the others, and the
+// status reports the limit that denied (or, when allowed, the one closest
+// to denying). In an all_or_nothing domain too.
+func TestSeveralLimitsOnOneDescriptor(t *testing.T) {
+	const rules = `
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 3, name: user_limits}
+      - {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+	for _, head := range []string{"domain: many\n", "domain: many\nall_or_nothing: true\n"} {
+		t.Run(strings.TrimSpace(strings.ReplaceAll(head, "\n", " ")), func(t *testing.T) {
+			srv, clock := memoryServer(t, configDir(t, head+rules), envoyrls.Options{})
+			c := serve(t, srv)
+			req := func() *rlspb.RateLimitResponse { return call(t, c, "many", desc("user", "u1"), desc("tenant", "t1")) }
+			// 3 in the first second: the per-second limit is the closest.
+			for i := range 3 {
+				r := req()
+				if r.OverallCode != ok {
+					t.Fatalf("request %d: %v", i+1, r.OverallCode)
+				}
+				if cl := r.Statuses[0].CurrentLimit; i == 2 && (cl.Unit != rlspb.RateLimitResponse_RateLimit_SECOND || r.Statuses[0].LimitRemaining != 0) {
+					t.Fatalf("request 3 reports %v with %d remaining, want the per-second limit with 0", cl, r.Statuses[0].LimitRemaining)
+				}
+			}
+			r := req()
+			if r.OverallCode != over || r.Statuses[0].CurrentLimit.Unit != rlspb.RateLimitResponse_RateLimit_SECOND || r.Statuses[0].CurrentLimit.Name != "user_limits" {
+				t.Fatalf("4th in the second: %v, status %v; want OVER_LIMIT by the per-second limit user_limits", r.OverallCode, r.Statuses[0])
+			}
+			// The deny consumed nothing in the per-minute limit: 2 more fit
+			// in the next second, then the minute's 5 are spent.
+			clock.Advance(time.Second)
+			for i := range 2 {
+				if r := req(); r.OverallCode != ok {
+					t.Fatalf("request %d of the second second: %v (the denied one was counted in the minute)", i+1, r.OverallCode)
+				}
+			}
+			r = req()
+			if r.OverallCode != over || r.Statuses[0].CurrentLimit.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
+				t.Fatalf("6th in the minute: %v, status %v; want OVER_LIMIT by the per-minute limit", r.OverallCode, r.Statuses[0])
+			}
+			// A cost no limit of them can hold is denied without the store.
+			if r := call(t, c, "many", withHits(desc("user", "u2"), 4)); r.OverallCode != over || r.Statuses[0].CurrentLimit.Unit != rlspb.RateLimitResponse_RateLimit_SECOND {
+				t.Fatalf("hits 4 against 3 per second: %v, status %v", r.OverallCode, r.Statuses[0])
+			}
+		})
+	}
+}
+
+// TestSeveralLimitsAreCheckedInTheConfig: rate_limits is refused, with a
+// sentence, beside rate_limit, empty, with an unlimited entry or one
+// without requests_per_unit, with name or failure_mode past the first entry,
+// or with two entries counting the same window.
+func TestSeveralLimitsAreCheckedInTheConfig(t *testing.T) {
+	for _, tc := range []struct{ limits, want string }{
+		{"rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: minute, requests_per_unit: 2}]", "rate_limit and rate_limits both"},
+		{"rate_limits: []", "rate_limits is empty"},
+		{"rate_limits: [{unit: second, requests_per_unit: 1}, {unlimited: true}]", "entry 2 is unlimited"},
+		{"rate_limits: [{unit: second, requests_per_unit: 1}, {unit: minute}]", "entry 2 has no requests_per_unit"},
+		{"rate_limits: [{unit: second, requests_per_unit: 1}, {unit: minute, requests_per_unit: 2, name: x}]", "belong to the first entry"},
+		{"rate_limits: [{unit: second, requests_per_unit: 1}, {unit: second, requests_per_unit: 2, algorithm: token_bucket}]", "counts per second like another"},
+		{"rate_limits: [{unit: second, requests_per_unit: 1}, {unit: fortnight, requests_per_unit: 2}]", "entry 2: rate_limit unit"},
+	} {
+		_, err := envoyrls.LoadDir(configDir(t, "domain: d\ndescriptors:\n  - key: k\n    "+tc.limits+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one saying %q", tc.limits, err, tc.want)
+		}
+	}
+	// Two windows of one unit differ by unit_multiplier.
+	if _, err := envoyrls.LoadDir(configDir(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 1}, {unit: second, unit_multiplier: 10, requests_per_unit: 5}]\n")); err != nil {
+		t.Errorf("1 per second and 5 per 10 seconds: %v", err)
+	}
+}

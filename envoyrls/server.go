@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,7 +224,7 @@ func (s *Server) compile(cfg *Config) *compiled {
 
 func (s *Server) engineRule(d *Domain, r *Rule) *check.Rule {
 	return s.engine.NewRule(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name, Rule: r.Path},
-		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: []sluice.Limit{r.Limit}, Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
+		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: r.limits(), Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
 }
 
 // dropGoneSeries removes the metric series of the domains and rules that
@@ -585,12 +586,24 @@ func (s *Server) checkOne(ctx context.Context, d *Domain, cd *compiledDomain, it
 	if err != nil {
 		return s.checkFailed(ctx, d, []*item{it}, it.rule.FailureMode, err)
 	}
-	var ld sluice.LimitDecision
-	if len(res.Decision.Limits) > 0 {
-		ld = res.Decision.Limits[0]
-	}
-	s.setStatus(it, res, ld)
+	s.setStatus(it, res, reportedLimit(res.Decision.Limits))
 	return nil
+}
+
+// reportedLimit is the limit a descriptor's status reports: the first that
+// denied, else the one with the least remaining (with several limits on
+// one descriptor, the closest to denying).
+func reportedLimit(limits []sluice.LimitDecision) sluice.LimitDecision {
+	var ld sluice.LimitDecision
+	for i, l := range limits {
+		if !l.Allowed {
+			return l
+		}
+		if i == 0 || l.Remaining < ld.Remaining {
+			ld = l
+		}
+	}
+	return ld
 }
 
 // decideWithoutStore answers the descriptors that need no store call: no
@@ -612,13 +625,14 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 	case r.Unlimited:
 		it.status = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		s.engine.Decided(it.check, start, sluice.Decision{Allowed: true})
-	case it.cost > r.Limit.Capacity && !it.countsAll:
+	case r.neverFits(it.cost) != nil && !it.countsAll:
 		// Over the limit whatever the counters say (requests_per_unit: 0,
 		// or a cost above the limit), so the store is not asked; the answer
 		// is what it would have said: reset at the end of the window.
-		window := ruleWindow(r)
-		reset := untilWindowEnd(r, s.clock())
-		ld := sluice.LimitDecision{Name: r.Limit.Name, Algorithm: r.Limit.Algorithm, Limit: r.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
+		over := r.neverFits(it.cost)
+		window := ruleWindow(over)
+		reset := untilWindowEnd(over, s.clock())
+		ld := sluice.LimitDecision{Name: over.Limit.Name, Algorithm: over.Limit.Algorithm, Limit: over.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
 		res := s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
 		s.setStatus(it, res, ld)
 	case r.Limit.Capacity == 0:
@@ -683,7 +697,7 @@ func (s *Server) setLimitStatus(it *item, allowed, shadowed bool, ld sluice.Limi
 	r := it.rule
 	st := &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:         rlspb.RateLimitResponse_OK,
-		CurrentLimit: currentLimit(r),
+		CurrentLimit: currentLimit(r.shown(ld.Name)),
 	}
 	if !allowed || shadowed && !r.Shadow {
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
@@ -741,7 +755,9 @@ const allOrNothingRule = "*all_or_nothing"
 // the set of counters it named.
 func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledDomain, items []item, start time.Time) error {
 	var (
-		joint    []*item
+		joint []*item
+		// span[j] are the indexes in limits of joint[j]'s limits.
+		span     [][2]int
 		limits   []sluice.Limit
 		subject  strings.Builder
 		byName   = map[string]int{}
@@ -762,11 +778,11 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledD
 			return status.Errorf(codes.InvalidArgument, "domain %q checks all descriptors together (all_or_nothing), so they need the same hits_addend; got %d and %d", d.Name, cost, it.cost)
 		}
 		cost = it.cost
-		if it.cost > r.Limit.Capacity || r.Limit.Capacity == 0 {
+		if r.neverFits(it.cost) != nil || r.Limit.Capacity == 0 {
 			// Decided without the store: a cost that can never fit (which
 			// denies the whole request), or a requests_per_unit: 0 rule,
 			// which the engine cannot check.
-			neverFit = neverFit || it.cost > r.Limit.Capacity
+			neverFit = neverFit || r.neverFits(it.cost) != nil
 			s.decideWithoutStore(cd, it, start)
 			continue
 		}
@@ -776,13 +792,20 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledD
 			dupOf[it] = j
 			continue
 		}
-		l := r.Limit
-		l.Name = name
 		byName[name] = len(joint)
 		joint = append(joint, it)
-		limits = append(limits, l)
-		subject.WriteString(name)
-		subject.WriteByte(' ')
+		from := len(limits)
+		for k, l := range r.limits() {
+			if k > 0 {
+				// Each further limit of the descriptor is a counter of its own.
+				name = jointLimitName(r.Path+"|"+l.Name, it.subject)
+			}
+			l.Name = name
+			limits = append(limits, l)
+			subject.WriteString(name)
+			subject.WriteByte(' ')
+		}
+		span = append(span, [2]int{from, len(limits)})
 	}
 	if len(joint) == 0 {
 		return nil
@@ -803,12 +826,18 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledD
 	for j, it := range joint {
 		var ld sluice.LimitDecision
 		allowed := dec.Allowed && !neverFit
-		if j < len(dec.Limits) {
-			ld = dec.Limits[j]
+		if from, to := span[j][0], span[j][1]; to <= len(dec.Limits) {
+			ld = reportedLimit(dec.Limits[from:to])
 			if !allowed && ld.Allowed {
-				// This limit had room, but another denied the request;
-				// it is not the one over the limit.
+				// This descriptor had room, but another denied the
+				// request; it is not the one over the limit.
 				allowed = true
+			}
+			// The status shows the descriptor's own limit of that name.
+			if k := slices.IndexFunc(dec.Limits[from:to], func(l sluice.LimitDecision) bool { return l.Name == ld.Name }); k > 0 {
+				ld.Name = it.rule.Also[k-1].Limit.Name
+			} else {
+				ld.Name = it.rule.Limit.Name
 			}
 		}
 		s.setLimitStatus(it, allowed, res.Shadowed, ld)

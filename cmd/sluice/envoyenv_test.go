@@ -95,6 +95,24 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		// As there, the files apply only with REDIS_TLS.
 		{"redis_tls_files_without_tls", map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS_CACERT": "/ca.pem"},
 			with(map[string]string{"redis": "redis://r:6379", "envoy-key-format": "ratelimit"}), []string{"REDIS_TLS_CACERT"}},
+		// What Envoy Gateway sets on its rate limit Deployment
+		// (internal/infrastructure/kubernetes/ratelimit there), with a TLS
+		// Redis and Prometheus on.
+		{"envoy_gateway", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
+			"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW",
+			"CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+			"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis-system.svc.cluster.local:6379", "REDIS_TLS": "true",
+			"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY": "/redis-certs/tls.key",
+			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"},
+			with(map[string]string{"envoy-config": "", "envoy-ignore-dotfiles": "true", "log-level": "info", "envoy-xds-server": "envoy-gateway:18001",
+				"envoy-xds-node-id": "envoy-ratelimit", "grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
+				"envoy-xds-tls": "true", "envoy-xds-tls-cert": "/certs/tls.crt", "envoy-xds-tls-key": "/certs/tls.key", "envoy-xds-tls-ca": "/certs/ca.crt",
+				"envoy-serve-before-config": "true", "redis": "rediss://redis.redis-system.svc.cluster.local:6379", "redis-tls": "true",
+				"redis-tls-cert": "/redis-certs/tls.crt", "redis-tls-key": "/redis-certs/tls.key", "envoy-key-format": "ratelimit", "metrics-addr": ":19001"}),
+			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT", "PROMETHEUS_MAPPER_YAML", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY"}},
 		{"force_start", map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
 			with(map[string]string{"envoy-serve-before-config": "true"}), nil},
 		{"redis_user_and_password", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "app:pw"},

@@ -107,8 +107,12 @@ func TestDenyCacheIsExactThroughEnvoy(t *testing.T) {
 		defer engine.Close()
 		twinEngine := check.New(store, check.Options{Clock: clock.Now, DenyCacheSize: -1, Guard: patient})
 		defer twinEngine.Close()
-		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF})
-		twin := envoyrls.NewServer(envoyrls.Options{Engine: twinEngine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF})
+		// The servers date what they decide without the store (a cost above
+		// the limit: the time to the window's end) by the store's clock;
+		// by the wall clock, the two would differ whenever a second
+		// turned between their answers.
+		srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF, Clock: clock.Now})
+		twin := envoyrls.NewServer(envoyrls.Options{Engine: twinEngine, ResponseHeaders: true, HeaderStyle: envoyrls.HeaderStyleIETF, Clock: clock.Now})
 
 		cfg := drawPropConfig(t)
 		load := func() {

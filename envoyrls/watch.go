@@ -119,7 +119,7 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 
 // notifySettle is how long after a change Watch looks at the files: a
 // ConfigMap swap's steps come within microseconds of each other.
-const notifySettle = 10 * time.Millisecond
+const notifySettle = 2 * time.Millisecond
 
 // dirNotify watches, with inotify, the directories whose changes can change
 // a configuration directory's files: the directory, the one it links to,

@@ -1,6 +1,14 @@
 package envoyrls
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice/check"
+)
 
 // Counting says how a domain's hits count. Sluice's own rule is that a
 // denied request consumes nothing; envoyproxy/ratelimit adds every hit to
@@ -45,4 +53,73 @@ func (s *Server) counting(d *Domain) Counting {
 		return s.defaultCounting
 	}
 	return CountingStrict
+}
+
+// holdBackIncrements is StopIncrementWhenOverLimit: it looks at each of
+// pending's descriptors that count every hit and, if the request's hits
+// would take any of them past its limit, turns the others into looks (cost
+// 0), so only the descriptors over their limits count the request. Like
+// envoyproxy/ratelimit, the look and the count are two store calls, not one
+// atomic step: a request racing another near the limit may be counted as
+// if the other had not come.
+func (s *Server) holdBackIncrements(ctx context.Context, d *Domain, cd *compiledDomain, pending []*item, start time.Time) error {
+	counted := 0
+	for _, it := range pending {
+		if it.countsAll && it.cost > 0 {
+			counted++
+		}
+	}
+	if counted < 2 {
+		return nil // nothing to hold back from
+	}
+	over := make([]bool, len(pending))
+	anyOver := false
+	for i, it := range pending {
+		if !it.countsAll || it.cost == 0 {
+			continue
+		}
+		res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Subject: withoutExcess(it.subject), Cost: 0, Start: start})
+		if err != nil {
+			return s.checkFailed(ctx, d, []*item{it}, it.rule.FailureMode, err)
+		}
+		// The count is the limit less what remains (at least the limit
+		// once nothing does); with the hits (the excess above the limit
+		// included), is it past the limit?
+		l := reportedLimit(res.Decision.Limits)
+		count := l.Limit - l.Remaining
+		over[i] = !res.Decision.Allowed || count+it.cost+excessOf(it.subject) > it.rule.Limit.Capacity
+		anyOver = anyOver || over[i]
+	}
+	if !anyOver {
+		return nil
+	}
+	for i, it := range pending {
+		if it.countsAll && !over[i] {
+			it.cost, it.subject = 0, withoutExcess(it.subject)
+		}
+	}
+	return nil
+}
+
+// withoutExcess is a count-every-hit subject without the hits above the
+// limit it may carry (see countAllMarker).
+func withoutExcess(subject string) string {
+	rest, ok := strings.CutPrefix(subject, countAllMarker)
+	if !ok {
+		return subject
+	}
+	if _, after, ok := strings.Cut(rest, "\x00"); ok {
+		return countAllMarker + "\x00" + after
+	}
+	return subject
+}
+
+// excessOf is the hits above the limit a count-every-hit subject carries.
+func excessOf(subject string) int64 {
+	rest, ok := strings.CutPrefix(subject, countAllMarker)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(rest[:max(0, strings.IndexByte(rest, 0))], 10, 64)
+	return n
 }

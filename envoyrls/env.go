@@ -155,7 +155,7 @@ var EnvTable = []EnvRow{
 	mapped("envoy-key-format", ratelimitKeyFormat),
 	mapped("envoy-key-prefix", whenRedis("CACHE_KEY_PREFIX"), "CACHE_KEY_PREFIX"),
 	ignored("Sluice's local deny cache is always on: exact (it never denies what the store would allow), bounded in entries, cleared on every configuration change", "LOCAL_CACHE_SIZE_IN_BYTES"),
-	missing("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+	mapped("envoy-stop-increment-when-over-limit", nil, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	ignored("Sluice's keys expire exactly when dropping them loses nothing, never with jitter", "EXPIRATION_JITTER_MAX_SECONDS"),
 
 	// Metrics and tracing.

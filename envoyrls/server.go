@@ -72,6 +72,13 @@ type Options struct {
 	// RatelimitKeys counts default fixed windows under envoyproxy/ratelimit's
 	// Redis keys, for a store wrapped in a RatelimitKeyStore (see there).
 	RatelimitKeys bool
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, for descriptors that count
+	// every hit (CountingEnvoy): when one descriptor of a request would go
+	// over its limit, the request's hits are counted only in those that
+	// would; the others only look. It costs a look at every such
+	// descriptor before the count, as there.
+	StopIncrementWhenOverLimit bool
 	// ServeBeforeConfig reports health SERVING before the first
 	// configuration arrives (envoyproxy/ratelimit's
 	// FORCE_START_WITHOUT_INITIAL_CONFIG), so probes pass and Envoy's own
@@ -119,6 +126,7 @@ type Server struct {
 	defaultCounting Counting
 	// serveBeforeConfig is Options.ServeBeforeConfig.
 	serveBeforeConfig bool
+	stopIncrement     bool
 	mu                sync.Mutex // serialises SetConfig
 	config            atomic.Pointer[compiled]
 	health            *health.Server
@@ -171,6 +179,7 @@ func NewServer(opts Options) *Server {
 		ratelimitKeys:     opts.RatelimitKeys,
 		defaultCounting:   opts.Counting,
 		serveBeforeConfig: opts.ServeBeforeConfig,
+		stopIncrement:     opts.StopIncrementWhenOverLimit,
 		health:            health.NewServer(),
 		unknownDomain:     opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
 	}
@@ -515,6 +524,11 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, cd *compiledDomain, i
 	for i := range items {
 		if !s.decideWithoutStore(cd, &items[i], start) {
 			pending = append(pending, &items[i])
+		}
+	}
+	if s.stopIncrement {
+		if err := s.holdBackIncrements(ctx, d, cd, pending, start); err != nil {
+			return overLimitDespite(ctx, items, err)
 		}
 	}
 	if len(pending) == 1 {

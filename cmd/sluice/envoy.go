@@ -52,7 +52,9 @@ type envoyConfig struct {
 	Counting envoyrls.Counting
 	// ServeBeforeConfig reports SERVING before the first configuration.
 	ServeBeforeConfig bool
-	Metrics           *metrics.Metrics // may be nil
+	// StopIncrement is envoyrls.Options.StopIncrementWhenOverLimit.
+	StopIncrement bool
+	Metrics       *metrics.Metrics // may be nil
 	// ResponseHeaders adds x-ratelimit-* and RateLimit headers to Envoy's
 	// responses (--envoy-response-headers).
 	ResponseHeaders bool
@@ -159,6 +161,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
 	opts.RatelimitKeys, opts.Counting, opts.ServeBeforeConfig = cfg.RatelimitKeys, cfg.Counting, cfg.ServeBeforeConfig
+	opts.StopIncrementWhenOverLimit = cfg.StopIncrement
 	srv := envoyrls.NewServer(opts)
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {

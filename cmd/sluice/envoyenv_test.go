@@ -113,6 +113,8 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 				"envoy-serve-before-config": "true", "redis": "rediss://redis.redis-system.svc.cluster.local:6379", "redis-tls": "true",
 				"redis-tls-cert": "/redis-certs/tls.crt", "redis-tls-key": "/redis-certs/tls.key", "envoy-key-format": "ratelimit", "metrics-addr": ":19001"}),
 			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT", "PROMETHEUS_MAPPER_YAML", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY"}},
+		{"stop_increment", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
+			with(map[string]string{"envoy-stop-increment-when-over-limit": "true"}), nil},
 		{"force_start", map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
 			with(map[string]string{"envoy-serve-before-config": "true"}), nil},
 		{"redis_user_and_password", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "app:pw"},

@@ -109,6 +109,8 @@ type serveConfig struct {
 	// EnvoyMode runs as envoyproxy/ratelimit (envmode.go): the Envoy
 	// service alone, ENV's HTTP port on Addr, nothing written to disk.
 	EnvoyMode bool
+	// EnvoyStopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	EnvoyStopIncrement bool
 	// EnvoyServeBeforeConfig reports the Envoy service SERVING before its
 	// first configuration (FORCE_START_WITHOUT_INITIAL_CONFIG).
 	EnvoyServeBeforeConfig bool
@@ -218,6 +220,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.DebugAddr, "debug-addr", "", "debug listener serving /rlconfig, the loaded Envoy configuration as text, e.g. 127.0.0.1:6070 (off when empty; DEBUG_HOST/DEBUG_PORT)")
 	f.StringVar(&cfg.LogFormat, "log-format", "json", "log format: json or text")
 	f.BoolVar(&cfg.EnvoyMode, "envoy-mode", false, "run as envoyproxy/ratelimit: its variables with its defaults, the Envoy service alone, --addr serving only GET /healthcheck and POST /json, no catalog database and nothing written to disk (the binary run as /bin/ratelimit does this)")
+	f.BoolVar(&cfg.EnvoyStopIncrement, "envoy-stop-increment-when-over-limit", false, "with counting envoy: a request that would take one descriptor past its limit is counted only in the descriptors it takes past theirs, the others only look (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; a look at each before the count, as there)")
 	f.BoolVar(&cfg.EnvoyServeBeforeConfig, "envoy-serve-before-config", false, "report the Envoy service healthy (SERVING) before its first configuration arrives from --envoy-xds-server, so probes pass and Envoy's failure_mode_deny decides the calls answered UNAVAILABLE meanwhile (FORCE_START_WITHOUT_INITIAL_CONFIG)")
 	f.StringVar(&cfg.EnvoyCounting, "envoy-counting", string(envoyrls.CountingStrict), "how Envoy domains' hits count unless their YAML's counting says: strict (a denied request consumes nothing) or envoy (every hit counts, past the limit too, as envoyproxy/ratelimit; the default of --envoy-mode)")
 	f.StringVar(&cfg.EnvoyKeyFormat, "envoy-key-format", "sluice", "Redis keys of the Envoy service's default fixed windows: sluice, or ratelimit to share counters with envoyproxy/ratelimit on the same Redis during a migration (needs --redis)")
@@ -777,6 +780,7 @@ func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.S
 		RatelimitKeys:     cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
 		Counting:          envoyrls.Counting(cfg.EnvoyCounting),
 		ServeBeforeConfig: cfg.EnvoyServeBeforeConfig,
+		StopIncrement:     cfg.EnvoyStopIncrement,
 		JSONOnMux:         cfg.EnvoyMode,
 		XDSServer:         cfg.EnvoyXDSServer,
 		XDSNodeID:         cfg.EnvoyXDSNodeID,

@@ -114,6 +114,10 @@ type serveConfig struct {
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
+	// ConsoleSignInFailures limits failed sign-ins per client address
+	// (LIMIT/WINDOW); TrustedProxies may report that address.
+	ConsoleSignInFailures string
+	TrustedProxies        []string
 	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
 	// empty) or "env"; for the start log.
 	AdminTokenOrigin string

@@ -95,6 +95,9 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 	}
 	ctx, cancel := context.WithTimeout(sluice.WithActor(r.Context(), p.actor()), a.adminTimeout)
 	defer cancel()
+	if !a.limitWrite(ctx, w, r, p) {
+		return
+	}
 	status, body, err := fn(ctx, p)
 	if err != nil {
 		e := errorFor(err)

@@ -114,6 +114,8 @@ type serveConfig struct {
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
+	// AdminWriteLimit limits tenants' admin writes (CAPACITY:RATE/UNIT or off).
+	AdminWriteLimit string
 	// ConsoleSignInFailures limits failed sign-ins per client address
 	// (LIMIT/WINDOW); TrustedProxies may report that address.
 	ConsoleSignInFailures string
@@ -191,6 +193,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
@@ -335,7 +338,24 @@ func (cfg serveConfig) validate() error {
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
+	if _, _, err := cfg.adminWriteLimit(); err != nil {
+		return err
+	}
 	return cfg.validateConsole()
+}
+
+// adminWriteLimit reads --admin-write-limit: CAPACITY:RATE/UNIT, or off.
+func (cfg serveConfig) adminWriteLimit() (l sluice.Limit, off bool, err error) {
+	switch cfg.AdminWriteLimit {
+	case "":
+		return httpapi.DefaultAdminWriteLimit, false, nil
+	case "off":
+		return sluice.Limit{}, true, nil
+	}
+	if l, err = parseTokenBucket(cfg.AdminWriteLimit); err != nil {
+		return l, false, fmt.Errorf("--admin-write-limit: %w (or off)", err)
+	}
+	return l.Named("writes"), false, nil
 }
 
 // tlsFlags names the flags of one set of TLS files, for errors.
@@ -704,7 +724,13 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *check.Engine, m *metrics.Metrics, storePing func(context.Context) error) (*httpapi.API, error) {
 	var api *httpapi.API
 	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
+		writeLimit, noWriteLimit, err := s.cfg.adminWriteLimit()
+		if err != nil {
+			return err
+		}
 		api, err = httpapi.New(ctx, httpapi.Options{
+			AdminWriteLimit:    writeLimit,
+			NoAdminWriteLimit:  noWriteLimit,
 			Catalog:            catalog,
 			Engine:             engine,
 			AdminTimeout:       s.cfg.AdminTimeout,

@@ -96,6 +96,8 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"negative_drain_period", func(c *serveConfig) { c.DrainPeriod = -time.Second }, "--drain-period"},
 		{"metrics_on_the_public_listener", func(c *serveConfig) { c.Addr, c.MetricsAddr = "127.0.0.1:18080", "127.0.0.1:18080" }, "--metrics-addr"},
 		{"unknown_log_level", func(c *serveConfig) { c.LogLevel = "loud" }, "log level"},
+		{"admin_write_limit_not_a_bucket", func(c *serveConfig) { c.AdminWriteLimit = "50/s" }, `--admin-write-limit: --token-bucket "50/s": missing ':'`},
+		{"admin_write_limit_zero_capacity", func(c *serveConfig) { c.AdminWriteLimit = "0:50/s" }, "--admin-write-limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base

@@ -511,7 +511,9 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	api.Register(s.mux)
 	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
 	if cfg.MetricsAddr == "" {
-		s.mux.Handle("GET /metrics", metricsHandler)
+		// Series name tenants and rules: on the listener every tenant
+		// reaches, only for the operator or a metrics-role key.
+		s.mux.Handle("GET /metrics", api.MetricsHandler(registry))
 	}
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))

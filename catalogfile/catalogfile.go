@@ -66,7 +66,7 @@ func Parse(name string, data []byte) ([]Desired, error) {
 		// An empty file is what a failed "sluice export > file" leaves:
 		// reading it as "no tenants" would let --prune delete them all.
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: the file is empty (no YAML document); a catalog file lists its tenants under tenants:", name)
+			return nil, fmt.Errorf("%s: the file is empty (no YAML document); a catalog file lists its tenants under \"tenants\"", name)
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

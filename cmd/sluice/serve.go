@@ -116,6 +116,8 @@ type serveConfig struct {
 	ConsoleAddr string
 	// AdminWriteLimit limits tenants' admin writes (CAPACITY:RATE/UNIT or off).
 	AdminWriteLimit string
+	// AuditRetention is how long audit entries are kept (a period or off).
+	AuditRetention string
 	// ConsoleSignInFailures limits failed sign-ins per client address
 	// (LIMIT/WINDOW); TrustedProxies may report that address.
 	ConsoleSignInFailures string
@@ -193,6 +195,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.StringVar(&cfg.AuditRetention, "audit-retention", defaultAuditRetention, "how long audit log entries are kept, e.g. 180d or 52w; older ones are deleted in the background, in small batches (off: keep every entry)")
 	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
@@ -339,6 +342,9 @@ func (cfg serveConfig) validate() error {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
 	if _, _, err := cfg.adminWriteLimit(); err != nil {
+		return err
+	}
+	if _, err := cfg.auditRetention(); err != nil {
 		return err
 	}
 	return cfg.validateConsole()
@@ -520,6 +526,11 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	s.onClose(func() error { stopRun(); return nil })
 	watchDone := make(chan error, 1)
 	go func() { watchDone <- api.Run(runCtx) }()
+	if retention, _ := cfg.auditRetention(); retention > 0 {
+		if p, ok := catalog.(auditPruner); ok {
+			go pruneAudit(runCtx, p, retention, s.log)
+		}
+	}
 
 	var envoySrv atomic.Pointer[envoyrls.Server]
 	stopEnvoy, err := s.startEnvoy(runCtx, &envoySrv, engine, m, traces)

@@ -118,10 +118,14 @@ const (
 	// RoleAdmin keys may manage their own tenant's keys and rules (and only
 	// that tenant's); they may not check.
 	RoleAdmin Role = "admin"
+	// RoleMetrics keys may read /metrics on the service's listener: the
+	// series of their own tenant and those that name no tenant (a
+	// Prometheus scrape credential); they may neither check nor manage.
+	RoleMetrics Role = "metrics"
 )
 
 // Valid reports whether r is a known role.
-func (r Role) Valid() bool { return r == RoleCheck || r == RoleAdmin }
+func (r Role) Valid() bool { return r == RoleCheck || r == RoleAdmin || r == RoleMetrics }
 
 // Validate reports whether r is a known role, in a sentence.
 func (r Role) Validate() error {
@@ -129,9 +133,9 @@ func (r Role) Validate() error {
 		return nil
 	}
 	if r == "" {
-		return invalidf("role is required (check or admin)")
+		return invalidf("role is required (check, admin or metrics)")
 	}
-	return invalidf("unknown role %q (want check or admin)", r)
+	return invalidf("unknown role %q (want check, admin or metrics)", r)
 }
 
 // APIKey describes an API key. It never holds the secret: the secret is shown

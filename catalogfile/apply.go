@@ -2,6 +2,7 @@ package catalogfile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -57,13 +58,24 @@ type Step struct {
 	What string
 	// Do makes it; a created key's secret is printed on out.
 	Do func(ctx context.Context, c Admin, out io.Writer) error
+	// DeletesTenant names the tenant this step deletes, if it does: the
+	// caller asks for a confirmation before any of those.
+	DeletesTenant string
 }
+
+// ErrPruneWithoutTenants refuses --prune of a file that lists no tenant:
+// it would delete every tenant, which is what an empty or truncated file
+// would otherwise do by mistake.
+var ErrPruneWithoutTenants = errors.New("--prune of a file that lists no tenant would delete every tenant; refused, nothing changed (list at least one tenant, or delete tenants one by one with sluice tenant delete)")
 
 // Plan works out the changes that make current match desired, in an
 // order that keeps every intermediate catalog valid: tenants first, then
 // their rules and keys, and deletions last, so that no route is left
 // unlimited while a rule replaces another.
 func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
+	if prune && len(desired) == 0 {
+		return nil, ErrPruneWithoutTenants
+	}
 	byName := map[string]Current{}
 	for _, t := range current {
 		byName[t.Name] = t
@@ -72,14 +84,14 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 	for _, d := range desired {
 		cur, exists := byName[d.Name]
 		if !exists {
-			creates = append(creates, Step{"+ tenant " + d.Name, func(ctx context.Context, c Admin, _ io.Writer) error {
+			creates = append(creates, Step{What: "+ tenant " + d.Name, Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 				_, err := c.CreateTenant(ctx, d.Name)
 				return err
 			}})
 			cur.Status = sluice.TenantActive
 		}
 		if cur.Status != d.Status {
-			updates = append(updates, Step{fmt.Sprintf("~ tenant %s: status %s -> %s", d.Name, cur.Status, d.Status), func(ctx context.Context, c Admin, _ io.Writer) error {
+			updates = append(updates, Step{What: fmt.Sprintf("~ tenant %s: status %s -> %s", d.Name, cur.Status, d.Status), Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 				_, err := c.SetTenantStatus(ctx, d.Name, d.Status)
 				return err
 			}})
@@ -98,7 +110,7 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 			if had {
 				what = fmt.Sprintf("~ rule %s/%s: %s\n    was: %s", d.Name, r.Name, r.Describe(), old.Describe())
 			}
-			updates = append(updates, Step{what, func(ctx context.Context, c Admin, _ io.Writer) error {
+			updates = append(updates, Step{What: what, Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 				_, err := c.PutRule(ctx, r)
 				return err
 			}})
@@ -111,12 +123,18 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 			have := keys[k.Name]
 			delete(keys, k.Name)
 			if len(have) == 0 {
-				updates = append(updates, Step{fmt.Sprintf("+ key %s/%s (role %s)", d.Name, k.Name, k.Role), func(ctx context.Context, c Admin, out io.Writer) error {
+				updates = append(updates, Step{What: fmt.Sprintf("+ key %s/%s (role %s)", d.Name, k.Name, k.Role), Do: func(ctx context.Context, c Admin, out io.Writer) error {
 					created, secret, err := c.NewKey(ctx, d.Name, k.Name, sluice.Role(k.Role))
 					if err != nil {
 						return err
 					}
 					fmt.Fprintf(out, "Created key %s (name %s) of tenant %s; its secret, shown only this once: %s\n", created.ID, k.Name, d.Name, secret)
+					// Out the moment the key exists: a secret left in a
+					// buffer is lost by a kill, and the catalog holds only
+					// its hash.
+					if f, ok := out.(interface{ Flush() error }); ok {
+						return f.Flush()
+					}
 					return nil
 				}})
 				continue
@@ -132,13 +150,13 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 			continue
 		}
 		for _, name := range sortedKeys(rules) {
-			deletes = append(deletes, Step{fmt.Sprintf("- rule %s/%s", d.Name, name), func(ctx context.Context, c Admin, _ io.Writer) error {
+			deletes = append(deletes, Step{What: fmt.Sprintf("- rule %s/%s", d.Name, name), Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 				return c.DeleteRule(ctx, d.Name, name)
 			}})
 		}
 		for _, name := range sortedKeys(keys) {
 			for _, k := range keys[name] {
-				deletes = append(deletes, Step{fmt.Sprintf("- key %s/%s (%s, revoked)", d.Name, name, k.ID), func(ctx context.Context, c Admin, _ io.Writer) error {
+				deletes = append(deletes, Step{What: fmt.Sprintf("- key %s/%s (%s, revoked)", d.Name, name, k.ID), Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 					return c.Revoke(ctx, d.Name, k.ID)
 				}})
 			}
@@ -151,9 +169,9 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 		}
 		for _, t := range current {
 			if !listed[t.Name] {
-				deletes = append(deletes, Step{fmt.Sprintf("- tenant %s (with its %d keys and %d rules)", t.Name, len(t.Keys), len(t.Rules)), func(ctx context.Context, c Admin, _ io.Writer) error {
+				deletes = append(deletes, Step{What: fmt.Sprintf("- tenant %s (with its %d keys and %d rules)", t.Name, len(t.Keys), len(t.Rules)), Do: func(ctx context.Context, c Admin, _ io.Writer) error {
 					return c.DeleteTenant(ctx, t.Name)
-				}})
+				}, DeletesTenant: t.Name})
 			}
 		}
 	}

@@ -62,7 +62,12 @@ func Parse(name string, data []byte) ([]Desired, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&f); err != nil {
+		// An empty file is what a failed "sluice export > file" leaves:
+		// reading it as "no tenants" would let --prune delete them all.
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: the file is empty (no YAML document); a catalog file lists its tenants under \"tenants\"", name)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	out := make([]Desired, 0, len(f.Tenants))

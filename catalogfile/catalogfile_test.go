@@ -1,6 +1,10 @@
 package catalogfile
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -51,5 +55,56 @@ func TestParseNamesTheField(t *testing.T) {
 	_, err := Parse("catalog.yaml", []byte(strings.Replace(file, "role: check", "role: root", 1)))
 	if err == nil || !strings.Contains(err.Error(), "catalog.yaml: tenants[0] (acme).keys[0] (web).role") {
 		t.Fatalf("error %v, want one naming catalog.yaml: tenants[0] (acme).keys[0] (web).role", err)
+	}
+}
+
+// TestCreatedKeySecretIsFlushed: the secret of a key apply creates is out
+// of a buffered writer as soon as the key exists, before the next step,
+// so a kill later in the apply does not lose it.
+func TestCreatedKeySecretIsFlushed(t *testing.T) {
+	desired, err := Parse("catalog.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Plan(desired, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bytes.Buffer
+	out := bufio.NewWriterSize(&sink, 4096)
+	for _, s := range steps {
+		if strings.HasPrefix(s.What, "+ key ") {
+			if err := s.Do(context.Background(), keyMaker{}, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !strings.Contains(sink.String(), "its secret, shown only this once: sk_test") {
+		t.Errorf("after the key was created, the writer's destination holds %q", sink.String())
+	}
+}
+
+// keyMaker creates keys; nothing else of Admin is called.
+type keyMaker struct{ Admin }
+
+func (keyMaker) NewKey(_ context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
+	return sluice.APIKey{ID: "key_1", Tenant: tenant, Name: name, Role: role}, "sk_test", nil
+}
+
+// TestParseRefusesAnEmptyFile: no document is an error, not "no tenants",
+// and --prune of a file listing no tenant is refused.
+func TestParseRefusesAnEmptyFile(t *testing.T) {
+	for _, body := range []string{"", "\n", "# nothing here\n"} {
+		if _, err := Parse("catalog.yaml", []byte(body)); err == nil || !strings.Contains(err.Error(), "catalog.yaml: the file is empty") {
+			t.Errorf("Parse(%q): %v", body, err)
+		}
+	}
+	desired, err := Parse("catalog.yaml", []byte("tenants: []"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := []Current{{Tenant: sluice.Tenant{Name: "acme", Status: sluice.TenantActive}}}
+	if _, err := Plan(desired, current, true); !errors.Is(err, ErrPruneWithoutTenants) {
+		t.Errorf("Plan with prune of no tenant: %v", err)
 	}
 }

@@ -93,6 +93,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RetryAfterMs, on a 429 rate_limited answer of the admin API only, is
+	// the exact wait before the same call would be allowed.
+	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
 }
 
 // NewDecision is the answer d (the check engine's Result.Decision, in which

@@ -34,9 +34,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/accesslog"
+	"github.com/sluicelabs/sluice/middleware"
 )
 
 //go:embed templates/*.html
@@ -68,6 +71,13 @@ type Options struct {
 	EnvoyConfig func() *envoyrls.Config
 	// SessionTTL bounds a sign-in (default DefaultSessionTTL).
 	SessionTTL time.Duration
+	// SignInFailures limits the failed sign-ins of one client address,
+	// counted by Engine (default DefaultSignInFailures); past it sign-in
+	// answers 429 with Retry-After without judging the secret.
+	SignInFailures sluice.Limit
+	// ClientAddr names a request's client for that limit (default: the
+	// peer address, middleware.ClientIP with no trusted proxies).
+	ClientAddr func(*http.Request) string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -78,6 +88,9 @@ type Console struct {
 	api      http.Handler
 	live     *Live
 	sessions *sessions
+	throttle *signInThrottle
+	// refusals samples the log lines of refused sign-ins.
+	refusals *accesslog.Throttle
 	pages    map[string]*template.Template
 	log      *slog.Logger
 }
@@ -93,6 +106,15 @@ func New(opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.SignInFailures == (sluice.Limit{}) {
+		opts.SignInFailures = DefaultSignInFailures
+	}
+	if err := opts.SignInFailures.Validate(); err != nil {
+		return nil, fmt.Errorf("console: sign-in failure limit: %w", err)
+	}
+	if opts.ClientAddr == nil {
+		opts.ClientAddr = middleware.ClientIP(middleware.TrustedProxies{})
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -102,6 +124,8 @@ func New(opts Options) (*Console, error) {
 		api:      opts.API.Handler(),
 		live:     NewLive(nil),
 		sessions: newSessions(opts.SessionTTL, time.Now),
+		throttle: newSignInThrottle(opts.Engine, opts.SignInFailures),
+		refusals: accesslog.NewThrottle(),
 		pages:    pages,
 		log:      opts.Logger,
 	}

@@ -1,15 +1,23 @@
 package console_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicelabs/sluice/console"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/middleware"
 )
 
 func TestSignIn(t *testing.T) {
@@ -423,4 +431,203 @@ func TestSessionCookieIsSecureUnderTLS(t *testing.T) {
 	if cookie := p.header.Get("Set-Cookie"); p.status != http.StatusSeeOther || !strings.Contains(cookie, "; Secure") {
 		t.Errorf("sign-in over TLS: %d, cookie %q; want a Secure cookie", p.status, cookie)
 	}
+}
+
+// signInStatus posts a sign-in form with secret, as a fresh browser (no
+// cookie) behind a proxy that reports client as the address, and returns
+// the status and the session cookie it set.
+func (s *stack) signInStatus(secret, client string) (int, *http.Cookie, http.Header) {
+	form := url.Values{"secret": {secret}}
+	req, _ := http.NewRequest(http.MethodPost, s.srv.URL+"/console/signin", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", s.srv.URL)
+	if client != "" {
+		req.Header.Set("X-Forwarded-For", client)
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "sluice_console" {
+			return resp.StatusCode, ck, resp.Header
+		}
+	}
+	return resp.StatusCode, nil, resp.Header
+}
+
+// TestOneCredentialCannotSignOthersOut: 10,000 sign-ins with one tenant's
+// admin key end only that key's own oldest sessions; the operator's two
+// sessions, and another tenant's, stay signed in.
+func TestOneCredentialCannotSignOthersOut(t *testing.T) {
+	s := newStack(t)
+	var keys []string
+	for _, tenant := range []string{"acme", "beta"} {
+		s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"`+tenant+`"}`)
+		_, raw := s.apiCall("POST", "/v1/tenants/"+tenant+"/keys", adminToken, `{"role":"admin"}`)
+		var k struct{ Secret string }
+		_ = json.Unmarshal([]byte(raw), &k)
+		keys = append(keys, k.Secret)
+	}
+	acme, beta := keys[0], keys[1]
+	others := []*browser{s.browser(), s.browser(), s.browser()}
+	others[0].signIn(adminToken)
+	others[1].signIn(adminToken)
+	others[2].signIn(beta)
+	firstAcme := s.browser()
+	firstAcme.signIn(acme)
+
+	const signIns = 10_000
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var last []*http.Cookie
+	next := make(chan int)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				status, ck, _ := s.signInStatus(acme, "")
+				mu.Lock()
+				statuses[status]++
+				if ck != nil {
+					last = append(last, ck)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range signIns {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if statuses[http.StatusSeeOther] != signIns {
+		t.Errorf("sign-ins with one key answered %v, want %d times 303", statuses, signIns)
+	}
+
+	for i, b := range others {
+		must(t, fmt.Sprintf("session %d of another credential after %d sign-ins with acme's key", i, signIns), b.get("/console/tenants"), http.StatusOK)
+	}
+	if p := firstAcme.get("/console/tenants"); p.status == http.StatusOK && !strings.Contains(p.body, `id="secret"`) {
+		t.Errorf("acme's first session outlived %d newer sign-ins with the same key", signIns)
+	}
+	// The key's newest sessions are the ones kept.
+	alive := 0
+	for _, ck := range last[len(last)-console.MaxSessionsPerCredential:] {
+		req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/console/tenants/acme/keys", nil)
+		req.AddCookie(ck)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && !strings.Contains(string(body), `id="secret"`) {
+			alive++
+		}
+	}
+	if alive == 0 {
+		t.Errorf("none of acme's %d newest sessions is signed in", console.MaxSessionsPerCredential)
+	}
+}
+
+// TestSignInFailuresAreThrottledPerAddress: 3,000 wrong secrets sent at
+// once from one address get at most 100 judged answers (401), the rest 429
+// with Retry-After, and few log lines; an X-Forwarded-For the console was
+// not told to trust changes nothing; another address, reported by a trusted
+// proxy, still signs in.
+func TestSignInFailuresAreThrottledPerAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted bool
+	}{{"peer_address", false}, {"behind_a_trusted_proxy", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs lineCounter
+			s := newStackWith(t, false, func(o *console.Options) {
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+				if tc.trusted {
+					o.ClientAddr = middleware.ClientIP(middleware.TrustedProxies{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+				}
+			})
+			const attempts = 3000
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			statuses := map[int]int{}
+			badRetry := 0
+			next := make(chan int)
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						// Untrusted, the header is the attacker's to choose.
+						client := "203.0.113.7"
+						if !tc.trusted {
+							client = fmt.Sprintf("198.51.100.%d", i%250)
+						}
+						status, _, h := s.signInStatus(fmt.Sprintf("sk_wrong_%d", i), client)
+						mu.Lock()
+						statuses[status]++
+						if status == http.StatusTooManyRequests {
+							if n, err := strconv.Atoi(h.Get("Retry-After")); err != nil || n < 1 || n > 60 {
+								badRetry++
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			for i := range attempts {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+			if judged := statuses[http.StatusUnauthorized]; judged > 100 || judged == 0 || statuses[http.StatusTooManyRequests] != attempts-judged {
+				t.Errorf("%d wrong secrets from one address answered %v; want at most 100 judged (401), the rest 429", attempts, statuses)
+			}
+			if badRetry > 0 {
+				t.Errorf("%d answers 429 without a Retry-After of 1 to 60 seconds", badRetry)
+			}
+			if n := logs.count(); n > 200 {
+				t.Errorf("%d refused sign-ins wrote %d log lines", attempts, n)
+			}
+			// The right secret from the throttled address waits too: it
+			// cannot be told from a guess without being judged.
+			if status, _, _ := s.signInStatus(adminToken, "203.0.113.7"); status != http.StatusTooManyRequests {
+				t.Errorf("the operator token from the throttled address: %d, want 429", status)
+			}
+			other := "192.0.2.55"
+			status, ck, _ := s.signInStatus(adminToken, other)
+			if tc.trusted && (status != http.StatusSeeOther || ck == nil) {
+				t.Errorf("the operator token from another address behind the trusted proxy: %d, want 303", status)
+			}
+			if !tc.trusted && status != http.StatusTooManyRequests {
+				t.Errorf("an untrusted X-Forwarded-For got a fresh limit: %d, want 429", status)
+			}
+		})
+	}
+}
+
+// lineCounter counts log lines written to it.
+type lineCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *lineCounter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+func (l *lineCounter) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }

@@ -95,7 +95,10 @@ func TestLiveFollowsABoundedNumberOfRules(t *testing.T) {
 func TestSessionsExpire(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	s := newSessions(time.Hour, func() time.Time { return now })
-	sess := s.start("secret", httpapiCaller())
+	sess, err := s.start("secret", httpapiCaller())
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := requestWithCookie(sess.id)
 	if s.get(req) != sess {
 		t.Fatal("a fresh session is not found")

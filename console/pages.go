@@ -17,6 +17,7 @@ import (
 	"github.com/sluicelabs/sluice/adminapi"
 	"github.com/sluicelabs/sluice/checkapi"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/ratelimitheader"
 )
 
 // pageNames are the templates under templates/, each rendered in layout.html.
@@ -165,20 +166,55 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, nil, http.StatusBadRequest, "signin", signInPage{Message: "Enter the operator token or an admin-role API key of your tenant."})
 		return
 	}
+	client := c.opts.ClientAddr(r)
+	d, err := c.throttle.admit(r.Context(), client)
+	if err != nil {
+		c.logRefusal("console sign-in: the failure limit could not be checked", "client", client, "error", err.Error())
+		w.Header().Set("Retry-After", "1")
+		c.render(w, r, nil, http.StatusServiceUnavailable, "signin", signInPage{Message: "Sign-in is unavailable for a moment (the rate-limit store does not answer); try again shortly."})
+		return
+	}
+	if !d.Allowed {
+		ratelimitheader.Set(w.Header(), "signin", d)
+		wait := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
+		c.logRefusal("console sign-in throttled", "client", client, "retry_after_s", wait)
+		c.render(w, r, nil, http.StatusTooManyRequests, "signin", signInPage{Message: fmt.Sprintf(
+			"Too many failed sign-ins from your address; try again in %d seconds.", wait)})
+		return
+	}
 	caller, err := c.opts.API.AdminCaller(secret)
 	if err != nil {
+		c.throttle.failed(r.Context(), d.Hold)
 		// The credential itself is never logged, nor echoed back.
-		c.log.Info("console sign-in refused", "remote", r.RemoteAddr, "reason", err.Error())
+		c.logRefusal("console sign-in refused", "client", client, "reason", err.Error())
 		c.render(w, r, nil, http.StatusUnauthorized, "signin", signInPage{Message: err.Error()})
 		return
 	}
+	c.throttle.succeeded(r.Context(), d.Hold)
 	if old := c.sessions.get(r); old != nil {
 		c.sessions.end(old)
 	}
-	sess := c.sessions.start(secret, caller)
+	sess, err := c.sessions.start(secret, caller)
+	if err != nil {
+		c.logRefusal("console sign-in refused", "client", client, "reason", err.Error())
+		w.Header().Set("Retry-After", "60")
+		c.render(w, r, nil, http.StatusServiceUnavailable, "signin", signInPage{Message: "Sign-in refused: " + err.Error() + "."})
+		return
+	}
 	setCookie(w, r, sess)
-	c.log.Info("console sign-in", "remote", r.RemoteAddr, "operator", caller.Operator, "tenant", caller.Tenant)
+	c.log.Info("console sign-in", "client", client, "operator", caller.Operator, "tenant", caller.Tenant)
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// logRefusal writes an INFO line about a refused sign-in, at most
+// accesslog.ThrottleBurst per ThrottleWindow whatever the number of
+// addresses trying; the next line written says how many were left out.
+func (c *Console) logRefusal(msg string, args ...any) {
+	ok, suppressed := c.refusals.Allow()
+	if !ok {
+		return
+	}
+	c.log.Info(msg, append(args, "suppressed_before", suppressed)...)
 }
 
 func (c *Console) handleSignOut(w http.ResponseWriter, r *http.Request, sess *session) {

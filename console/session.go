@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +17,18 @@ import (
 // cookieName names the session cookie.
 const cookieName = "sluice_console"
 
-// maxSessions bounds the sessions kept; signing in past it ends the oldest.
+// MaxSessionsPerCredential bounds the sessions one credential (the operator
+// token, or one admin key) keeps; signing in past it ends that credential's
+// oldest session, and never another credential's, so no tenant can sign
+// anybody else out by signing in over and over.
+const MaxSessionsPerCredential = 5
+
+// maxSessions bounds the sessions of all credentials together, a memory
+// bound only: at it a new sign-in is refused, ending nobody's session.
 const maxSessions = 10_000
+
+// errTooManySessions refuses a sign-in at maxSessions.
+var errTooManySessions = errors.New("the console has as many sessions open as it keeps; try again later, or ask the operator")
 
 // session is one signed-in browser. The secret it was signed in with never
 // leaves this process: pages, URLs and logs only ever see the session ID
@@ -41,10 +53,12 @@ type sessions struct {
 
 	mu   sync.Mutex
 	byID map[string]*session
+	// byCredential holds each credential's sessions, oldest first.
+	byCredential map[string][]*session
 }
 
 func newSessions(ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{ttl: ttl, now: now, byID: make(map[string]*session)}
+	return &sessions{ttl: ttl, now: now, byID: make(map[string]*session), byCredential: make(map[string][]*session)}
 }
 
 func randomToken() string {
@@ -53,28 +67,40 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// start opens a session for a caller signed in with secret.
-func (s *sessions) start(secret string, caller httpapi.Caller) *session {
+// start opens a session for a caller signed in with secret, ending the
+// oldest session of the same secret past MaxSessionsPerCredential.
+func (s *sessions) start(secret string, caller httpapi.Caller) (*session, error) {
 	now := s.now()
 	sess := &session{id: randomToken(), secret: secret, caller: caller, csrf: randomToken(), expires: now.Add(s.ttl)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, old := range s.byID {
+	for _, old := range s.byID {
 		if !now.Before(old.expires) {
-			delete(s.byID, id)
+			s.drop(old)
 		}
 	}
-	for len(s.byID) >= maxSessions {
-		var oldest *session
-		for _, old := range s.byID {
-			if oldest == nil || old.expires.Before(oldest.expires) {
-				oldest = old
-			}
-		}
-		delete(s.byID, oldest.id)
+	own := s.byCredential[secret]
+	for len(own) >= MaxSessionsPerCredential {
+		s.drop(own[0])
+		own = s.byCredential[secret]
+	}
+	if len(s.byID) >= maxSessions {
+		return nil, errTooManySessions
 	}
 	s.byID[sess.id] = sess
-	return sess
+	s.byCredential[secret] = append(own, sess)
+	return sess, nil
+}
+
+// drop forgets sess; s.mu is held.
+func (s *sessions) drop(sess *session) {
+	delete(s.byID, sess.id)
+	own := slices.DeleteFunc(s.byCredential[sess.secret], func(o *session) bool { return o == sess })
+	if len(own) == 0 {
+		delete(s.byCredential, sess.secret)
+	} else {
+		s.byCredential[sess.secret] = own
+	}
 }
 
 // get returns the live session of r's cookie, or nil.
@@ -90,7 +116,7 @@ func (s *sessions) get(r *http.Request) *session {
 		return nil
 	}
 	if !s.now().Before(sess.expires) {
-		delete(s.byID, sess.id)
+		s.drop(sess)
 		return nil
 	}
 	return sess
@@ -99,7 +125,9 @@ func (s *sessions) get(r *http.Request) *session {
 func (s *sessions) end(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byID, sess.id)
+	if s.byID[sess.id] == sess {
+		s.drop(sess)
+	}
 }
 
 // takeFlash returns and clears the session's one-time message and secret.

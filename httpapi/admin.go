@@ -60,7 +60,7 @@ func (a *API) authorize(r *http.Request) (principal, *apiError) {
 	}
 	if grant.Role != sluice.RoleAdmin {
 		return principal{}, &apiError{http.StatusForbidden, "wrong_role",
-			"This API key has the check role; managing a tenant needs the admin token or a key with the admin role."}
+			"This API key has the " + string(grant.Role) + " role; managing a tenant needs the admin token or a key with the admin role."}
 	}
 	return principal{tenant: grant.Tenant, keyID: grant.KeyID}, nil
 }
@@ -95,6 +95,9 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 	}
 	ctx, cancel := context.WithTimeout(sluice.WithActor(r.Context(), p.actor()), a.adminTimeout)
 	defer cancel()
+	if !a.limitWrite(ctx, w, r, p) {
+		return
+	}
 	status, body, err := fn(ctx, p)
 	if err != nil {
 		e := errorFor(err)

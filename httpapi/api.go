@@ -46,6 +46,13 @@ type Options struct {
 	// catalog_unavailable. Keep it below the server's write timeout, or a
 	// slow call ends in an empty reply.
 	AdminTimeout time.Duration
+	// AdminWriteLimit limits the admin calls that change something
+	// (everything but GET) made with one tenant's admin keys, checked by
+	// Engine (default DefaultAdminWriteLimit); past it they answer 429
+	// rate_limited. The operator is never limited.
+	AdminWriteLimit sluice.Limit
+	// NoAdminWriteLimit turns that limit off.
+	NoAdminWriteLimit bool
 }
 
 // DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
@@ -72,6 +79,8 @@ type API struct {
 	// a newer one.
 	reloadMu sync.Mutex
 	authLog  *authFailureLog
+	// writeLimit limits tenants' admin writes; nil: no limit.
+	writeLimit *check.Rule
 }
 
 // state is one immutable view of the catalog for the check path.
@@ -118,6 +127,16 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		a.log = slog.Default()
 	}
 	a.authLog = newAuthFailureLog(a.log)
+	if !opts.NoAdminWriteLimit {
+		l := opts.AdminWriteLimit
+		if l == (sluice.Limit{}) {
+			l = DefaultAdminWriteLimit
+		}
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("admin write limit: %w", err)
+		}
+		a.writeLimit = newWriteLimit(l)
+	}
 	if a.defaultMode == "" {
 		a.defaultMode = sluice.FailClosed
 	}

@@ -41,7 +41,8 @@ type harnessOptions struct {
 	store       sluice.Store // default: a fresh memory store
 	guard       guard.Options
 	defaultMode sluice.FailureMode
-	logs        io.Writer // the API's JSON log; default: discarded
+	logs        io.Writer    // the API's JSON log; default: discarded
+	writeLimit  sluice.Limit // tenants' admin writes; default: DefaultAdminWriteLimit
 }
 
 func newPostgresCatalog(t *testing.T, dsn string) *postgres.Catalog {
@@ -88,6 +89,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Metrics:            m,
 		Logger:             slog.New(slog.NewJSONHandler(logs, nil)),
 		DefaultFailureMode: o.defaultMode,
+		AdminWriteLimit:    o.writeLimit,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -146,7 +146,7 @@ func newKeyCmd() *cobra.Command {
 
 	var role, name string
 	create := &cobra.Command{
-		Use:   "create <tenant> --role check|admin [--name NAME]",
+		Use:   "create <tenant> --role check|admin|metrics [--name NAME]",
 		Short: "Create an API key; its secret is printed once, on stdout",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -172,7 +172,7 @@ func newKeyCmd() *cobra.Command {
 			})
 		},
 	}
-	create.Flags().StringVar(&role, "role", "", "what the key may do: check (call /v1/check) or admin (manage this tenant)")
+	create.Flags().StringVar(&role, "role", "", "what the key may do: check (call /v1/check), admin (manage this tenant) or metrics (read this tenant's series of /metrics)")
 	create.Flags().StringVar(&name, "name", "", "name of the key (default: the role and a random suffix)")
 	_ = create.MarkFlagRequired("role")
 

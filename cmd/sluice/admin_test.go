@@ -176,8 +176,11 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 	var stdout, stderr bytes.Buffer
 	rootCmd.SetOut(&stdout)
 	rootCmd.SetErr(&stderr)
+	// Not a terminal, whatever go test was started from: a command that
+	// would ask for a confirmation refuses instead.
+	rootCmd.SetIn(strings.NewReader(""))
 	rootCmd.SetArgs(args)
-	t.Cleanup(func() { rootCmd.SetArgs(nil); rootCmd.SetOut(nil); rootCmd.SetErr(nil) })
+	t.Cleanup(func() { rootCmd.SetArgs(nil); rootCmd.SetOut(nil); rootCmd.SetErr(nil); rootCmd.SetIn(nil) })
 	// The command tree is a package variable: flags keep the values of the
 	// previous run (and repeatable ones append to them) unless reset.
 	resetFlags(rootCmd)

@@ -6,9 +6,13 @@ package main
 // meaning of every field.
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
@@ -21,17 +25,27 @@ func init() {
 }
 
 func newExportCmd() *cobra.Command {
-	var database, file string
+	var database, file, output string
 	cmd := &cobra.Command{
-		Use:   "export [-f FILE]",
+		Use:   "export [-o FILE]",
 		Short: "Write the catalog (tenants, key names, rules) as a catalog file for sluice apply",
 		Long: `Write every tenant with its active keys' names and roles and its rules, in
 the format sluice apply reads (docs/catalog-files.md). Secrets are never written:
-the catalog holds only their hashes.`,
-		Example: `  sluice export --server http://localhost:8080 > catalog.yaml
-  sluice export --database postgres://... -f catalog.yaml`,
+the catalog holds only their hashes.
+
+With -o FILE the file is replaced only once the whole export is written (a
+temporary file beside it, renamed over it), so a failed export leaves the
+previous file as it was; "> FILE" in a shell truncates it before sluice runs.`,
+		Example: `  sluice export --server http://localhost:8080 -o catalog.yaml
+  sluice export --database postgres://... > catalog.yaml`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" {
+				if file != "" && file != output {
+					return fmt.Errorf("-o %s and -f %s both given; give one", output, file)
+				}
+				file = output
+			}
 			return withBackend(cmd, database, readOnly, func(c adminBackend) error {
 				ts, err := catalogfile.Read(cmd.Context(), c)
 				if err != nil {
@@ -45,28 +59,33 @@ the catalog holds only their hashes.`,
 					_, err = cmd.OutOrStdout().Write(data)
 					return err
 				}
-				return os.WriteFile(file, data, 0o644)
+				return writeFileAtomic(file, data)
 			})
 		},
 	}
 	addDatabaseFlag(cmd, &database)
-	cmd.Flags().StringVarP(&file, "file", "f", "", "write to this file instead of stdout")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file instead of stdout, replacing it only when complete")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the same as -o")
 	return cmd
 }
 
 func newApplyCmd() *cobra.Command {
 	var (
-		database, file string
-		dryRun, prune  bool
+		database, file     string
+		dryRun, prune, yes bool
 	)
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE [--dry-run] [--prune]",
+		Use:   "apply -f FILE [--dry-run] [--prune [--yes]]",
 		Short: "Make the catalog match a catalog file: create or update its tenants, keys and rules",
 		Long: `Make the catalog match a catalog file (docs/catalog-files.md): create the tenants,
 keys and rules it lists, update the tenants and rules that differ, and leave
 the rest alone, unless --prune, which also deletes the rules and tenants and
 revokes the keys the file does not list (only within tenants the file lists,
 for rules and keys). Applying the same file twice changes nothing.
+
+An empty or unreadable file is refused, and so is --prune of a file that
+lists no tenant. Deleting tenants needs a confirmation: --yes, or the answer
+"yes" when stdin is a terminal.
 
 Every change is printed (+ create, ~ update, - delete). A created key's
 secret is printed once, on stdout; the file never holds secrets.
@@ -122,6 +141,9 @@ and what it did not, and running it again finishes the job.`,
 					fmt.Fprintf(out, "Dry run: %d changes not applied.\n", len(p))
 					return nil
 				}
+				if err := confirmTenantDeletes(cmd, p, yes); err != nil {
+					return err
+				}
 				for i, s := range p {
 					if err := s.Do(cmd.Context(), c, out); err != nil {
 						return fmt.Errorf("%s: %w\napplied %d of %d changes; the rest are not applied (run apply again once the cause is fixed)", s.What, unreachable(err), i, len(p))
@@ -137,5 +159,66 @@ and what it did not, and running it again finishes the job.`,
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the catalog file (- for stdin)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the changes without making them")
 	cmd.Flags().BoolVar(&prune, "prune", false, "also delete tenants and rules, and revoke keys, that the file does not list")
+	cmd.Flags().BoolVar(&yes, "yes", false, "with --prune, delete the tenants the file does not list without asking")
 	return cmd
+}
+
+// confirmTenantDeletes lets a plan that deletes tenants go ahead only when
+// the operator said so: --yes, or "yes" typed on a terminal. Whatever the
+// answer, nothing has been changed yet.
+func confirmTenantDeletes(cmd *cobra.Command, p []catalogfile.Step, yes bool) error {
+	var doomed []string
+	for _, s := range p {
+		if s.DeletesTenant != "" {
+			doomed = append(doomed, s.DeletesTenant)
+		}
+	}
+	if len(doomed) == 0 || yes {
+		return nil
+	}
+	what := fmt.Sprintf("--prune would delete %d tenants the file does not list, with their keys and rules: %s", len(doomed), strings.Join(doomed, ", "))
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); !ok || !isTerminal(f) {
+		return fmt.Errorf("%s; nothing changed: add --yes to confirm (--dry-run shows every change)", what)
+	}
+	out := cmd.OutOrStdout()
+	for _, s := range p {
+		fmt.Fprintln(out, s.What)
+	}
+	fmt.Fprintf(out, "%s.\nType yes to apply these %d changes: ", what, len(p))
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	if strings.TrimSpace(answer) != "yes" {
+		return errors.New("not confirmed; nothing changed")
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data only once data is all on disk: a
+// temporary file in the same directory, synced, then renamed over path, so
+// a failure at any point leaves the old file whole.
+func writeFileAtomic(path string, data []byte) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			err = fmt.Errorf("write %s (left unchanged): %w", path, err)
+		}
+	}()
+	if err = tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -214,7 +215,7 @@ func TestApplyDryRunAndPrune(t *testing.T) {
 			if keys := mustRun(t, flags, "key", "list", tenant); !strings.Contains(keys, " old ") {
 				t.Errorf("apply without --prune revoked a key:\n%s", keys)
 			}
-			mustRun(t, flags, "apply", "-f", v2, "--prune")
+			mustRun(t, flags, "apply", "-f", v2, "--prune", "--yes")
 			got := mustRun(t, flags, "export")
 			want := strings.ReplaceAll(`tenants:
     - name: TENANT
@@ -276,5 +277,124 @@ func TestApplyRefusesABadFileAndChangesNothing(t *testing.T) {
 				t.Errorf("a refused file changed the catalog:\n%s", after)
 			}
 		})
+	}
+}
+
+// TestApplyPruneOfAnEmptyFileDeletesNothing: a zero-byte file (what a failed
+// "sluice export > catalog.yaml" leaves), a file of comments, a truncated
+// file and a file listing no tenant are refused, even with --prune --yes,
+// and the catalog is left as it was.
+func TestApplyPruneOfAnEmptyFileDeletesNothing(t *testing.T) {
+	for _, target := range catalogTargets {
+		t.Run(target.name, func(t *testing.T) {
+			flags := target.flags(t)
+			for _, args := range [][]string{
+				{"tenant", "create", "acme"},
+				{"key", "create", "acme", "--role", "check", "--name", "web"},
+				{"rule", "set", "acme", "orders", "--route", "/api/orders*", "--token-bucket", "burst=100:10/s"},
+				{"tenant", "create", "beta"},
+			} {
+				mustRun(t, flags, args...)
+			}
+			before := mustRun(t, flags, "export")
+			dir := t.TempDir()
+			for _, c := range []struct{ name, body, want string }{
+				{"zero_bytes", "", "the file is empty"},
+				{"comments_only", "# catalog\n\n", "the file is empty"},
+				{"truncated", "tenants:\n  - name: acme\n    keys: [{name: web", "yaml:"},
+				{"no_tenant", "tenants: []\n", "lists no tenant"},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					path := filepath.Join(dir, c.name+".yaml")
+					if err := os.WriteFile(path, []byte(c.body), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					out, _, err := runCLI(t, append([]string{"apply", "-f", path, "--prune", "--yes"}, flags...)...)
+					if err == nil || !strings.Contains(err.Error(), c.want) {
+						t.Errorf("apply --prune of %q: %v (printed %q); want an error containing %q", c.body, err, out, c.want)
+					}
+					if after := mustRun(t, flags, "export"); after != before {
+						t.Errorf("apply --prune of %q changed the catalog:\n%s\nwas:\n%s", c.body, after, before)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestApplyPruneDeletesTenantsOnlyWhenConfirmed: without --yes (and stdin
+// not a terminal) a prune that would delete a tenant is refused, naming
+// it, and changes nothing, not even the file's other changes; with --yes it
+// goes ahead. Pruning rules and keys inside listed tenants needs no --yes.
+func TestApplyPruneDeletesTenantsOnlyWhenConfirmed(t *testing.T) {
+	flags := []string{"--database", "sqlite://" + filepath.Join(t.TempDir(), "catalog.db")}
+	mustRun(t, flags, "tenant", "create", "acme")
+	mustRun(t, flags, "rule", "set", "acme", "old", "--route", "/old", "--token-bucket", "5:1/s")
+	mustRun(t, flags, "tenant", "create", "beta")
+	before := mustRun(t, flags, "export")
+	path := filepath.Join(t.TempDir(), "catalog.yaml")
+	if err := os.WriteFile(path, []byte("tenants: [{name: acme}, {name: gamma}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runCLI(t, append([]string{"apply", "-f", path, "--prune"}, flags...)...)
+	if err == nil || !strings.Contains(err.Error(), "would delete 1 tenants the file does not list, with their keys and rules: beta; nothing changed: add --yes") {
+		t.Fatalf("apply --prune without --yes: %v", err)
+	}
+	if after := mustRun(t, flags, "export"); after != before {
+		t.Fatalf("an unconfirmed prune changed the catalog:\n%s", after)
+	}
+
+	out := mustRun(t, flags, "apply", "-f", path, "--prune", "--yes")
+	if !strings.Contains(out, "- tenant beta") || !strings.Contains(out, "Applied 3 changes.") {
+		t.Errorf("apply --prune --yes printed:\n%s", out)
+	}
+	if got := mustRun(t, flags, "export"); got != "tenants:\n    - name: acme\n    - name: gamma\n" {
+		t.Errorf("export after apply --prune --yes:\n%s", got)
+	}
+
+	mustRun(t, flags, "rule", "set", "acme", "old", "--route", "/old", "--token-bucket", "5:1/s")
+	if out := mustRun(t, flags, "apply", "-f", path, "--prune"); !strings.Contains(out, "- rule acme/old") {
+		t.Errorf("a prune of a rule alone printed:\n%s", out)
+	}
+}
+
+// TestExportToFileIsAtomic: export -o replaces the file by renaming a
+// complete one over it, never by rewriting it in place (a reader holding
+// the old file still reads it whole, and no temporary file is left), and a
+// failed export leaves the file as it was.
+func TestExportToFileIsAtomic(t *testing.T) {
+	flags := []string{"--database", "sqlite://" + filepath.Join(t.TempDir(), "catalog.db")}
+	mustRun(t, flags, "tenant", "create", "acme")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "catalog.yaml")
+	const old = "tenants:\n    - name: old\n"
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+
+	mustRun(t, flags, "export", "-o", path)
+	if got, _ := os.ReadFile(path); string(got) != "tenants:\n    - name: acme\n" {
+		t.Errorf("export -o wrote %q", got)
+	}
+	if got, _ := io.ReadAll(held); string(got) != old {
+		t.Errorf("the file was rewritten in place: a reader of the old one reads %q", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("export -o left %d files in the directory, want 1: %v", len(entries), entries)
+	}
+
+	// A server that is not there: the export fails before a byte is
+	// written, and the file keeps the last complete export.
+	_, _, err = runCLI(t, "export", "-o", path, "--server", "http://127.0.0.1:1", "--token", testToken)
+	if err == nil {
+		t.Fatal("export from a server that is not there succeeded")
+	}
+	if got, _ := os.ReadFile(path); string(got) != "tenants:\n    - name: acme\n" {
+		t.Errorf("a failed export left %q", got)
 	}
 }

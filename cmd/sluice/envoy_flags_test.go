@@ -92,7 +92,10 @@ func TestServeEnvoyFlags(t *testing.T) {
 		t.Fatalf("shadow mode answered %v", second)
 	}
 
-	resp, err := http.Get("http://" + svc.Addr + "/metrics")
+	// Series that name a domain are the operator's to read on --addr.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+svc.Addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer envoy-flags-test-admin-token-0123456789abcdef")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestSecretsNeverReachLogsOrMetrics(t *testing.T) {
 	})
 	mustCall(http.StatusNoContent, "DELETE", "/v1/tenants/acme/keys/"+checkID, admin, "")
 	mustCall(http.StatusUnauthorized, "POST", "/v1/check", check, checkBody)
-	metricsText := mustCall(http.StatusOK, "GET", "/metrics", "", "")
+	metricsText := mustCall(http.StatusOK, "GET", "/metrics", token, "") // every series
 
 	cancel()
 	if err := <-svc.done; err != nil {

@@ -126,6 +126,14 @@ type serveConfig struct {
 	// Console serves the web console, on ConsoleAddr if set (console.go).
 	Console     bool
 	ConsoleAddr string
+	// AdminWriteLimit limits tenants' admin writes (CAPACITY:RATE/UNIT or off).
+	AdminWriteLimit string
+	// AuditRetention is how long audit entries are kept (a period or off).
+	AuditRetention string
+	// ConsoleSignInFailures limits failed sign-ins per client address
+	// (LIMIT/WINDOW); TrustedProxies may report that address.
+	ConsoleSignInFailures string
+	TrustedProxies        []string
 	// AdminTokenOrigin says where AdminToken came from: "flag" (also when
 	// empty) or "env"; for the start log.
 	AdminTokenOrigin string
@@ -203,6 +211,8 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.StringVar(&cfg.AuditRetention, "audit-retention", defaultAuditRetention, "how long audit log entries are kept, e.g. 180d or 52w; older ones are deleted in the background, in small batches (off: keep every entry)")
+	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
@@ -358,7 +368,27 @@ func (cfg serveConfig) validate() error {
 	if cfg.LogFormat != "" && cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return fmt.Errorf("--log-format %q is not a log format; use json or text", cfg.LogFormat)
 	}
+	if _, _, err := cfg.adminWriteLimit(); err != nil {
+		return err
+	}
+	if _, err := cfg.auditRetention(); err != nil {
+		return err
+	}
 	return cfg.validateConsole()
+}
+
+// adminWriteLimit reads --admin-write-limit: CAPACITY:RATE/UNIT, or off.
+func (cfg serveConfig) adminWriteLimit() (l sluice.Limit, off bool, err error) {
+	switch cfg.AdminWriteLimit {
+	case "":
+		return httpapi.DefaultAdminWriteLimit, false, nil
+	case "off":
+		return sluice.Limit{}, true, nil
+	}
+	if l, err = parseTokenBucket(cfg.AdminWriteLimit); err != nil {
+		return l, false, fmt.Errorf("--admin-write-limit: %w (or off)", err)
+	}
+	return l.Named("writes"), false, nil
 }
 
 // tlsFlags names the flags of one set of TLS files, for errors.
@@ -519,10 +549,17 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		}
 		api.Register(s.mux)
 		if cfg.MetricsAddr == "" {
-			s.mux.Handle("GET /metrics", metricsHandler)
+			// Series name tenants and rules: on the listener every tenant
+			// reaches, only for the operator or a metrics-role key.
+			s.mux.Handle("GET /metrics", api.MetricsHandler(registry))
 		}
 		watchDone = make(chan error, 1)
 		go func() { watchDone <- api.Run(runCtx) }()
+		if retention, _ := cfg.auditRetention(); retention > 0 {
+			if p, ok := catalog.(auditPruner); ok {
+				go pruneAudit(runCtx, p, retention, s.log)
+			}
+		}
 	}
 
 	var envoySrv atomic.Pointer[envoyrls.Server]
@@ -746,7 +783,13 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *check.Engine, m *metrics.Metrics, storePing func(context.Context) error) (*httpapi.API, error) {
 	var api *httpapi.API
 	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
+		writeLimit, noWriteLimit, err := s.cfg.adminWriteLimit()
+		if err != nil {
+			return err
+		}
 		api, err = httpapi.New(ctx, httpapi.Options{
+			AdminWriteLimit:    writeLimit,
+			NoAdminWriteLimit:  noWriteLimit,
 			Catalog:            catalog,
 			Engine:             engine,
 			AdminTimeout:       s.cfg.AdminTimeout,

@@ -105,6 +105,8 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 			c.Redis, c.RedisTLS.On, c.RedisTLS.CA = "redis://127.0.0.1:1", true, filepath.Join(t.TempDir(), "nope.pem")
 		}, "--redis-tls-ca: the CA file cannot be read"},
 		{"unknown_envoy_counting", func(c *serveConfig) { c.EnvoyCounting = "loose" }, "--envoy-counting"},
+		{"admin_write_limit_not_a_bucket", func(c *serveConfig) { c.AdminWriteLimit = "50/s" }, `--admin-write-limit: --token-bucket "50/s": missing ':'`},
+		{"admin_write_limit_zero_capacity", func(c *serveConfig) { c.AdminWriteLimit = "0:50/s" }, "--admin-write-limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base

@@ -265,3 +265,50 @@ func testAuditKeepsEveryLimitField(t *testing.T, c Catalog, _ Open) {
 		}
 	}
 }
+
+// testAuditPrune: PruneAudit deletes only entries older than its cutoff,
+// oldest first, at most a batch per call, and leaves the rest readable.
+func testAuditPrune(t *testing.T, c Catalog, _ Open) {
+	op := sluice.WithActor(t.Context(), sluice.ActorOperator)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		must(c.CreateTenant(op, name))(t)
+	}
+	all := must(c.Audit(t.Context(), sluice.AuditQuery{}))(t)
+	if len(all) != 5 {
+		t.Fatalf("%d entries, want 5", len(all))
+	}
+	// Cut after the third-oldest entry: every entry older than the cutoff
+	// goes, whatever the clock's resolution put in the same millisecond.
+	cutoff := all[2].Time.Add(time.Millisecond)
+	var old []int64
+	for _, e := range all {
+		if e.Time.Before(cutoff) {
+			old = append(old, e.ID)
+		}
+	}
+	if _, err := c.PruneAudit(t.Context(), cutoff, 0); !errors.Is(err, sluice.ErrInvalid) {
+		t.Errorf("PruneAudit of batch 0: %v, want ErrInvalid", err)
+	}
+	if n := must(c.PruneAudit(t.Context(), cutoff, 2))(t); n != min(2, int64(len(old))) {
+		t.Fatalf("first batch of 2 pruned %d", n)
+	}
+	left := must(c.Audit(t.Context(), sluice.AuditQuery{}))(t)
+	if len(left) != 5-min(2, len(old)) || left[len(left)-1].ID != all[len(all)-1-min(2, len(old))].ID {
+		t.Fatalf("after one batch: %d entries left, oldest %d; want the oldest gone first", len(left), left[len(left)-1].ID)
+	}
+	for {
+		n := must(c.PruneAudit(t.Context(), cutoff, 2))(t)
+		if n == 0 {
+			break
+		}
+	}
+	left = must(c.Audit(t.Context(), sluice.AuditQuery{}))(t)
+	if len(left) != 5-len(old) {
+		t.Fatalf("after pruning: %d entries, want %d", len(left), 5-len(old))
+	}
+	for _, e := range left {
+		if e.Time.Before(cutoff) {
+			t.Errorf("entry %d of %v outlived the cutoff %v", e.ID, e.Time, cutoff)
+		}
+	}
+}

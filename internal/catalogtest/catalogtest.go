@@ -24,6 +24,7 @@ type Catalog interface {
 	sluice.Catalog
 	Migrate(ctx context.Context) error
 	SetTenantCaps(sluice.TenantCaps)
+	PruneAudit(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
 // Open opens a new, unmigrated Catalog instance on one database; each call
@@ -75,6 +76,7 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"audit_keeps_every_field_of_a_limit", testAuditKeepsEveryLimitField},
 		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
 		{"audit_filters_and_pages", testAuditQueries},
+		{"audit_prune_deletes_old_entries_in_batches", testAuditPrune},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
@@ -154,4 +155,22 @@ func (c *Catalog) Audit(ctx context.Context, q sluice.AuditQuery) ([]sluice.Audi
 		return err
 	})
 	return entries, fail("read the audit log", err)
+}
+
+// PruneAudit deletes at most limit audit entries recorded before before,
+// oldest first, and returns how many it deleted. Each call is one short
+// statement, so a caller working through a large backlog in batches never
+// holds the table for long.
+func (c *Catalog) PruneAudit(ctx context.Context, before time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("prune the audit log: batch size must be positive, got %d: %w", limit, sluice.ErrInvalid)
+	}
+	res, err := c.write.ExecContext(ctx,
+		"DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at_ms < $1 ORDER BY id LIMIT $2)",
+		before.UnixMilli(), limit)
+	if err != nil {
+		return 0, fail("prune the audit log", err)
+	}
+	n, err := res.RowsAffected()
+	return n, fail("prune the audit log", err)
 }

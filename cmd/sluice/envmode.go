@@ -61,6 +61,9 @@ func applyEnvoyMode(cmd *cobra.Command, cfg *serveConfig) (envoyrls.EnvReport, e
 	}
 	if !cmd.Flags().Changed("envoy-counting") {
 		cfg.EnvoyCounting = string(envoyrls.CountingEnvoy)
+		if cfg.Redis == "" {
+			report.Notes = append(report.Notes, "without Redis, hits count strictly (a denied request consumes nothing): counting every hit, as envoyproxy/ratelimit does, happens under its keys in Redis")
+		}
 	}
 	if cfg.EnvoyConfig == "" && cfg.EnvoyXDSServer == "" {
 		return report, fmt.Errorf("--envoy-mode serves Envoy's rate limit service, which needs its configuration: set RUNTIME_ROOT (default /srv/runtime_data/current) or --envoy-config to a directory of envoyproxy/ratelimit YAML files")

@@ -44,28 +44,7 @@ func TestRatelimitKeyFormat(t *testing.T) {
 }
 
 func testRatelimitKeyFormat(t *testing.T, redisURL string) {
-	rs, err := sluiceredis.Open(redisURL, sluiceredis.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	opts, err := sluiceredis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rueidis.NewClient(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	engine := check.New(envoyrls.NewRatelimitKeyStore(rs, client, "rl_"), check.Options{})
-	t.Cleanup(func() { engine.Close() })
-	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, RatelimitKeys: true})
-	cfg, err := envoyrls.LoadDir(configDir(t, ratelimitKeysConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.SetConfig(cfg)
+	srv, client := ratelimitKeyServer(t, redisURL, ratelimitKeysConfig, envoyrls.Options{})
 	// do sends one command as envoyproxy/ratelimit (or an operator) would,
 	// routed to the key's node on a cluster.
 	do := func(args ...string) string {

@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Limiter checks a fixed set of limits for any number of subjects (users, API
@@ -15,6 +16,7 @@ import (
 //		sluice.SlidingWindow(1000, time.Hour).Named("hourly"))
 //	decision, err := limiter.Allow(ctx, userID)
 //	if !decision.Allowed { /* wait decision.RetryAfter */ }
+//	decision, err = limiter.Wait(ctx, userID) // or block until allowed
 type Limiter struct {
 	store  Store
 	name   string
@@ -61,3 +63,46 @@ func (l *Limiter) Reset(ctx context.Context, subject string) error {
 
 // Limits returns the limits l checks.
 func (l *Limiter) Limits() []Limit { return append([]Limit(nil), l.limits...) }
+
+// Wait blocks until one request from subject may go through, and takes it:
+// WaitN(ctx, subject, 1).
+func (l *Limiter) Wait(ctx context.Context, subject string) (Decision, error) {
+	return l.WaitN(ctx, subject, 1)
+}
+
+// WaitN blocks until a request of cost n from subject may go through, and
+// takes n units from every limit then. Each deny's RetryAfter is exact (the
+// earliest time the same request would be allowed with no other traffic), so
+// WaitN sleeps that long and asks again; other subjects' traffic on shared
+// limits can make it ask more than twice. It returns ctx's error, without
+// taking anything, when ctx ends first, or at once when the wait would
+// outlast ctx's deadline. A cost that can never fit is an error wrapping
+// ErrInvalid at once, as for AllowN; so is a store error.
+func (l *Limiter) WaitN(ctx context.Context, subject string, n int64) (Decision, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		d, err := l.AllowN(ctx, subject, n)
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		wait := max(d.RetryAfter, time.Millisecond)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return d, fmt.Errorf("limiter %q: waiting %v for subject %q would outlast the context's deadline: %w", l.name, wait, subject, context.DeadlineExceeded)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}

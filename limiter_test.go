@@ -68,3 +68,63 @@ func TestNewLimiterValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterWait: Wait blocks until the request is allowed, sleeping the
+// exact retry_after between asks; it gives up, taking nothing, when the
+// context ends or its deadline comes before the limit would allow; a cost
+// that can never fit is an error at once.
+func TestLimiterWait(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New(memory.Options{})
+	t.Cleanup(func() { store.Close() })
+
+	t.Run("blocks_until_allowed", func(t *testing.T) {
+		l, err := sluice.NewLimiter(store, "wait-bucket", sluice.TokenBucket(1, 20).Named("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l.Allow(ctx, "u"); err != nil || !d.Allowed {
+			t.Fatalf("first: %+v %v", d, err)
+		}
+		start := time.Now()
+		d, err := l.Wait(ctx, "u")
+		if err != nil || !d.Allowed {
+			t.Fatalf("Wait: %+v %v", d, err)
+		}
+		// A lower bound only: a token comes back every 50ms.
+		if took := time.Since(start); took < 40*time.Millisecond {
+			t.Fatalf("Wait returned after %v, before the bucket could refill", took)
+		}
+	})
+
+	hourly, err := sluice.NewLimiter(store, "wait-hourly", sluice.FixedWindow(1, time.Hour).Named("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := hourly.Allow(ctx, "u"); err != nil || !d.Allowed {
+		t.Fatalf("first: %+v %v", d, err)
+	}
+	t.Run("deadline_before_the_limit_allows", func(t *testing.T) {
+		short, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		d, err := hourly.Wait(short, "u")
+		if !errors.Is(err, context.DeadlineExceeded) || d.Allowed || d.RetryAfter <= time.Minute {
+			t.Fatalf("Wait with a minute left on an hourly limit: %+v %v, want at once the deny and DeadlineExceeded", d, err)
+		}
+	})
+	t.Run("canceled_while_waiting", func(t *testing.T) {
+		c, cancel := context.WithCancel(ctx)
+		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		if _, err := hourly.Wait(c, "u"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait canceled: %v", err)
+		}
+		if d, _ := hourly.Peek(ctx, "u"); d.Remaining != 0 || d.Limits[0].Remaining != 0 {
+			t.Fatalf("after the canceled waits: %+v", d)
+		}
+	})
+	t.Run("a_cost_that_never_fits", func(t *testing.T) {
+		if _, err := hourly.WaitN(ctx, "v", 2); !errors.Is(err, sluice.ErrInvalid) {
+			t.Fatalf("WaitN(2) on a limit of 1: %v, want ErrInvalid at once", err)
+		}
+	})
+}

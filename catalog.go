@@ -366,7 +366,7 @@ type Catalog interface {
 
 	// Audit returns the recorded changes q selects, newest first. Every
 	// change above records one entry in its own transaction (see
-	// AuditEntry), made by ActorOf(ctx); so does PublishReset.
+	// AuditEntry), made by ActorOf(ctx); so does RecordReset.
 	Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
 
 	// Snapshot reads everything the check path needs, in one consistent
@@ -382,10 +382,16 @@ type Catalog interface {
 	// from theirs. Calls to fn are sequential; fn should return quickly.
 	// Watch returns an error only if it cannot start.
 	Watch(ctx context.Context, fn func(Event)) error
-	// PublishReset tells every watching instance (this one included) that an
-	// operator reset the counters of subject under (tenant, rule), so they
-	// drop local deny-cache entries for it. It is not a catalog change and
-	// does not bump Version.
+	// RecordReset records in the audit log, made by ActorOf(ctx), that the
+	// counters of subject under (tenant, rule) are about to be reset. Call it
+	// before resetting them: a reset the catalog cannot record is not made,
+	// so no reset goes without its entry. It does not bump Version.
+	RecordReset(ctx context.Context, tenant, rule, subject string) error
+	// PublishReset tells every watching instance (this one included) that
+	// the counters of subject under (tenant, rule) were reset, so they drop
+	// local deny-cache entries for it: call it after resetting them. It is
+	// not a catalog change, records nothing (RecordReset does) and does not
+	// bump Version.
 	PublishReset(ctx context.Context, tenant, rule, subject string) error
 
 	Close() error

@@ -78,6 +78,10 @@ type Options struct {
 	// ClientAddr names a request's client for that limit (default: the
 	// peer address, middleware.ClientIP with no trusted proxies).
 	ClientAddr func(*http.Request) string
+	// OverTLS reports whether the browser reached the console over TLS,
+	// which makes the session cookie Secure (default: the request came over
+	// TLS; behind a proxy that terminates TLS, ForwardedTLS).
+	OverTLS func(*http.Request) bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -114,6 +118,9 @@ func New(opts Options) (*Console, error) {
 	}
 	if opts.ClientAddr == nil {
 		opts.ClientAddr = middleware.ClientIP(middleware.TrustedProxies{})
+	}
+	if opts.OverTLS == nil {
+		opts.OverTLS = ForwardedTLS(middleware.TrustedProxies{})
 	}
 	pages, err := parsePages()
 	if err != nil {

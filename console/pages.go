@@ -201,7 +201,7 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, nil, http.StatusServiceUnavailable, "signin", signInPage{Message: "Sign-in refused: " + err.Error() + "."})
 		return
 	}
-	setCookie(w, r, sess)
+	c.setCookie(w, r, sess)
 	c.log.Info("console sign-in", "client", client, "operator", caller.Operator, "tenant", caller.Tenant)
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
@@ -219,7 +219,7 @@ func (c *Console) logRefusal(msg string, args ...any) {
 
 func (c *Console) handleSignOut(w http.ResponseWriter, r *http.Request, sess *session) {
 	c.sessions.end(sess)
-	clearCookie(w, r)
+	c.clearCookie(w, r)
 	c.render(w, r, nil, http.StatusOK, "signin", signInPage{Message: "You are signed out."})
 }
 
@@ -436,7 +436,7 @@ func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *
 		// Revoking the key this session signed in with ends it.
 		if _, err := c.opts.API.AdminCaller(sess.secret); err != nil {
 			c.sessions.end(sess)
-			clearCookie(w, r)
+			c.clearCookie(w, r)
 			c.render(w, r, nil, http.StatusOK, "signin", signInPage{Message: "You revoked the key you signed in with, so you are signed out."})
 			return
 		}

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/middleware"
 )
 
 // cookieName names the session cookie.
@@ -145,17 +147,30 @@ func (s *sessions) setFlash(sess *session, msg string, key *createdKey) {
 	sess.flash, sess.newSecret = msg, key
 }
 
-// setCookie sends the session cookie; Secure when the request came over TLS.
-func setCookie(w http.ResponseWriter, r *http.Request, sess *session) {
+// setCookie sends the session cookie; Secure when the browser came over TLS.
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, sess *session) {
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: sess.id, Path: Prefix, Expires: sess.expires,
-		MaxAge: int(time.Until(sess.expires).Seconds()), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		MaxAge: int(time.Until(sess.expires).Seconds()), HttpOnly: true, Secure: c.opts.OverTLS(r), SameSite: http.SameSiteStrictMode,
 	})
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request) {
+func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: c.opts.OverTLS(r), SameSite: http.SameSiteStrictMode})
+}
+
+// ForwardedTLS reports a request as over TLS when it is, or when a proxy of
+// trusted, the request's peer, says with X-Forwarded-Proto: https that the
+// browser reached it over TLS (a proxy that terminates TLS). The header of
+// anyone else is ignored.
+func ForwardedTLS(trusted middleware.TrustedProxies) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		if r.TLS != nil {
+			return true
+		}
+		return trusted.TrustsPeer(r) && strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
+	}
 }
 
 // sameOrigin reports whether a state-changing request comes from a page of
@@ -196,7 +211,7 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session))
 		}
 		if caller, err := c.opts.API.AdminCaller(sess.secret); err != nil || caller != sess.caller {
 			c.sessions.end(sess)
-			clearCookie(w, r)
+			c.clearCookie(w, r)
 			msg := "You were signed out: the credential you signed in with no longer grants the same access."
 			if err != nil {
 				msg = "You were signed out: " + err.Error()

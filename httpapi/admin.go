@@ -389,6 +389,10 @@ func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
+		// The entry first: a reset the catalog cannot record is not made.
+		if err := a.catalog.RecordReset(ctx, tenant, name, subject); err != nil {
+			return 0, nil, fmt.Errorf("record the reset: %w", err)
+		}
 		if err := a.engine.Reset(ctx, target, subject); err != nil {
 			return 0, nil, fmt.Errorf("reset subject: %w", err)
 		}

@@ -146,6 +146,13 @@ func (s *spyCatalog) CreateKey(ctx context.Context, tenant, name string, role sl
 	return s.Catalog.CreateKey(ctx, tenant, name, role, hash)
 }
 
+func (s *spyCatalog) RecordReset(ctx context.Context, tenant, rule, subject string) error {
+	if err := s.hook(ctx, "RecordReset"); err != nil {
+		return err
+	}
+	return s.Catalog.RecordReset(ctx, tenant, rule, subject)
+}
+
 func (s *spyCatalog) PublishReset(ctx context.Context, tenant, rule, subject string) error {
 	if err := s.hook(ctx, "PublishReset"); err != nil {
 		return err
@@ -357,6 +364,43 @@ func TestResetThatCannotBePublishedSaysSo(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "counters were reset, but") ||
 		strings.Contains(rec.Body.String(), "read it back") {
 		t.Errorf("got %d %s, want 503 saying the counters were reset but others were not told", rec.Code, rec.Body)
+	}
+}
+
+// TestResetThatCannotBeRecordedResetsNothing: the audit entry is written
+// before the counters are touched, so a catalog that refuses it leaves the
+// subject's counters as they were and answers 503 catalog_unavailable.
+func TestResetThatCannotBeRecordedResetsNothing(t *testing.T) {
+	s := newSpyAPI(t, Options{AdminTimeout: 200 * time.Millisecond})
+	check := func() int {
+		return s.do("POST", "/v1/check", s.key, `{"route": "/api/payments", "subject": "u"}`).Code
+	}
+	if code := check(); code != http.StatusOK {
+		t.Fatalf("first check: %d", code)
+	}
+	if code := check(); code != http.StatusTooManyRequests {
+		t.Fatalf("second check of a limit of 1: %d, want 429", code)
+	}
+	refused := refusedError(t)
+	s.catalog.setBefore(func(_ context.Context, method string) error {
+		if method == "RecordReset" {
+			return refused
+		}
+		return nil
+	})
+	rec := s.do("DELETE", "/v1/tenants/acme/rules/payments/subjects/u", testAdminToken, "")
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"catalog_unavailable"`) {
+		t.Errorf("reset with the audit refused: %d %s, want 503 catalog_unavailable", rec.Code, rec.Body)
+	}
+	s.catalog.setBefore(nil)
+	if code := check(); code != http.StatusTooManyRequests {
+		t.Errorf("after a reset the catalog could not record, a check answered %d: the counters were reset without an entry", code)
+	}
+	if rec := s.do("DELETE", "/v1/tenants/acme/rules/payments/subjects/u", testAdminToken, ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("reset with the catalog back: %d %s", rec.Code, rec.Body)
+	}
+	if code := check(); code != http.StatusOK {
+		t.Errorf("after a recorded reset: %d, want 200", code)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -99,8 +100,13 @@ func showGeneratedToken(token, base string, stderr io.Writer, log *slog.Logger) 
 		log.Warn(msg, "admin_token", "printed above on the terminal")
 		return
 	}
-	log.Warn(msg, "admin_token", token, "cli", "export SLUICE_TOKEN=<admin_token>",
-		"curl", "curl -H \"Authorization: Bearer $SLUICE_TOKEN\" "+base+"/v1/tenants")
+	// Straight to the handler, past the logger's level: with --log-level
+	// error a WARN record would be dropped, and the token, stored only as
+	// its hash, lost.
+	r := slog.NewRecord(time.Now(), slog.LevelWarn, msg, 0)
+	r.AddAttrs(slog.String("admin_token", token), slog.String("cli", "export SLUICE_TOKEN=<admin_token>"),
+		slog.String("curl", "curl -H \"Authorization: Bearer $SLUICE_TOKEN\" "+base+"/v1/tenants"))
+	_ = log.Handler().Handle(context.Background(), r)
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -87,6 +87,18 @@ func TestGeneratedAdminTokenIsOneStructuredRecord(t *testing.T) {
 	}
 }
 
+// TestGeneratedAdminTokenIsShownWhateverTheLogLevel: with --log-level
+// error, off a terminal, the generated token is still written once (it is
+// stored only as its hash, so a token not shown is lost).
+func TestGeneratedAdminTokenIsShownWhateverTheLogLevel(t *testing.T) {
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(t.TempDir(), "sluice.db"), StoreTimeout: time.Second,
+		DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "error"}
+	banner := recordWithMessage(logRecords(t, startAndStop(t, cfg)), "admin token generated")
+	if token, _ := banner["admin_token"].(string); !strings.HasPrefix(token, sluice.AdminTokenPrefix) {
+		t.Fatalf("with --log-level error, the generated token is not shown: %v", banner)
+	}
+}
+
 // TestGivenAdminTokenReplacesTheStoredOneLoudly: a token from the
 // environment replaces the stored one with a warning naming the variable,
 // and the start log says where the token in force came from.

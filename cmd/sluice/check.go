@@ -203,6 +203,10 @@ func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenan
 	engine := check.New(store, check.Options{})
 	defer engine.Close()
 	target := &check.Rule{Namespace: t.CounterNamespace(), Name: rule, Limits: r.Limits}
+	// The audit entry first: a reset the catalog cannot record is not made.
+	if err := c.RecordReset(ctx, tenant, rule, subject); err != nil {
+		return fmt.Errorf("record the reset in the audit log (nothing was reset): %w", err)
+	}
 	if err := engine.Reset(ctx, target, subject); err != nil {
 		return fmt.Errorf("reset the counters in Redis: %w", err)
 	}

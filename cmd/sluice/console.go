@@ -26,7 +26,7 @@ func addConsoleFlags(f *pflag.FlagSet, cfg *serveConfig) {
 	f.BoolVar(&cfg.Console, "console", true, "serve the web console at /console/ (on --addr, or on --console-addr)")
 	f.StringVar(&cfg.ConsoleAddr, "console-addr", "", "serve the web console on a listener of its own, e.g. 127.0.0.1:8081, instead of on --addr")
 	f.StringVar(&cfg.ConsoleSignInFailures, "console-signin-failures", "10/1m", "failed console sign-ins one client address may make per sliding window, LIMIT/WINDOW; past it sign-in answers 429 with Retry-After, counted by the rate-limit store")
-	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "networks or addresses of the proxies in front of sluice serve (e.g. 10.0.0.0/8), whose X-Forwarded-For is believed about the client address (console sign-in limit); default none: the peer address")
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "networks or addresses of the proxies in front of sluice serve (e.g. 10.0.0.0/8), whose X-Forwarded-For is believed about the client address (console sign-in limit) and X-Forwarded-Proto: https about TLS (Secure console cookie); default none: the peer address")
 }
 
 // validateConsole checks the console's flags.
@@ -103,7 +103,7 @@ func startConsole(cfg serveConfig, d consoleDeps) (stop func() error, err error)
 	}
 	c, err := console.New(console.Options{
 		API: d.API, Engine: d.Engine, StoreName: storeName, StorePing: d.StorePing, Logger: d.Logger,
-		SignInFailures: failures, ClientAddr: middleware.ClientIP(trusted),
+		SignInFailures: failures, ClientAddr: middleware.ClientIP(trusted), OverTLS: console.ForwardedTLS(trusted),
 		EnvoyConfig: func() *envoyrls.Config {
 			if srv := d.Envoy.Load(); srv != nil {
 				return srv.Config()

@@ -35,6 +35,10 @@ func testAudit(t *testing.T, c Catalog, _ Open) {
 	if err := c.SetAdminTokenHash(t.Context(), hash); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.RecordReset(op, "acme", "orders", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// Publishing tells instances; the entry is RecordReset's alone.
 	if err := c.PublishReset(op, "acme", "orders", "alice"); err != nil {
 		t.Fatal(err)
 	}

@@ -514,17 +514,24 @@ func (c *Catalog) PublishReset(ctx context.Context, tenant, rule, subject string
 		if _, err := tx.ExecContext(ctx, "DELETE FROM subject_resets WHERE created_at_ms < $1", now-resetRetention.Milliseconds()); err != nil {
 			return err
 		}
+		return c.notify(ctx, tx, "reset")
+	})
+	return fail(fmt.Sprintf("publish the reset of subject %q under rule %q of tenant %q", subject, rule, tenant), err)
+}
+
+func (c *Catalog) RecordReset(ctx context.Context, tenant, rule, subject string) error {
+	reset := sluice.SubjectReset{Tenant: tenant, Rule: rule, Subject: subject}
+	if err := reset.Validate(); err != nil {
+		return err
+	}
+	err := inTx(ctx, c.write, nil, func(tx *sql.Tx) error {
 		// A reset of a tenant that is gone resets nothing, and is still
 		// recorded: it was asked for.
 		generation, err := tenantGeneration(ctx, tx, tenant)
 		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
 			return err
 		}
-		reset := sluice.SubjectReset{Tenant: tenant, Rule: rule, Subject: subject}
-		if err := c.writeAudit(ctx, tx, record{action: sluice.AuditSubjectReset, tenant: tenant, target: rule, generation: generation, after: reset}); err != nil {
-			return err
-		}
-		return c.notify(ctx, tx, "reset")
+		return c.writeAudit(ctx, tx, record{action: sluice.AuditSubjectReset, tenant: tenant, target: rule, generation: generation, after: reset})
 	})
-	return fail(fmt.Sprintf("publish the reset of subject %q under rule %q of tenant %q", subject, rule, tenant), err)
+	return fail(fmt.Sprintf("record the reset of subject %q under rule %q of tenant %q", subject, rule, tenant), err)
 }

@@ -35,9 +35,11 @@ import (
 // global_shadow_mode) are served under their statsd names with the dots
 // turned into '_', as statsd_exporter does. A mapping file
 // (PROMETHEUS_MAPPER_YAML) replaces this one whole.
-var DefaultPrometheusMapping = defaultPrometheusMapping()
+var DefaultPrometheusMapping = defaultPrometheusMapping(false)
 
-func defaultPrometheusMapping() string {
+// defaultPrometheusMapping is the default mapping; millis leaves the
+// response time in milliseconds.
+func defaultPrometheusMapping(millis bool) string {
 	var b strings.Builder
 	b.WriteString("mappings:\n")
 	perRule := []string{"near_limit", "over_limit", "total_hits", "within_limit", "shadow_mode"}
@@ -63,8 +65,11 @@ func defaultPrometheusMapping() string {
 - match: ratelimit_server.*.response_time
   name: ratelimit_service_response_time_seconds
   timer_type: histogram
-  scale: 0.001
-  labels:
+`)
+	if !millis {
+		b.WriteString("  scale: 0.001\n")
+	}
+	b.WriteString(`  labels:
     grpc_method: $1
 `)
 	for _, stat := range []string{"config_load_success", "config_load_error"} {
@@ -82,7 +87,7 @@ type prometheusSink struct {
 	done   chan struct{}
 	srv    *http.Server
 	serve  chan error
-	addr   string // the listener's address
+	addr   string       // the listener's address
 	mu     sync.RWMutex // guards closed against sends
 	closed bool
 }
@@ -90,7 +95,8 @@ type prometheusSink struct {
 // newPrometheusSink reads the mapping (mapperFile, or the default) and
 // binds addr before it returns, so a bad file or a taken port stops the
 // start.
-func newPrometheusSink(addr, path, mapperFile string, log *slog.Logger) (*prometheusSink, error) {
+func newPrometheusSink(opts EnvStatsOptions, log *slog.Logger) (*prometheusSink, error) {
+	addr, path, mapperFile := opts.PrometheusAddr, opts.PrometheusPath, opts.PrometheusMapper
 	if path == "" {
 		path = "/metrics"
 	}
@@ -106,7 +112,7 @@ func newPrometheusSink(addr, path, mapperFile string, log *slog.Logger) (*promet
 		if err := m.InitFromFile(mapperFile); err != nil {
 			return nil, fmt.Errorf("prometheus mapper file %s: %w", mapperFile, err)
 		}
-	} else if err := m.InitFromYAMLString(DefaultPrometheusMapping); err != nil {
+	} else if err := m.InitFromYAMLString(defaultPrometheusMapping(opts.PrometheusResponseTimeMillis)); err != nil {
 		// A programming error: the default mapping is ours.
 		panic("envoyrls: default prometheus mapping: " + err.Error())
 	}

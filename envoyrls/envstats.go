@@ -67,6 +67,11 @@ type EnvStatsOptions struct {
 	// PrometheusMapper (a statsd_exporter mapping file, "" for
 	// envoyproxy/ratelimit's default), at PrometheusPath ("/metrics").
 	PrometheusAddr, PrometheusPath, PrometheusMapper string
+	// PrometheusResponseTimeMillis keeps the default mapping's
+	// ratelimit_service_response_time_seconds in milliseconds, as
+	// envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS (not
+	// applied to a mapping file).
+	PrometheusResponseTimeMillis bool
 	// FlushInterval is how often counters go out (STATS_FLUSH_INTERVAL);
 	// default 10s.
 	FlushInterval time.Duration
@@ -123,7 +128,7 @@ func NewEnvStats(opts EnvStatsOptions) (*EnvStats, error) {
 		sinks = append(sinks, sink)
 	}
 	if opts.PrometheusAddr != "" {
-		sink, err := newPrometheusSink(opts.PrometheusAddr, opts.PrometheusPath, opts.PrometheusMapper, log)
+		sink, err := newPrometheusSink(opts, log)
 		if err != nil {
 			return nil, err
 		}
@@ -391,19 +396,33 @@ func newStatsdSink(addr, protocol string, log *slog.Logger) (sink gostats.Flusha
 		}
 	}()
 	return gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(p),
-		gostats.WithStatsdProtocol(protocol), gostats.WithLogger(statsdLogger{log})), nil
+		gostats.WithStatsdProtocol(protocol), gostats.WithLogger(&statsdLogger{log: log})), nil
 }
 
-// statsdLogger hands gostats' reports to slog.
-type statsdLogger struct{ log *slog.Logger }
-
-func (l statsdLogger) Errorf(msg string, args ...any) {
-	l.log.Warn("statsd: " + fmt.Sprintf(msg, args...))
+// statsdLogger hands gostats' reports to slog: a warning when the problem
+// changes, debug records while it lasts (gostats retries a connection every
+// 3 seconds, and reports each dropped buffer).
+type statsdLogger struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last string
 }
 
-func (l statsdLogger) Warnf(msg string, args ...any) {
-	l.log.Warn("statsd: " + fmt.Sprintf(msg, args...))
+func (l *statsdLogger) report(msg string, args ...any) {
+	text := "statsd: " + fmt.Sprintf(msg, args...)
+	l.mu.Lock()
+	repeated := text == l.last
+	l.last = text
+	l.mu.Unlock()
+	if repeated {
+		l.log.Debug(text)
+		return
+	}
+	l.log.Warn(text)
 }
+
+func (l *statsdLogger) Errorf(msg string, args ...any) { l.report(msg, args...) }
+func (l *statsdLogger) Warnf(msg string, args ...any)  { l.report(msg, args...) }
 
 // multiSink sends every stat to each of its sinks.
 type multiSink []gostats.Sink

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	gostats "github.com/lyft/gostats"
 )
 
@@ -53,6 +54,10 @@ type EnvStats struct {
 
 	unknownMu sync.Mutex
 	unknown   map[string]gostats.Counter
+	// keys are the counters of keys made from a request's values (limit
+	// overrides), bounded by maxDynamicKeys.
+	keysMu sync.Mutex
+	keys   map[string]*ruleStats
 }
 
 // EnvStatsOptions configure EnvStats. With neither StatsdAddr nor
@@ -95,6 +100,10 @@ const DefaultNearLimitRatio = 0.8
 // name a client sent: the names are the client's to choose.
 const maxUnknownDomains = 1024
 
+// maxDynamicKeys bounds the counters of keys made from request values:
+// past it, new keys are not counted.
+const maxDynamicKeys = 10_000
+
 // NewEnvStats checks opts, opens the sinks (the Prometheus listener is
 // bound before it returns, a mapping file read and checked) and starts
 // flushing. Close flushes once more and stops.
@@ -119,7 +128,7 @@ func NewEnvStats(opts EnvStatsOptions) (*EnvStats, error) {
 		log = slog.Default()
 	}
 	var sinks multiSink
-	e := &EnvStats{nearRatio: float32(opts.NearLimitRatio), stop: make(chan struct{}), done: make(chan struct{}), unknown: map[string]gostats.Counter{}}
+	e := &EnvStats{nearRatio: float32(opts.NearLimitRatio), stop: make(chan struct{}), done: make(chan struct{}), unknown: map[string]gostats.Counter{}, keys: map[string]*ruleStats{}}
 	if opts.StatsdAddr != "" {
 		sink, err := newStatsdSink(opts.StatsdAddr, opts.StatsdProtocol, log)
 		if err != nil {
@@ -214,6 +223,39 @@ func (e *EnvStats) ruleStats(fullKey string) *ruleStats {
 		overLimitLocal: e.rules.NewCounter(key + ".over_limit_with_local_cache"),
 		shadowMode:     e.rules.NewCounter(key + ".shadow_mode"),
 	}
+}
+
+// keyStats are the counters of a key made from a request's values, as
+// envoyproxy/ratelimit names a limit override's: "domain.key_value.key2".
+// nil past maxDynamicKeys.
+func (e *EnvStats) keyStats(key string) *ruleStats {
+	if e == nil {
+		return nil
+	}
+	e.keysMu.Lock()
+	defer e.keysMu.Unlock()
+	rs, ok := e.keys[key]
+	if !ok && len(e.keys) < maxDynamicKeys {
+		rs = e.ruleStats(key)
+		e.keys[key] = rs
+	}
+	return rs
+}
+
+// descriptorKey is envoyproxy/ratelimit's key of a descriptor with a limit
+// override: the domain, then each entry's key, "_value" when it has one.
+func descriptorKey(domain string, desc *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range desc.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		if e.GetValue() != "" {
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+		}
+	}
+	return b.String()
 }
 
 // decided counts one descriptor's decision as envoyproxy/ratelimit's

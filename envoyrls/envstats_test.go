@@ -15,6 +15,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -121,6 +122,11 @@ func statsSequence(t *testing.T, srv *envoyrls.Server) int {
 	expect("stats", ok, desc("k1", "v1", "k2", "z"))
 	expect("stats", ok, desc("remote_address", "10.0.0.1"))
 	expect("stats", ok, desc("unl", "x"))
+	for _, want := range []rlspb.RateLimitResponse_Code{ok, over} {
+		d := desc("ov", "a")
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+		expect("stats", want, d)
+	}
 	ask("nope", codes.OK, desc("a", "b"), desc("c", "d"))
 	ask("", codes.InvalidArgument, desc("a", "b"))
 	ask("broken", codes.Unavailable, desc("user", "u"))
@@ -142,6 +148,8 @@ func statsSequence(t *testing.T, srv *envoyrls.Server) int {
 //	and shadow_mode, answered OK.
 //	k1_v1.k2 and remote_address_10_0_0_1 (an IPv4 address sanitised):
 //	one hit within each.
+//	ov_a, a limit override of 1 a minute, under its descriptor's key: 0 -> 1
+//	within and near (threshold 0), 1 -> 2 over.
 var wantRuleStats = map[string]int{
 	"stats.user.total_hits":                      12,
 	"stats.user.within_limit":                    9,
@@ -161,6 +169,10 @@ var wantRuleStats = map[string]int{
 	"stats.k1_v1.k2.within_limit":                1,
 	"stats.remote_address_10_0_0_1.total_hits":   1,
 	"stats.remote_address_10_0_0_1.within_limit": 1,
+	"stats.ov_a.total_hits":                      2,
+	"stats.ov_a.within_limit":                    1,
+	"stats.ov_a.near_limit":                      1,
+	"stats.ov_a.over_limit":                      1,
 	"nope.domain_not_found":                      2,
 	// Counted before the store is asked, as there.
 	"broken.user.total_hits": 1,
@@ -368,6 +380,7 @@ func TestEnvStatsPrometheus(t *testing.T) {
 		`ratelimit_service_rate_limit_shadow_mode{domain="stats",key1="shadow"} 1`,
 		`ratelimit_service_rate_limit_total_hits{domain="stats",key1="k1_v1",key2="k2"} 1`,
 		`ratelimit_service_rate_limit_total_hits{domain="stats",key1="remote_address_10_0_0_1"} 1`,
+		`ratelimit_service_rate_limit_over_limit{domain="stats",key1="ov_a"} 1`,
 		`ratelimit_service_rate_limit_stats_small_over_limit_with_local_cache 1`,
 		`ratelimit_service_rate_limit_nope_domain_not_found 2`,
 		`ratelimit_service_should_rate_limit_error{err_type="redis_error"} 1`,

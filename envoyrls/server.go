@@ -374,6 +374,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
 			it.rule, it.subject, it.check = rule, overrideSubject(desc), engineRule
+			if s.stats != nil {
+				it.stats = s.stats.keyStats(descriptorKey(req.GetDomain(), desc))
+			}
 			continue
 		}
 		if m, ok := domain.Match(desc.GetEntries()); ok {

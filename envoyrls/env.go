@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,8 +70,6 @@ func ignored(reason string, vars ...string) EnvRow {
 func missing(vars ...string) EnvRow {
 	return EnvRow{Vars: vars, Kind: EnvMissing}
 }
-
-const statsReason = "Sluice exports Prometheus metrics on /metrics (or --metrics-addr), never statsd"
 
 // KeyFormatRatelimit is the value of --envoy-key-format that counts under
 // envoyproxy/ratelimit's Redis keys.
@@ -159,10 +158,18 @@ var EnvTable = []EnvRow{
 	ignored("Sluice's keys expire exactly when dropping them loses nothing, never with jitter", "EXPIRATION_JITTER_MAX_SECONDS"),
 
 	// Metrics and tracing.
-	ignored(statsReason, "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS",
-		"STATS_FLUSH_INTERVAL", "DISABLE_STATS", "NEAR_LIMIT_RATIO"),
-	mapped("metrics-addr", prometheusAddr, "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"),
-	ignored("Sluice's metrics have names and labels of their own (docs/operations.md)", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"),
+	// envoyproxy/ratelimit's stats, under its names (EnvStats); Sluice's
+	// own metrics stay on /metrics of --addr or --metrics-addr.
+	mapped("envoy-statsd-addr", statsdAddr, "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "DISABLE_STATS"),
+	mapped("envoy-statsd-protocol", statsdProtocol, "STATSD_PROTOCOL"),
+	mapped("envoy-stats-flush-interval", nil, "STATS_FLUSH_INTERVAL"),
+	mapped("envoy-stats-tags", extraTags, "EXTRA_TAGS"),
+	mapped("envoy-near-limit-ratio", nil, "NEAR_LIMIT_RATIO"),
+	missing("USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS"),
+	mapped("envoy-prometheus-addr", prometheusAddr, "USE_PROMETHEUS", "PROMETHEUS_ADDR"),
+	mapped("envoy-prometheus-path", whenPrometheus("PROMETHEUS_PATH"), "PROMETHEUS_PATH"),
+	mapped("envoy-prometheus-mapper", whenPrometheus("PROMETHEUS_MAPPER_YAML"), "PROMETHEUS_MAPPER_YAML"),
+	mapped("envoy-prometheus-response-time-ms", whenPrometheus("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"), "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"),
 	missing("TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL",
 		"TRACING_SAMPLING_RATE"),
 }
@@ -627,15 +634,96 @@ func whenRedis(name string) func(EnvGet) (string, bool, error) {
 	}
 }
 
-// prometheusAddr serves /metrics on PROMETHEUS_ADDR (default :9090) when
-// USE_PROMETHEUS is true.
-func prometheusAddr(get EnvGet) (string, bool, error) {
-	on, err := envBool(get, "USE_PROMETHEUS")
+// useStats reports which of envoyproxy/ratelimit's stats sinks are on:
+// none with DISABLE_STATS; statsd unless USE_STATSD is false (its default
+// is true) or USE_PROMETHEUS is true without USE_STATSD set (where
+// envoyproxy/ratelimit refuses to start); both set true is refused, as
+// there.
+func useStats(get EnvGet) (statsd, prometheus bool, err error) {
+	off, err := envBool(get, "DISABLE_STATS")
+	if err != nil || off {
+		return false, false, err
+	}
+	if prometheus, err = envBool(get, "USE_PROMETHEUS"); err != nil {
+		return false, false, err
+	}
+	statsd = !prometheus
+	if get("USE_STATSD") != "" {
+		if statsd, err = envBool(get, "USE_STATSD"); err != nil {
+			return false, false, err
+		}
+	}
+	if statsd && prometheus {
+		return false, false, errors.New("USE_STATSD and USE_PROMETHEUS are both true: set one, as envoyproxy/ratelimit requires (USE_STATSD=false for Prometheus)")
+	}
+	return statsd, prometheus, nil
+}
+
+// statsdAddr is STATSD_HOST:STATSD_PORT (localhost:8125) when statsd is
+// on, as it is by default there.
+func statsdAddr(get EnvGet) (string, bool, error) {
+	on, _, err := useStats(get)
 	if err != nil || !on {
 		return "", false, err
 	}
-	if p := get("PROMETHEUS_PATH"); p != "" && p != "/metrics" {
-		return "", false, fmt.Errorf("PROMETHEUS_PATH=%q is not implemented in Sluice, which serves its metrics at /metrics", p)
+	host, port := cmp.Or(get("STATSD_HOST"), "localhost"), cmp.Or(get("STATSD_PORT"), "8125")
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", false, fmt.Errorf("environment variable STATSD_PORT=%q is not a port number (1 to 65535)", port)
+	}
+	return net.JoinHostPort(host, port), true, nil
+}
+
+// statsdProtocol is gostats' STATSD_PROTOCOL, tcp by default there, when
+// statsd is on.
+func statsdProtocol(get EnvGet) (string, bool, error) {
+	on, _, err := useStats(get)
+	if err != nil || !on {
+		return "", false, nil // an error is statsdAddr's to report
+	}
+	switch p := cmp.Or(get("STATSD_PROTOCOL"), "tcp"); p {
+	case "tcp", "udp":
+		return p, true, nil
+	default:
+		return "", false, fmt.Errorf("environment variable STATSD_PROTOCOL=%q is not tcp or udp", p)
+	}
+}
+
+// extraTags turns EXTRA_TAGS ("k1:v1,k2:v2") into --envoy-stats-tags'
+// form (k1=v1,k2=v2).
+func extraTags(get EnvGet) (string, bool, error) {
+	v := get("EXTRA_TAGS")
+	if v == "" {
+		return "", false, nil
+	}
+	var pairs []string
+	for _, pair := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(pair, ":")
+		if !ok || k == "" || strings.Contains(val, "=") || strings.Contains(k, "=") {
+			return "", false, fmt.Errorf("environment variable EXTRA_TAGS=%q is not key:value pairs separated by commas", v)
+		}
+		pairs = append(pairs, k+"="+val)
+	}
+	return strings.Join(pairs, ","), true, nil
+}
+
+// whenPrometheus passes a variable on when USE_PROMETHEUS is in force.
+func whenPrometheus(name string) func(EnvGet) (string, bool, error) {
+	return func(get EnvGet) (string, bool, error) {
+		_, on, err := useStats(get)
+		if err != nil || !on {
+			return "", false, nil // an error is statsdAddr's to report
+		}
+		v := get(name)
+		return v, v != "", nil
+	}
+}
+
+// prometheusAddr serves envoyproxy/ratelimit's Prometheus series on
+// PROMETHEUS_ADDR (default :9090) when USE_PROMETHEUS is true.
+func prometheusAddr(get EnvGet) (string, bool, error) {
+	_, on, err := useStats(get)
+	if err != nil || !on {
+		return "", false, nil // an error is statsdAddr's to report
 	}
 	addr := get("PROMETHEUS_ADDR")
 	if addr == "" {

@@ -88,6 +88,9 @@ type Options struct {
 	// Counting is how the hits of domains that do not say (counting: in
 	// their YAML) count: CountingStrict when "", CountingEnvoy in ENV mode.
 	Counting Counting
+	// Stats, if set, counts every call and decision under
+	// envoyproxy/ratelimit's stat names (see EnvStats).
+	Stats *EnvStats
 }
 
 // HeaderStyle names the set of response headers Options.ResponseHeaders adds.
@@ -132,6 +135,8 @@ type Server struct {
 	health            *health.Server
 	// unknownDomain counts the descriptors of domains no file defines.
 	unknownDomain *check.Scope
+	// stats counts under envoyproxy/ratelimit's names; nil counts nothing.
+	stats *EnvStats
 }
 
 // compiled is a Config with every rule as the engine checks it. A reloaded
@@ -151,6 +156,9 @@ type compiledDomain struct {
 	// limit, made on first use: one per distinct limit.
 	overridesMu sync.Mutex
 	overrides   map[overrideKey]override
+	// stats are the rules' envoyproxy/ratelimit counters (nil without
+	// Options.Stats).
+	stats map[*Rule]*ruleStats
 }
 
 type overrideKey struct {
@@ -182,6 +190,7 @@ func NewServer(opts Options) *Server {
 		stopIncrement:     opts.StopIncrementWhenOverLimit,
 		health:            health.NewServer(),
 		unknownDomain:     opts.Engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy}),
+		stats:             opts.Stats,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -196,7 +205,12 @@ func NewServer(opts Options) *Server {
 // SetConfig replaces the configuration; requests in flight finish with the
 // one they started with. Metric series of rules the new configuration no
 // longer has are removed.
-func (s *Server) SetConfig(cfg *Config) {
+func (s *Server) SetConfig(cfg *Config) { s.setConfig(cfg, true) }
+
+// setConfig is SetConfig; counted says a load is counted in the stats
+// (config_load_success), which the watcher's first look, repeating its
+// caller's load, is not.
+func (s *Server) setConfig(cfg *Config, counted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var next *compiled
@@ -204,6 +218,9 @@ func (s *Server) SetConfig(cfg *Config) {
 		next = s.compile(cfg)
 	}
 	old := s.config.Swap(next)
+	if cfg != nil && counted {
+		s.stats.configLoaded(nil)
+	}
 	if old != nil {
 		s.dropGoneSeries(old.cfg, cfg)
 	}
@@ -219,8 +236,14 @@ func (s *Server) compile(cfg *Config) *compiled {
 			scope:     s.engine.NewScope(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name}),
 			overrides: map[overrideKey]override{},
 		}
+		if s.stats != nil {
+			cd.stats = map[*Rule]*ruleStats{}
+		}
 		for _, r := range d.Rules() {
 			cd.rules[r] = s.engineRule(d, r)
+			if s.stats != nil && !r.Unlimited {
+				cd.stats[r] = s.stats.ruleStats(fullKey(d.Name, r.Path))
+			}
 		}
 		if d.AllOrNothing {
 			cd.joint = s.engine.NewRule(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name, Rule: allOrNothingRule},
@@ -311,12 +334,23 @@ type item struct {
 	status    *rlspb.RateLimitResponse_DescriptorStatus
 	// decision holds the descriptor's figures for the response headers.
 	decision *sluice.LimitDecision
+	// stats are the rule's envoyproxy/ratelimit counters, if counted.
+	stats *ruleStats
+	// storeFailed says the store could not decide the descriptor.
+	storeFailed bool
 }
 
 // ShouldRateLimit decides a request: each descriptor gets its own status, and
 // the overall code is OVER_LIMIT if any descriptor is over its limit.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
+	var storeFailed, globalShadow bool
+	resp, err := s.shouldRateLimit(ctx, req, start, &storeFailed, &globalShadow)
+	s.stats.call(start, storeFailed, err, globalShadow)
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest, start time.Time, storeFailed, globalShadow *bool) (*rlspb.RateLimitResponse, error) {
 	c := s.config.Load()
 	if c == nil {
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration is loaded yet")
@@ -337,6 +371,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	for i, desc := range req.GetDescriptors() {
 		it := &items[i]
 		it.cost = hitsOf(req, desc)
+		if domain == nil {
+			s.stats.domainNotFound(req.GetDomain())
+		}
 		if domain == nil || len(desc.GetEntries()) == 0 {
 			// No entries match no rule: OK, as in envoyproxy/ratelimit.
 			continue
@@ -347,20 +384,36 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
 			it.rule, it.subject, it.check = rule, overrideSubject(desc), engineRule
+			if s.stats != nil {
+				it.stats = s.stats.keyStats(descriptorKey(req.GetDomain(), desc))
+			}
 			continue
 		}
 		if m, ok := domain.Match(desc.GetEntries()); ok {
 			it.rule, it.check = m.Rule, cd.rules[m.Rule]
 			it.subject, it.countsAll = s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject, &it.cost)
+			it.stats = cd.stats[m.Rule]
 		}
 	}
 	markReplaced(items)
+	if s.stats != nil {
+		// total_hits counts before the store is asked, as there: a call
+		// the store fails counts too.
+		for i := range items {
+			if it := &items[i]; it.stats != nil && !it.replaced {
+				it.stats.totalHits.Add(uint64(max(it.cost, 0)))
+			}
+		}
+	}
 
 	var err error
 	if domain != nil && domain.AllOrNothing {
 		err = s.checkAllOrNothing(ctx, domain, cd, items, start)
 	} else {
 		err = s.checkEach(ctx, domain, cd, items, start)
+	}
+	for i := range items {
+		*storeFailed = *storeFailed || items[i].storeFailed
 	}
 	if err != nil {
 		return nil, err
@@ -376,6 +429,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if s.shadow && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		// The descriptors' statuses still say what would have been denied.
 		resp.OverallCode = rlspb.RateLimitResponse_OK
+		*globalShadow = true
 	}
 	if s.responseHeaders && s.headerStyle == HeaderStyleIETF {
 		resp.ResponseHeadersToAdd = responseHeaders(items, resp.OverallCode == rlspb.RateLimitResponse_OK)
@@ -703,6 +757,20 @@ func ruleWindow(r *Rule) time.Duration {
 // the overall code is OK (see ShouldRateLimit).
 func (s *Server) setStatus(it *item, res check.Result, ld sluice.LimitDecision) {
 	s.setLimitStatus(it, res.Decision.Allowed, res.Shadowed, ld)
+	if res.Outcome == check.Degraded {
+		it.storeFailed = true
+		return
+	}
+	s.countDecided(it, ld.Allowed && res.Decision.Allowed && !res.Shadowed, res.Cached, ld)
+}
+
+// countDecided counts a decided descriptor in its rule's
+// envoyproxy/ratelimit stats.
+func (s *Server) countDecided(it *item, allowed, cached bool, ld sluice.LimitDecision) {
+	if it.stats == nil || it.replaced {
+		return
+	}
+	s.stats.decided(it.stats, it.cost, it.rule.RequestsPerUnit, ld.Limit-ld.Remaining, allowed, cached, it.rule.Shadow)
 }
 
 // setLimitStatus is setStatus for one limit of a joint check: allowed is
@@ -743,6 +811,9 @@ func (s *Server) checkFailed(ctx context.Context, d *Domain, its []*item, mode s
 	}
 	if errors.Is(err, check.ErrOverloaded) {
 		return status.Error(codes.ResourceExhausted, "this rate limit service is past its capacity and sheds requests; retry shortly")
+	}
+	for _, it := range its {
+		it.storeFailed = true
 	}
 	if mode == "" || !errors.Is(err, sluice.ErrStoreUnavailable) {
 		s.log.Debug("envoy rate limit check failed", "domain", d.Name, "error", err)
@@ -855,6 +926,11 @@ func (s *Server) checkAllOrNothing(ctx context.Context, d *Domain, cd *compiledD
 			}
 		}
 		s.setLimitStatus(it, allowed, res.Shadowed, ld)
+		if res.Outcome == check.Degraded {
+			it.storeFailed = true
+		} else {
+			s.countDecided(it, allowed && !res.Shadowed, res.Cached, ld)
+		}
 	}
 	for i := range items {
 		if j, ok := dupOf[&items[i]]; ok {

@@ -89,6 +89,7 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 			if cfg, err = Load(dir, s.load); err != nil {
 				// The same files would fail the same way: wait for a change.
 				refused = fp
+				s.stats.configLoaded(err)
 			}
 		}
 		if err != nil {
@@ -104,7 +105,7 @@ func (s *Server) WatchDir(ctx context.Context, dir string, opts WatchOptions) {
 		// likely: its warnings are news only if they differ.
 		news := !slices.Equal(cfg.Warnings(), s.Config().Warnings())
 		last, refused, lastErr = fp, [32]byte{}, ""
-		s.SetConfig(cfg)
+		s.setConfig(cfg, !wasFirst)
 		if !wasFirst {
 			s.log.Info("envoy rate limit configuration reloaded", "dir", dir, "domains", cfg.Domains())
 			onLoad(cfg, nil)

@@ -106,6 +106,7 @@ func (s *Server) followXDS(ctx context.Context, conn grpc.ClientConnInterface, n
 		}
 		cfg, err := ConfigFromXDS(resp.Resources)
 		if err != nil {
+			s.stats.configLoaded(err)
 			if err.Error() != refused {
 				s.log.Error("rate limit configuration from xDS refused (NACK); keeping the last good one", "error", err)
 				onLoad(nil, err)

@@ -21,7 +21,8 @@ import (
 //   - no catalog database, no admin token, no console, no admin or check
 //     API: nothing is written to disk;
 //   - --addr is ENV's HTTP port: GET /healthcheck and POST /json, nothing
-//     else (metrics only on --metrics-addr: PROMETHEUS_ADDR);
+//     else (envoyproxy/ratelimit's stats to statsd or USE_PROMETHEUS's
+//     PROMETHEUS_ADDR, Sluice's own metrics only on --metrics-addr);
 //   - hits count as ENV counts them (--envoy-counting envoy).
 // Sluice's own faces come back with `sluice serve`, or --envoy-mode=false.
 

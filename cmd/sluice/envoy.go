@@ -76,6 +76,8 @@ type envoyConfig struct {
 	Server *atomic.Pointer[envoyrls.Server]
 	// GRPCOptions are added to the gRPC server's (tracing's stats handler).
 	GRPCOptions []grpc.ServerOption
+	// Stats, if set, counts under envoyproxy/ratelimit's stat names.
+	Stats *envoyrls.EnvStats
 }
 
 // envoyFlags are the flags that select envoyproxy/ratelimit's behaviours,
@@ -162,6 +164,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
 	opts.RatelimitKeys, opts.Counting, opts.ServeBeforeConfig = cfg.RatelimitKeys, cfg.Counting, cfg.ServeBeforeConfig
 	opts.StopIncrementWhenOverLimit = cfg.StopIncrement
+	opts.Stats = cfg.Stats
 	srv := envoyrls.NewServer(opts)
 	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
 	if err != nil {

@@ -42,6 +42,9 @@ func (e envFlags) Check(flag, value string) (show bool, err error) {
 	case "int":
 		_, err = strconv.Atoi(value)
 		return true, err
+	case "float64":
+		_, err = strconv.ParseFloat(value, 64)
+		return true, err
 	case "stringToString":
 		scratch := pflag.NewFlagSet("check", pflag.ContinueOnError)
 		scratch.StringToString("v", nil, "")

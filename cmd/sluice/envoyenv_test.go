@@ -54,6 +54,19 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 	defaults := map[string]string{
 		"grpc-addr": "0.0.0.0:8081", "debug-addr": "0.0.0.0:6070", "envoy-config": "/srv/runtime_data/current/config",
 		"grpc-max-connection-age": "24h0m0s", "grpc-max-connection-age-grace": "1h0m0s",
+		// USE_STATSD is true by default there, over gostats' default, TCP.
+		"envoy-statsd-addr": "localhost:8125", "envoy-statsd-protocol": "tcp",
+	}
+	noStatsd := map[string]string{"envoy-statsd-addr": "", "envoy-statsd-protocol": ""}
+	and := func(a, b map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range a {
+			out[k] = v
+		}
+		for k, v := range b {
+			out[k] = v
+		}
+		return out
 	}
 	with := func(m map[string]string) map[string]string {
 		out := map[string]string{}
@@ -78,7 +91,7 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 		{"generic_names_alone_do_nothing", map[string]string{"PORT": "9000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug", "LOG_FORMAT": "text"}, map[string]string{}, nil},
 		{"a_deployment", map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "WARN", "LOG_FORMAT": "json", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379",
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"},
-			with(map[string]string{"log-level": "warn", "log-format": "json", "redis": "redis://redis:6379", "envoy-config": "/data/ratelimit/config", "envoy-key-format": "ratelimit"}),
+			with(and(noStatsd, map[string]string{"log-level": "warn", "log-format": "json", "redis": "redis://redis:6379", "envoy-config": "/data/ratelimit/config", "envoy-key-format": "ratelimit"})),
 			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT"}},
 		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9000", "GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9001", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "9002",
 			"GRPC_MAX_CONNECTION_AGE": "10m", "GRPC_MAX_CONNECTION_AGE_GRACE": "30s", "RUNTIME_APPDIRECTORY": "rl"},
@@ -111,8 +124,10 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 				"envoy-xds-node-id": "envoy-ratelimit", "grpc-tls-cert": "/certs/tls.crt", "grpc-tls-key": "/certs/tls.key",
 				"envoy-xds-tls": "true", "envoy-xds-tls-cert": "/certs/tls.crt", "envoy-xds-tls-key": "/certs/tls.key", "envoy-xds-tls-ca": "/certs/ca.crt",
 				"envoy-serve-before-config": "true", "redis": "rediss://redis.redis-system.svc.cluster.local:6379", "redis-tls": "true",
-				"redis-tls-cert": "/redis-certs/tls.crt", "redis-tls-key": "/redis-certs/tls.key", "envoy-key-format": "ratelimit", "metrics-addr": ":19001"}),
-			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT", "PROMETHEUS_MAPPER_YAML", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY"}},
+				"redis-tls-cert": "/redis-certs/tls.crt", "redis-tls-key": "/redis-certs/tls.key", "envoy-key-format": "ratelimit",
+				"envoy-prometheus-addr": ":19001", "envoy-prometheus-mapper": "/etc/statsd-exporter/conf.yaml",
+				"envoy-statsd-addr": "", "envoy-statsd-protocol": ""}),
+			[]string{"USE_STATSD", "RUNTIME_WATCH_ROOT", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY"}},
 		{"stop_increment", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
 			with(map[string]string{"envoy-stop-increment-when-over-limit": "true"}), nil},
 		{"force_start", map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
@@ -132,9 +147,21 @@ func TestEnvoyEnvSetsFlags(t *testing.T) {
 			with(map[string]string{"grpc-tls-cert": "/c.pem", "grpc-tls-key": "/k.pem", "grpc-tls-client-ca": "/ca.pem", "grpc-tls-client-san": "envoy.internal"}), nil},
 		{"tls_files_without_use_tls", map[string]string{"GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem"},
 			with(nil), []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"}},
-		{"log_levels_of_logrus", map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "trace"}, with(map[string]string{"log-level": "debug"}), []string{"USE_STATSD"}},
-		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9102"}, with(map[string]string{"metrics-addr": ":9102"}), nil},
-		{"prometheus_off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9102"}, with(nil), []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}},
+		{"log_levels_of_logrus", map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "trace"}, with(and(noStatsd, map[string]string{"log-level": "debug"})), []string{"USE_STATSD"}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125", "STATSD_PROTOCOL": "udp",
+			"EXTRA_TAGS": "cluster:east,release:v1.2", "STATS_FLUSH_INTERVAL": "2s", "NEAR_LIMIT_RATIO": "0.9"},
+			with(map[string]string{"envoy-statsd-addr": "statsd:9125", "envoy-statsd-protocol": "udp", "envoy-stats-tags": "[cluster=east,release=v1.2]",
+				"envoy-stats-flush-interval": "2s", "envoy-near-limit-ratio": "0.9"}), nil},
+		{"stats_disabled", map[string]string{"DISABLE_STATS": "true", "STATSD_HOST": "statsd"}, with(noStatsd), []string{"DISABLE_STATS", "STATSD_HOST"}},
+		// USE_STATSD, true by default, yields to USE_PROMETHEUS (where
+		// envoyproxy/ratelimit refuses both).
+		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9102"}, with(and(noStatsd, map[string]string{"envoy-prometheus-addr": ":9102"})), nil},
+		{"prometheus_everything", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/mapper.yaml",
+			"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"},
+			with(and(noStatsd, map[string]string{"envoy-prometheus-addr": ":9090", "envoy-prometheus-path": "/stats", "envoy-prometheus-mapper": "/etc/mapper.yaml",
+				"envoy-prometheus-response-time-ms": "true"})), []string{"USE_STATSD"}},
+		{"prometheus_off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9102", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, with(nil),
+			[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_MAPPER_YAML"}},
 		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_NODE_ID": "rl-1", "RUNTIME_ROOT": "/data"},
 			with(map[string]string{"envoy-config": "", "envoy-xds-server": "localhost:18000", "envoy-xds-node-id": "rl-1"}), []string{"RUNTIME_ROOT"}},
 		{"xds_over_tls", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
@@ -258,7 +285,14 @@ func TestEnvoyEnvRefusesBadValues(t *testing.T) {
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "sure"}, `LIMIT_RESPONSE_HEADERS_ENABLED="sure" is not a valid value`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token=s3cret"}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry 1 is not key:value"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone"}, "CONFIG_GRPC_XDS_NODE_METADATA is not a valid value for --envoy-xds-node-metadata"},
-		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"}, `PROMETHEUS_PATH="/stats" is not implemented`},
+		{map[string]string{"STATSD_PORT": "statsd"}, `STATSD_PORT="statsd" is not a port number`},
+		{map[string]string{"STATSD_PORT": "0"}, `STATSD_PORT="0" is not a port number`},
+		{map[string]string{"STATSD_PROTOCOL": "sctp"}, `STATSD_PROTOCOL="sctp" is not tcp or udp`},
+		{map[string]string{"USE_STATSD": "true", "USE_PROMETHEUS": "true"}, "USE_STATSD and USE_PROMETHEUS are both true"},
+		{map[string]string{"DISABLE_STATS": "maybe"}, `DISABLE_STATS="maybe" is not a boolean`},
+		{map[string]string{"EXTRA_TAGS": "cluster=east"}, `EXTRA_TAGS="cluster=east" is not key:value pairs`},
+		{map[string]string{"NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most" is not a valid value for --envoy-near-limit-ratio`},
+		{map[string]string{"STATS_FLUSH_INTERVAL": "often"}, `STATS_FLUSH_INTERVAL="often" is not a valid value for --envoy-stats-flush-interval`},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			fs := newServeCmd().Flags()

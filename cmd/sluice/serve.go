@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
@@ -120,6 +121,9 @@ type serveConfig struct {
 	// EnvoyKeyFormat is sluice or ratelimit (envoyproxy/ratelimit's Redis
 	// keys for default fixed windows, under EnvoyKeyPrefix).
 	EnvoyKeyFormat, EnvoyKeyPrefix string
+	// EnvoyStats sends envoyproxy/ratelimit's stats, under its names, to
+	// statsd and as its Prometheus series (--envoy-statsd-addr...).
+	EnvoyStats envoyrls.EnvStatsOptions
 	// envoyEnv is what envoyproxy/ratelimit's environment variables set,
 	// logged once the logger exists.
 	envoyEnv envoyrls.EnvReport
@@ -245,6 +249,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.EnvoyXDSTLSKey, "envoy-xds-tls-key", "", "PEM private key of --envoy-xds-tls-cert (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
 	f.StringVar(&cfg.EnvoyXDSTLSName, "envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the xDS server's certificate must carry (default: the host of --envoy-xds-server; CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	f.DurationVar(&cfg.EnvoyXDSRetryInterval, "envoy-xds-retry-interval", 3*time.Second, "wait before reconnecting to --envoy-xds-server after the stream ends (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
+	addEnvoyStatsFlags(f, &cfg.EnvoyStats)
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request as a JSON record (message \"access\"): denials and errors always, allowed checks sampled by --access-log-sample")
 	f.Float64Var(&cfg.AccessLogSample, "access-log-sample", defaultAccessLogSample, "with --access-log: fraction of allowed checks logged, 0 to 1")
 	f.IntVar(&cfg.MaxMetricSeries, "max-metric-series", metrics.DefaultMaxRuleSeries, "distinct (source, tenant or domain, rule) series of sluice_decisions_total; rules past it are counted under \"_overflow\"")
@@ -361,6 +366,9 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.EnvoyXDSRetryInterval < 0 {
 		return fmt.Errorf("--envoy-xds-retry-interval must not be negative, got %v", cfg.EnvoyXDSRetryInterval)
+	}
+	if st := cfg.EnvoyStats; st.FlushInterval < 0 || st.NearLimitRatio < 0 || st.NearLimitRatio > 1 {
+		return fmt.Errorf("--envoy-stats-flush-interval must not be negative (got %v), --envoy-near-limit-ratio must be from 0 to 1 (got %v)", st.FlushInterval, st.NearLimitRatio)
 	}
 	if !envoyrls.Counting(cfg.EnvoyCounting).Valid() {
 		return fmt.Errorf("--envoy-counting %q is not one of strict (a denied request consumes nothing) or envoy (every hit counts, as envoyproxy/ratelimit)", cfg.EnvoyCounting)
@@ -810,7 +818,16 @@ func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *ch
 // start fails.
 func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.Server], engine *check.Engine, m *metrics.Metrics, traces *processTracing) (stop func(context.Context) error, err error) {
 	cfg := s.cfg
+	var stats *envoyrls.EnvStats
+	if cfg.EnvoyConfig != "" || cfg.EnvoyXDSServer != "" {
+		opts := cfg.EnvoyStats
+		opts.Logger = s.log
+		if stats, err = envoyrls.NewEnvStats(opts); err != nil {
+			return nil, fmt.Errorf("envoyproxy/ratelimit's stats (--envoy-statsd-addr, --envoy-prometheus-addr): %w", err)
+		}
+	}
 	stopOnce, err := startEnvoy(ctx, envoyConfig{
+		Stats:             stats,
 		Server:            srv,
 		GRPCAddr:          cfg.GRPCAddr,
 		GRPCUDS:           cfg.GRPCUDS,
@@ -842,11 +859,13 @@ func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.S
 		GRPCOptions:       cfg.grpcOptions(s.log, traces),
 	})
 	if err != nil {
+		_ = stats.Close()
 		return nil, err
 	}
 	var once sync.Once
 	stop = func(ctx context.Context) (err error) {
-		once.Do(func() { err = stopOnce(ctx) })
+		// The stats last, so they count the calls the shutdown let finish.
+		once.Do(func() { err = errors.Join(stopOnce(ctx), stats.Close()) })
 		return err
 	}
 	s.onClose(func() error { return stop(context.Background()) })
@@ -955,4 +974,18 @@ func baseURL(scheme, addr string) string {
 		return scheme + "://" + net.JoinHostPort(host, port)
 	}
 	return scheme + "://localhost" + addr
+}
+
+// addEnvoyStatsFlags declares the flags of envoyproxy/ratelimit's stats,
+// each named after the variable it mirrors there.
+func addEnvoyStatsFlags(f *pflag.FlagSet, o *envoyrls.EnvStatsOptions) {
+	f.StringVar(&o.StatsdAddr, "envoy-statsd-addr", "", "host:port of a statsd server to send envoyproxy/ratelimit's stats to, under its names (off when empty; USE_STATSD, STATSD_HOST, STATSD_PORT)")
+	f.StringVar(&o.StatsdProtocol, "envoy-statsd-protocol", "udp", "how --envoy-statsd-addr is reached: udp or tcp (gostats' STATSD_PROTOCOL, tcp in envoyproxy/ratelimit)")
+	f.DurationVar(&o.FlushInterval, "envoy-stats-flush-interval", envoyrls.DefaultStatsFlushInterval, "how often envoyproxy/ratelimit's stats are sent (STATS_FLUSH_INTERVAL)")
+	f.StringToStringVar(&o.Tags, "envoy-stats-tags", nil, "tags added to every one of envoyproxy/ratelimit's stats, as key=value,key2=value2 (EXTRA_TAGS)")
+	f.Float64Var(&o.NearLimitRatio, "envoy-near-limit-ratio", envoyrls.DefaultNearLimitRatio, "share of a limit past which hits count as near_limit in envoyproxy/ratelimit's stats (NEAR_LIMIT_RATIO)")
+	f.StringVar(&o.PrometheusAddr, "envoy-prometheus-addr", "", "listener serving envoyproxy/ratelimit's stats as the Prometheus series it serves, e.g. :9090 (off when empty; USE_PROMETHEUS, PROMETHEUS_ADDR); Sluice's own metrics stay on /metrics of --addr or --metrics-addr")
+	f.StringVar(&o.PrometheusPath, "envoy-prometheus-path", "/metrics", "path of --envoy-prometheus-addr's series (PROMETHEUS_PATH)")
+	f.StringVar(&o.PrometheusMapper, "envoy-prometheus-mapper", "", "statsd_exporter mapping file replacing envoyproxy/ratelimit's default mapping of its stats to Prometheus series (PROMETHEUS_MAPPER_YAML)")
+	f.BoolVar(&o.PrometheusResponseTimeMillis, "envoy-prometheus-response-time-ms", false, "with the default mapping, ratelimit_service_response_time_seconds in milliseconds, as envoyproxy/ratelimit's legacy (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)")
 }

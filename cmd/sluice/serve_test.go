@@ -107,6 +107,17 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"unknown_envoy_counting", func(c *serveConfig) { c.EnvoyCounting = "loose" }, "--envoy-counting"},
 		{"admin_write_limit_not_a_bucket", func(c *serveConfig) { c.AdminWriteLimit = "50/s" }, `--admin-write-limit: --token-bucket "50/s": missing ':'`},
 		{"admin_write_limit_zero_capacity", func(c *serveConfig) { c.AdminWriteLimit = "0:50/s" }, "--admin-write-limit"},
+		{"statsd_port_not_a_number", func(c *serveConfig) {
+			c.EnvoyConfig, c.EnvoyStats.StatsdAddr = envoyTestDir(t, envoyTestConfig), "localhost:eighty"
+		}, `--envoy-statsd-addr, --envoy-prometheus-addr): statsd address "localhost:eighty": port "eighty" is not a number`},
+		{"malformed_prometheus_mapper", func(c *serveConfig) {
+			mapper := filepath.Join(t.TempDir(), "mapper.yaml")
+			if err := os.WriteFile(mapper, []byte("mappings:\n  - match: \"a.(\"\n    match_type: regex\n    name: a\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c.EnvoyConfig, c.EnvoyStats.PrometheusAddr, c.EnvoyStats.PrometheusMapper = envoyTestDir(t, envoyTestConfig), "127.0.0.1:0", mapper
+		}, "prometheus mapper file"},
+		{"negative_stats_flush_interval", func(c *serveConfig) { c.EnvoyStats.FlushInterval = -time.Second }, "--envoy-stats-flush-interval"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base

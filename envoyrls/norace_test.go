@@ -1,0 +1,5 @@
+//go:build !race
+
+package envoyrls_test
+
+const raceEnabled = false

@@ -29,7 +29,7 @@ type envoyConfig struct {
 	XDSNodeID        string
 	XDSRetryInterval time.Duration
 	// XDSTLS, if set, dials XDSServer over TLS.
-	XDSTLS *xdsTLSFiles
+	XDSTLS *envoyrls.XDSTLS
 	// XDSNodeMetadata and XDSHeaders go to the xDS server.
 	XDSNodeMetadata, XDSHeaders map[string]string
 	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
@@ -153,7 +153,8 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	opts.Engine, opts.Metrics, opts.Logger, opts.ResponseHeaders = cfg.Engine, cfg.Metrics, logger, cfg.ResponseHeaders
 	opts.RatelimitKeys = cfg.RatelimitKeys
 	srv := envoyrls.NewServer(opts)
-	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
+	stopWatch, err := srv.Follow(envoyrls.Source{Dir: cfg.ConfigDir, Interval: envoyReloadInterval, XDSServer: cfg.XDSServer, XDSTLS: cfg.XDSTLS,
+		XDS: envoyrls.XDSOptions{NodeID: cfg.XDSNodeID, NodeMetadata: cfg.XDSNodeMetadata, Headers: cfg.XDSHeaders, RetryInterval: cfg.XDSRetryInterval}})
 	if err != nil {
 		return nil, err
 	}
@@ -177,9 +178,9 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
 		}
 		jsonSrv = envoyJSONServer(srv, logger)
-		jsonSrv.TLSConfig = httpTLS(cfg.JSONTLS)
-		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String(), "tls", tlsMode(cfg.JSONTLS))
-		go func() { jsonDone <- serveHTTP(jsonSrv, lis) }()
+		jsonSrv.TLSConfig = tlsconfig.HTTPConfig(cfg.JSONTLS)
+		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String(), "tls", tlsconfig.Mode(cfg.JSONTLS))
+		go func() { jsonDone <- tlsconfig.ServeHTTP(jsonSrv, lis) }()
 	}
 
 	var debugSrv *http.Server
@@ -196,7 +197,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	var gs *grpc.Server
 	var serveDone chan error
 	if cfg.GRPCAddr != "" || cfg.GRPCUDS != "" {
-		lns, err := grpcListeners(ctx, cfg)
+		lns, err := envoyrls.Listen(ctx, cfg.GRPCAddr, cfg.GRPCUDS)
 		if err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
@@ -207,11 +208,12 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			stopWatch()
 			return nil, err
 		}
-		gs = grpc.NewServer(grpcServerOptions(cfg)...)
+		gs = grpc.NewServer(envoyrls.GRPCServerOptions(envoyrls.GRPCOptions{MaxConnAge: cfg.MaxConnAge, MaxConnAgeGrace: cfg.MaxConnAgeGrace,
+			TLS: cfg.GRPCTLS, ClientSAN: cfg.GRPCClientSAN, Extra: cfg.GRPCOptions})...)
 		srv.Register(gs)
 		serveDone = make(chan error, len(lns))
 		for _, lis := range lns {
-			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsMode(cfg.GRPCTLS))
+			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsconfig.Mode(cfg.GRPCTLS))
 			go func() { serveDone <- gs.Serve(lis) }()
 		}
 	}

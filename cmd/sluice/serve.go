@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -295,10 +294,10 @@ func (cfg serveConfig) validate() error {
 	if cfg.MaxMetricSeries < 0 {
 		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
 	}
-	if err := validateTLSFlags(cfg.tlsFiles(), tlsFlagNames); err != nil {
+	if err := cfg.tlsFiles().Check(tlsNames); err != nil {
 		return err
 	}
-	if err := validateTLSFlags(cfg.grpcTLSFiles(), grpcTLSFlagNames); err != nil {
+	if err := cfg.grpcTLSFiles().Check(grpcTLSNames); err != nil {
 		return err
 	}
 	if cfg.GRPCAddr == "" && cfg.GRPCUDS == "" && cfg.GRPCTLSCert != "" {
@@ -334,24 +333,11 @@ func (cfg serveConfig) validate() error {
 	return cfg.validateConsole()
 }
 
-// tlsFlags names the flags of one set of TLS files, for errors.
-type tlsFlags struct{ cert, key, clientCA string }
-
+// The flags of each listener's TLS files, as errors name them.
 var (
-	tlsFlagNames     = tlsFlags{"--tls-cert", "--tls-key", "--tls-client-ca"}
-	grpcTLSFlagNames = tlsFlags{"--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-client-ca"}
+	tlsNames     = tlsconfig.Names{Cert: "--tls-cert", Key: "--tls-key", ClientCA: "--tls-client-ca"}
+	grpcTLSNames = tlsconfig.Names{Cert: "--grpc-tls-cert", Key: "--grpc-tls-key", ClientCA: "--grpc-tls-client-ca"}
 )
-
-func (f tlsFlags) name(role tlsconfig.Role) string {
-	switch role {
-	case tlsconfig.RoleCert:
-		return f.cert
-	case tlsconfig.RoleKey:
-		return f.key
-	default:
-		return f.clientCA
-	}
-}
 
 func (cfg serveConfig) tlsFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA}
@@ -361,65 +347,8 @@ func (cfg serveConfig) grpcTLSFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.GRPCTLSCert, Key: cfg.GRPCTLSKey, ClientCA: cfg.GRPCTLSClientCA}
 }
 
-// validateTLSFlags checks that a set of TLS flags is complete, before any
-// file is read.
-func validateTLSFlags(files tlsconfig.Files, names tlsFlags) error {
-	switch {
-	case files.Cert != "" && files.Key == "":
-		return fmt.Errorf("%s is set but %s is not: give the certificate's private key too", names.cert, names.key)
-	case files.Cert == "" && files.Key != "":
-		return fmt.Errorf("%s is set but %s is not: give the key's certificate too", names.key, names.cert)
-	case files.Cert == "" && files.ClientCA != "":
-		return fmt.Errorf("%s verifies client certificates, which needs TLS: set %s and %s too", names.clientCA, names.cert, names.key)
-	}
-	return nil
-}
-
-// loadTLS loads a set of TLS files; nil when TLS is off. Errors name the
-// flag of the file at fault.
-func loadTLS(files tlsconfig.Files, names tlsFlags, log *slog.Logger) (*tlsconfig.Reloader, error) {
-	if files.Cert == "" {
-		return nil, nil
-	}
-	r, err := tlsconfig.New(files, tlsconfig.Options{Logger: log})
-	if err != nil {
-		var fe *tlsconfig.FileError
-		if errors.As(err, &fe) {
-			return nil, fmt.Errorf("%s: %w", names.name(fe.Role), err)
-		}
-		return nil, err
-	}
-	return r, nil
-}
-
-// tlsMode says, for logs, how a listener is served.
-func tlsMode(r *tlsconfig.Reloader) string {
-	switch {
-	case r == nil:
-		return "off"
-	case r.MutualTLS():
-		return "mutual"
-	default:
-		return "on"
-	}
-}
-
-// httpTLS returns the TLS configuration of one HTTP listener; nil when TLS
-// is off.
-func httpTLS(r *tlsconfig.Reloader) *tls.Config {
-	if r == nil {
-		return nil
-	}
-	return r.ServerConfig("h2", "http/1.1")
-}
-
-// serveHTTP serves srv on ln, over TLS when srv has a TLS configuration.
-func serveHTTP(srv *http.Server, ln net.Listener) error {
-	if srv.TLSConfig != nil {
-		return srv.ServeTLS(ln, "", "")
-	}
-	return srv.Serve(ln)
-}
+// serveHTTP is tlsconfig.ServeHTTP, as the gateway command calls it.
+func serveHTTP(srv *http.Server, ln net.Listener) error { return tlsconfig.ServeHTTP(srv, ln) }
 
 // service is a running sluice serve, as tests drive it in-process.
 type service struct {
@@ -531,7 +460,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		storeName = "redis"
 	}
 	s.gate.open.Store(true)
-	s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName,
+	s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
 		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 
 	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
@@ -578,10 +507,10 @@ func newStarter(cfg serveConfig, stderr io.Writer) (*starter, error) {
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
 	cfg.envoyEnv.Log(log)
 	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogRetry(cfg.Database)}
-	if s.httpTLS, err = loadTLS(cfg.tlsFiles(), tlsFlagNames, log); err != nil {
+	if s.httpTLS, err = tlsconfig.Load(cfg.tlsFiles(), tlsNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	if s.grpcTLS, err = loadTLS(cfg.grpcTLSFiles(), grpcTLSFlagNames, log); err != nil {
+	if s.grpcTLS, err = tlsconfig.Load(cfg.grpcTLSFiles(), grpcTLSNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
 	if s.httpTLS != nil {
@@ -611,9 +540,9 @@ func (s *starter) listen(traces *processTracing) error {
 	s.ln, s.mux, s.gate = ln, http.NewServeMux(), &startGate{}
 	s.srv = newAPIServer(s.mux, s.log)
 	s.gate.next, s.srv.Handler = s.srv.Handler, s.cfg.observeHTTP(s.gate, s.log, traces)
-	s.srv.TLSConfig = httpTLS(s.httpTLS)
+	s.srv.TLSConfig = tlsconfig.HTTPConfig(s.httpTLS)
 	s.serveErr = make(chan error, 1)
-	go func() { s.serveErr <- serveHTTP(s.srv, ln) }()
+	go func() { s.serveErr <- tlsconfig.ServeHTTP(s.srv, ln) }()
 	s.onClose(s.srv.Close)
 	return nil
 }
@@ -768,10 +697,10 @@ func (s *starter) serveSide(flag, addr, msg string, handler http.Handler) (*http
 		_ = s.srv.Close()
 		return nil, fmt.Errorf("listen on %s %s: %w", flag, addr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(s.httpTLS),
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsconfig.HTTPConfig(s.httpTLS),
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	go func() { _ = serveHTTP(srv, ln) }()
-	s.log.Info(msg, "addr", ln.Addr().String(), "tls", tlsMode(s.httpTLS))
+	go func() { _ = tlsconfig.ServeHTTP(srv, ln) }()
+	s.log.Info(msg, "addr", ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS))
 	return srv, nil
 }
 

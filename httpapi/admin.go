@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/check"
 )
 
 // principal is who an admin call comes from: the operator (admin token), or
@@ -381,23 +381,16 @@ func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
 // and in every instance's deny cache.
 func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
-		_, target, err := a.subjectRule(ctx, tenant, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		if err := a.engine.Reset(ctx, target, subject); err != nil {
-			return 0, nil, fmt.Errorf("reset subject: %w", err)
-		}
-		// After the store: an instance told first could cache a deny from
-		// the counters about to go.
-		if err := a.catalog.PublishReset(ctx, tenant, name, subject); err != nil {
+		err := a.engine.ResetSubject(ctx, a.catalog, r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject"))
+		if errors.Is(err, check.ErrResetNotPublished) {
 			if e := errorFor(err); e.code == "catalog_unavailable" {
 				return 0, nil, &apiError{e.status, e.code, "The subject's counters were reset, but the catalog database, " +
 					"through which other instances learn of it, is unavailable: their deny caches may refuse this subject " +
 					"until its retry time. Repeat the reset shortly."}
 			}
-			return 0, nil, fmt.Errorf("tell other instances of the reset: %w", err)
+		}
+		if err != nil {
+			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil
 	})

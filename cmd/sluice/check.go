@@ -182,19 +182,9 @@ embedded memory store live inside the serving process: reset those with
 	return cmd
 }
 
-// resetInStore does what the admin API's reset does, from outside a server:
-// forget the counters in the store, then tell every instance through the
-// catalog, in that order (an instance told first could cache a deny from the
-// counters about to go).
+// resetInStore does what the admin API's reset does (check.ResetSubject),
+// from outside a server, on the servers' Redis.
 func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenant, rule, subject string) error {
-	t, err := c.Tenant(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	r, err := c.Rule(ctx, tenant, rule)
-	if err != nil {
-		return err
-	}
 	store, err := sluiceredis.Open(redisURL, sluiceredis.Options{Prefix: prefix})
 	if err != nil {
 		return fmt.Errorf("open Redis: %w", err)
@@ -202,12 +192,5 @@ func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenan
 	defer store.Close()
 	engine := check.New(store, check.Options{})
 	defer engine.Close()
-	target := &check.Rule{Namespace: t.CounterNamespace(), Name: rule, Limits: r.Limits}
-	if err := engine.Reset(ctx, target, subject); err != nil {
-		return fmt.Errorf("reset the counters in Redis: %w", err)
-	}
-	if err := c.PublishReset(ctx, tenant, rule, subject); err != nil {
-		return fmt.Errorf("the counters were reset, but telling the instances through the catalog failed (their deny caches may refuse %s until its retry time; repeat the reset): %w", subject, err)
-	}
-	return nil
+	return engine.ResetSubject(ctx, c, tenant, rule, subject)
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -366,31 +365,18 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
-	for _, spec := range rf.tokenBuckets {
-		l, err := parseTokenBucket(spec)
-		if err != nil {
-			return r, err
-		}
-		r.Limits = append(r.Limits, l)
-	}
 	for _, group := range []struct {
 		specs []string
 		algo  sluice.Algorithm
-	}{{rf.slidingWindows, sluice.AlgorithmSlidingWindow}, {rf.fixedWindows, sluice.AlgorithmFixedWindow}} {
+	}{{rf.tokenBuckets, sluice.AlgorithmTokenBucket}, {rf.slidingWindows, sluice.AlgorithmSlidingWindow},
+		{rf.fixedWindows, sluice.AlgorithmFixedWindow}, {rf.concurrency, sluice.AlgorithmConcurrency}} {
 		for _, spec := range group.specs {
-			l, err := parseWindow(spec, group.algo)
+			l, err := sluice.ParseLimitSpec(group.algo, spec)
 			if err != nil {
-				return r, err
+				return r, fmt.Errorf("--%s %q: %w", strings.ReplaceAll(string(group.algo), "_", "-"), spec, err)
 			}
 			r.Limits = append(r.Limits, l)
 		}
-	}
-	for _, spec := range rf.concurrency {
-		l, err := parseConcurrency(spec)
-		if err != nil {
-			return r, err
-		}
-		r.Limits = append(r.Limits, l)
 	}
 	if len(r.Limits) == 0 {
 		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m, --fixed-window 100/1s or --concurrency 10/30s")
@@ -399,83 +385,6 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 		return r, err
 	}
 	return r, nil
-}
-
-// splitName splits "name=value" into its parts; the name defaults to def.
-func splitName(spec, def string) (name, value string) {
-	if n, v, ok := strings.Cut(spec, "="); ok {
-		return n, v
-	}
-	return def, spec
-}
-
-// parseTokenBucket reads [NAME=]CAPACITY:RATE/UNIT, e.g. "10:2/s" (a bucket of
-// 10 refilled at 2 per second) or "burst=100:30/m".
-func parseTokenBucket(spec string) (sluice.Limit, error) {
-	name, value := splitName(spec, string(sluice.AlgorithmTokenBucket))
-	bad := func(why string) error {
-		return fmt.Errorf("--token-bucket %q: %s; write [NAME=]CAPACITY:RATE/s, e.g. 10:2/s", spec, why)
-	}
-	capText, rateText, ok := strings.Cut(value, ":")
-	if !ok {
-		return sluice.Limit{}, bad("missing ':' between capacity and refill rate")
-	}
-	capacity, err := strconv.ParseInt(capText, 10, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("capacity %q is not a whole number", capText))
-	}
-	amountText, per, ok := strings.Cut(rateText, "/")
-	if !ok {
-		return sluice.Limit{}, bad(fmt.Sprintf("refill rate %q has no unit", rateText))
-	}
-	amount, err := strconv.ParseFloat(amountText, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("refill amount %q is not a number", amountText))
-	}
-	period, err := parsePeriod(per)
-	if err != nil {
-		return sluice.Limit{}, bad(err.Error())
-	}
-	l := sluice.TokenBucket(capacity, amount/period.Seconds()).Named(name)
-	if err := l.Validate(); err != nil {
-		return sluice.Limit{}, fmt.Errorf("--token-bucket %q: %w", spec, err)
-	}
-	return l, nil
-}
-
-// parseWindow reads [NAME=]LIMIT/WINDOW, e.g. "600/1m" or "hourly=1000/1h".
-func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
-	flag := "--" + strings.ReplaceAll(string(algo), "_", "-")
-	name, value := splitName(spec, string(algo))
-	bad := func(why string) error {
-		return fmt.Errorf("%s %q: %s; write [NAME=]LIMIT/WINDOW, e.g. 600/1m", flag, spec, why)
-	}
-	limitText, windowText, ok := strings.Cut(value, "/")
-	if !ok {
-		return sluice.Limit{}, bad("missing '/' between limit and window")
-	}
-	limit, err := strconv.ParseInt(limitText, 10, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("limit %q is not a whole number", limitText))
-	}
-	window, err := parsePeriod(windowText)
-	if err != nil {
-		return sluice.Limit{}, bad(err.Error())
-	}
-	l := sluice.Limit{Name: name, Algorithm: algo, Capacity: limit, Window: window}
-	if err := l.Validate(); err != nil {
-		return sluice.Limit{}, fmt.Errorf("%s %q: %w", flag, spec, err)
-	}
-	return l, nil
-}
-
-// parsePeriod reads a bare unit (s, m, h, d, w, as in "10/s" or "5000/d")
-// or any window sluice.ParseWindow reads (500ms, 1m, 2d, 1w).
-func parsePeriod(s string) (time.Duration, error) {
-	if unit, ok := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": sluice.Day, "w": sluice.Week}[s]; ok {
-		return unit, nil
-	}
-	return sluice.ParseWindow(s)
 }
 
 func printRules(w io.Writer, rs []sluice.Rule) {

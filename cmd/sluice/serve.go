@@ -360,7 +360,7 @@ type service struct {
 // runServe runs the service until ctx ends, then shuts it down gracefully.
 func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	svc, err := startService(ctx, cfg, stderr)
-	if errors.Is(err, errStoppedStarting) {
+	if errors.Is(err, httpapi.ErrStoppedStarting) {
 		return nil // a SIGTERM while waiting for the catalog
 	}
 	if err != nil {
@@ -459,7 +459,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if cfg.Redis != "" {
 		storeName = "redis"
 	}
-	s.gate.open.Store(true)
+	s.gate.Open()
 	s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
 		"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 
@@ -483,7 +483,7 @@ type starter struct {
 	// Set by listen.
 	ln       net.Listener
 	mux      *http.ServeMux
-	gate     *startGate
+	gate     *httpapi.StartGate
 	srv      *http.Server
 	serveErr chan error
 	// retryCatalog says which catalog errors are waited out.
@@ -537,9 +537,10 @@ func (s *starter) listen(traces *processTracing) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 	}
-	s.ln, s.mux, s.gate = ln, http.NewServeMux(), &startGate{}
+	s.ln, s.mux = ln, http.NewServeMux()
 	s.srv = newAPIServer(s.mux, s.log)
-	s.gate.next, s.srv.Handler = s.srv.Handler, s.cfg.observeHTTP(s.gate, s.log, traces)
+	s.gate = httpapi.NewStartGate(s.srv.Handler)
+	s.srv.Handler = s.cfg.observeHTTP(s.gate, s.log, traces)
 	s.srv.TLSConfig = tlsconfig.HTTPConfig(s.httpTLS)
 	s.serveErr = make(chan error, 1)
 	go func() { s.serveErr <- tlsconfig.ServeHTTP(s.srv, ln) }()
@@ -588,7 +589,7 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 // (audit: system).
 func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken adminTokenSetting) (migratingCatalog, error) {
 	var catalog migratingCatalog
-	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
+	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
 			c, err := openMigratedCatalog(ctx, s.cfg.Database)
 			if err != nil {
@@ -628,7 +629,7 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 // for like the database.
 func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *check.Engine, m *metrics.Metrics, storePing func(context.Context) error) (*httpapi.API, error) {
 	var api *httpapi.API
-	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
+	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
 		api, err = httpapi.New(ctx, httpapi.Options{
 			Catalog:            catalog,
 			Engine:             engine,

@@ -184,11 +184,7 @@ func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
 			}
 			ts = []sluice.Tenant{t}
 		}
-		out := adminapi.TenantList{Tenants: make([]adminapi.Tenant, 0, len(ts))}
-		for _, t := range ts {
-			out.Tenants = append(out.Tenants, adminapi.NewTenant(t))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewTenantList(ts), nil
 	})
 }
 
@@ -280,11 +276,7 @@ func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := adminapi.KeyList{Keys: make([]adminapi.Key, 0, len(ks))}
-		for _, k := range ks {
-			out.Keys = append(out.Keys, adminapi.NewKey(k))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewKeyList(ks), nil
 	})
 }
 
@@ -350,11 +342,7 @@ func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := adminapi.RuleList{Rules: make([]adminapi.Rule, 0, len(rs))}
-		for _, rule := range rs {
-			out.Rules = append(out.Rules, adminapi.NewRule(rule))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewRuleList(rs), nil
 	})
 }
 

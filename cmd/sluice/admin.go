@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/httpapi"
 )
 
@@ -106,7 +105,7 @@ func newTenantCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printTenants(w, ts) }, tenantsBody(ts))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintTenants(w, ts) }, adminapi.NewTenantList(ts))
 			})
 		}),
 		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
@@ -125,15 +124,6 @@ func newTenantCmd() *cobra.Command {
 		},
 	)
 	return cmd
-}
-
-func printTenants(w io.Writer, ts []sluice.Tenant) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATUS\tCREATED")
-	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Status, t.CreatedAt.UTC().Format(time.RFC3339))
-	}
-	tw.Flush()
 }
 
 // --- keys
@@ -182,7 +172,7 @@ func newKeyCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printKeys(w, ks) }, keysBody(ks))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintKeys(w, ks) }, adminapi.NewKeyList(ks))
 			})
 		}),
 		&cobra.Command{
@@ -238,19 +228,6 @@ func findKey(ctx context.Context, c adminBackend, tenant, ref string) (sluice.AP
 	}
 	return sluice.APIKey{}, fmt.Errorf("tenant %s has %d active keys named %q (%s); revoke one by its ID",
 		tenant, len(named), ref, strings.Join(ids, ", "))
-}
-
-func printKeys(w io.Writer, ks []sluice.APIKey) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tREVOKED")
-	for _, k := range ks {
-		revoked := "-"
-		if k.RevokedAt != nil {
-			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Role, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
-	}
-	tw.Flush()
 }
 
 // --- rules
@@ -326,7 +303,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, rs) }, rulesBody(rs))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintRules(w, rs) }, adminapi.NewRuleList(rs))
 			})
 		}),
 		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", exactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
@@ -335,7 +312,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, adminapi.NewRule(r))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintRules(w, []sluice.Rule{r}) }, adminapi.NewRule(r))
 			})
 		}),
 		&cobra.Command{
@@ -385,17 +362,4 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 		return r, err
 	}
 	return r, nil
-}
-
-func printRules(w io.Writer, rs []sluice.Rule) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROUTE\tLIMITS\tFAILURE MODE\tSHADOW")
-	for _, r := range rs {
-		parts := make([]string, 0, len(r.Limits))
-		for _, l := range r.Limits {
-			parts = append(parts, l.String())
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), r.FailureMode.Describe(), r.Shadow)
-	}
-	tw.Flush()
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,7 +43,7 @@ when there are more, the command says which --before reads the next page.`,
 			if err != nil {
 				return err
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printAudit(w, page.Entries) }, page); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintAudit(w, page.Entries) }, page); err != nil {
 				return err
 			}
 			if page.NextBefore != nil && o == "table" {
@@ -100,44 +98,8 @@ func readAudit(cmd *cobra.Command, database string, q client.AuditQuery) (client
 		if err != nil {
 			return err
 		}
-		page.Entries = make([]client.AuditEntry, 0, len(entries))
-		for _, e := range entries {
-			ce := client.AuditEntry{ID: e.ID, Time: e.Time.UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target}
-			// Decoded as the client decodes the server's answer, so both
-			// modes print the same.
-			for _, doc := range []struct {
-				raw json.RawMessage
-				to  *any
-			}{{e.Before, &ce.Before}, {e.After, &ce.After}} {
-				if doc.raw != nil {
-					if err := json.Unmarshal(doc.raw, doc.to); err != nil {
-						return fmt.Errorf("audit entry %d holds invalid JSON: %w", e.ID, err)
-					}
-				}
-			}
-			if e.Tenant != "" {
-				ce.Tenant = &e.Tenant
-			}
-			page.Entries = append(page.Entries, ce)
-		}
-		// A full page may have more below it, as the server says too.
-		if n := len(entries); n > 0 && n == q.Limit {
-			page.NextBefore = &entries[n-1].ID
-		}
-		return nil
+		page, err = client.NewAuditPage(entries, q.Limit)
+		return err
 	})
 	return page, err
-}
-
-func printAudit(w io.Writer, entries []client.AuditEntry) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIME\tACTOR\tTENANT\tACTION\tTARGET")
-	for _, e := range entries {
-		tenant := "-"
-		if e.Tenant != nil {
-			tenant = *e.Tenant
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Actor, tenant, e.Action, e.Target)
-	}
-	tw.Flush()
 }

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -76,7 +74,7 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 			if err != nil {
 				return unreachable(err)
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, res.Wire()); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintDecision(w, route, res) }, res.Wire()); err != nil {
 				return err
 			}
 			if !res.Allowed && failOnDeny {
@@ -94,41 +92,6 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 	addOutputFlag(cmd, &o)
 	return cmd
 }
-
-// printDecision says what was decided, then each limit's state.
-func printDecision(w io.Writer, route string, res client.Result) {
-	switch {
-	case res.Rule == "":
-		fmt.Fprintf(w, "Allowed: no rule matches %s, so nothing was counted.\n", route)
-		return
-	case res.Allowed:
-		fmt.Fprintf(w, "Allowed by rule %s: %d of %d remaining.\n", res.Rule, res.Remaining, res.Limit)
-	default:
-		fmt.Fprintf(w, "Denied by rule %s: retry after %s.\n", res.Rule, formatMs(res.RetryAfter))
-	}
-	if res.Shadow {
-		fmt.Fprintln(w, "The rule is in shadow mode: it reports denials but allows every request.")
-	}
-	if res.Degraded {
-		fmt.Fprintln(w, "Degraded: the store did not answer, and the rule's failure mode decided.")
-	}
-	if len(res.Limits) == 0 {
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tALGORITHM\tQUOTA\tREMAINING\tRESET AFTER\tRETRY AFTER")
-	for _, l := range res.Limits {
-		retry := "-"
-		if l.RetryAfter > 0 {
-			retry = formatMs(l.RetryAfter)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", l.Name, l.Algorithm, l.Limit, l.Remaining, formatMs(l.ResetAfter), retry)
-	}
-	tw.Flush()
-}
-
-// formatMs writes a duration of whole milliseconds, as the API sends them.
-func formatMs(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func newSubjectCmd() *cobra.Command {
 	var database, redisURL, redisPrefix string

@@ -587,7 +587,7 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 // that does not answer yet is waited for): opened, migrated, and the admin
 // token settled. The token the service adopts or generates is its own doing
 // (audit: system).
-func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken adminTokenSetting) (migratingCatalog, error) {
+func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (migratingCatalog, error) {
 	var catalog migratingCatalog
 	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
@@ -600,7 +600,7 @@ func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToke
 			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant})
 			catalog.ReportWatchErrors(s.log, m.CatalogWatchError)
 		}
-		return ensureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
+		return httpapi.EnsureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
 	})
 	return catalog, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/catalogfile"
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/httpapi"
 )
@@ -182,7 +183,7 @@ func newKeyCmd() *cobra.Command {
 			Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
-					k, err := findKey(cmd.Context(), c, args[0], args[1])
+					k, err := catalogfile.FindKey(cmd.Context(), c, args[0], args[1])
 					if err != nil {
 						return err
 					}
@@ -196,38 +197,6 @@ func newKeyCmd() *cobra.Command {
 		},
 	)
 	return cmd
-}
-
-// findKey finds a tenant's key by ID, or else by name among its unrevoked
-// keys: a revoked key keeps its name, so a name may come back, and only an
-// active key is worth revoking by name.
-func findKey(ctx context.Context, c adminBackend, tenant, ref string) (sluice.APIKey, error) {
-	ks, err := c.Keys(ctx, tenant)
-	if err != nil {
-		return sluice.APIKey{}, err
-	}
-	var named []sluice.APIKey
-	for _, k := range ks {
-		if k.ID == ref {
-			return k, nil
-		}
-		if k.Name == ref && k.RevokedAt == nil {
-			named = append(named, k)
-		}
-	}
-	switch len(named) {
-	case 1:
-		return named[0], nil
-	case 0:
-		return sluice.APIKey{}, fmt.Errorf("tenant %s has no key with ID %q, nor an active key named %q; see sluice key list %s: %w",
-			tenant, ref, ref, tenant, sluice.ErrNotFound)
-	}
-	ids := make([]string, 0, len(named))
-	for _, k := range named {
-		ids = append(ids, k.ID)
-	}
-	return sluice.APIKey{}, fmt.Errorf("tenant %s has %d active keys named %q (%s); revoke one by its ID",
-		tenant, len(named), ref, strings.Join(ids, ", "))
 }
 
 // --- rules

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -264,5 +265,5 @@ func envoyJSONServer(srv *envoyrls.Server, logger *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("POST /json", srv.JSONHandler())
 	mux.Handle("GET /healthcheck", srv.HealthHandler())
-	return newAPIServer(mux, logger)
+	return httpapi.NewServer(mux, logger)
 }

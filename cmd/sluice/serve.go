@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime"
 	"strings"
@@ -447,7 +446,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		sideSrvs = append(sideSrvs, srv)
 	}
 	if cfg.PprofAddr != "" {
-		srv, err := s.serveSide("--pprof-addr", cfg.PprofAddr, "pprof listening", pprofMux())
+		srv, err := s.serveSide("--pprof-addr", cfg.PprofAddr, "pprof listening", httpapi.PprofMux())
 		if err != nil {
 			return nil, err
 		}
@@ -538,7 +537,7 @@ func (s *starter) listen(traces *processTracing) error {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.ln, s.mux = ln, http.NewServeMux()
-	s.srv = newAPIServer(s.mux, s.log)
+	s.srv = httpapi.NewServer(s.mux, s.log)
 	s.gate = httpapi.NewStartGate(s.srv.Handler)
 	s.srv.Handler = s.cfg.observeHTTP(s.gate, s.log, traces)
 	s.srv.TLSConfig = tlsconfig.HTTPConfig(s.httpTLS)
@@ -747,32 +746,6 @@ func (s *starter) serveUntilDone(ctx context.Context, api *httpapi.API, watchDon
 	s.closeAll()
 	log.Info("sluice serve stopped")
 	return result
-}
-
-// newAPIServer is the HTTP server of the service's JSON listeners: bounded
-// reads, writes, idle connections and headers, errors as JSON, and net/http's
-// own complaints in the service's log.
-func newAPIServer(mux *http.ServeMux, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           httpapi.WithJSONErrors(mux),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// pprofMux serves net/http/pprof on its own listener, never on the public
-// one; without /debug/pprof/cmdline, which would show a token given by flag.
-func pprofMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 // databaseKind names the catalog backend for logs without its credentials.

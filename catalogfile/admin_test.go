@@ -3,6 +3,8 @@ package catalogfile_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,5 +69,41 @@ func TestCatalogAdminKeys(t *testing.T) {
 	}
 	if ks, err := a.Keys(ctx, "acme"); err != nil || len(ks) != 1 || ks[0].RevokedAt == nil {
 		t.Fatalf("after the revoke: %+v, %v", ks, err)
+	}
+}
+
+func TestApply(t *testing.T) {
+	ctx := context.Background()
+	var done []string
+	step := func(what string, err error) catalogfile.Step {
+		return catalogfile.Step{What: what, Do: func(context.Context, catalogfile.Admin, io.Writer) error {
+			done = append(done, what)
+			return err
+		}}
+	}
+	for name, c := range map[string]struct {
+		plan    []catalogfile.Step
+		dryRun  bool
+		out     string
+		done    int
+		wantErr string
+	}{
+		"nothing": {nil, false, "No changes: the catalog matches the file.\n", 0, ""},
+		"dry_run": {[]catalogfile.Step{step("+ tenant a", nil), step("+ tenant b", nil)}, true, "+ tenant a\n+ tenant b\nDry run: 2 changes not applied.\n", 0, ""},
+		"applied": {[]catalogfile.Step{step("+ tenant a", nil), step("+ tenant b", nil)}, false, "+ tenant a\n+ tenant b\nApplied 2 changes.\n", 2, ""},
+		"stops_at_a_failure": {[]catalogfile.Step{step("+ tenant a", nil), step("+ tenant b", errors.New("route taken")), step("+ tenant c", nil)}, false,
+			"+ tenant a\n", 2, "+ tenant b: explained: route taken\napplied 1 of 3 changes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			done = nil
+			var out strings.Builder
+			err := catalogfile.Apply(ctx, nil, c.plan, &out, c.dryRun, func(err error) error { return fmt.Errorf("explained: %w", err) })
+			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), c.wantErr)) {
+				t.Fatalf("error %v, want %q", err, c.wantErr)
+			}
+			if out.String() != c.out || len(done) != c.done {
+				t.Fatalf("wrote %q after %d steps, want %q after %d", out.String(), len(done), c.out, c.done)
+			}
+		})
 	}
 }

@@ -110,26 +110,7 @@ and what it did not, and running it again finishes the job.`,
 				if err != nil {
 					return err
 				}
-				out := cmd.OutOrStdout()
-				if len(p) == 0 {
-					fmt.Fprintln(out, "No changes: the catalog matches the file.")
-					return nil
-				}
-				if dryRun {
-					for _, s := range p {
-						fmt.Fprintln(out, s.What)
-					}
-					fmt.Fprintf(out, "Dry run: %d changes not applied.\n", len(p))
-					return nil
-				}
-				for i, s := range p {
-					if err := s.Do(cmd.Context(), c, out); err != nil {
-						return fmt.Errorf("%s: %w\napplied %d of %d changes; the rest are not applied (run apply again once the cause is fixed)", s.What, unreachable(err), i, len(p))
-					}
-					fmt.Fprintln(out, s.What)
-				}
-				fmt.Fprintf(out, "Applied %d changes.\n", len(p))
-				return nil
+				return catalogfile.Apply(cmd.Context(), c, p, cmd.OutOrStdout(), dryRun, unreachable)
 			})
 		},
 	}

@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -414,5 +415,26 @@ func TestManyDescriptorsBoundedFanOut(t *testing.T) {
 	}
 	if p := f.peak.Load(); p > 16 {
 		t.Fatalf("%d store calls in flight at once for one request, want at most 16", p)
+	}
+}
+
+func TestOptionsCheckHeaders(t *testing.T) {
+	for name, c := range map[string]struct {
+		opts envoyrls.Options
+		want string
+	}{
+		"defaults":     {envoyrls.Options{}, ""},
+		"ietf":         {envoyrls.Options{HeaderStyle: envoyrls.HeaderStyleIETF}, ""},
+		"renamed":      {envoyrls.Options{HeaderLimit: "X-Quota", HeaderRemaining: "X-Quota-Left", HeaderReset: "X-Quota-Reset"}, ""},
+		"bad_style":    {envoyrls.Options{HeaderStyle: "draft"}, `--envoy-header-style "draft" is not one of envoy, ietf`},
+		"space":        {envoyrls.Options{HeaderLimit: "X Quota"}, `--envoy-header-limit "X Quota" is not a valid HTTP header name`},
+		"separator":    {envoyrls.Options{HeaderRemaining: "X-Quota:"}, "--envoy-header-remaining"},
+		"non_ascii":    {envoyrls.Options{HeaderReset: "X-Quotä"}, "--envoy-header-reset"},
+		"control_char": {envoyrls.Options{HeaderReset: "X-\x01"}, "--envoy-header-reset"},
+	} {
+		err := c.opts.CheckHeaders()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: error %v, want %q", name, err, c.want)
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -85,31 +84,16 @@ type envoyFlags struct {
 
 // options checks the flags and turns them into the server's options.
 func (f envoyFlags) options() (envoyrls.Options, error) {
-	style := envoyrls.HeaderStyle(f.HeaderStyle)
-	if !style.Valid() {
-		return envoyrls.Options{}, fmt.Errorf("--envoy-header-style %q is not one of envoy, ietf", f.HeaderStyle)
-	}
-	for flag, name := range map[string]string{"--envoy-header-limit": f.HeaderLimit, "--envoy-header-remaining": f.HeaderRemaining, "--envoy-header-reset": f.HeaderReset} {
-		if name != "" && !validHeaderName(name) {
-			return envoyrls.Options{}, fmt.Errorf("%s %q is not a valid HTTP header name", flag, name)
-		}
-	}
-	return envoyrls.Options{
-		HeaderStyle:     style,
+	o := envoyrls.Options{
+		HeaderStyle:     envoyrls.HeaderStyle(f.HeaderStyle),
 		HeaderLimit:     f.HeaderLimit,
 		HeaderRemaining: f.HeaderRemaining,
 		HeaderReset:     f.HeaderReset,
 		Shadow:          f.Shadow,
 		DynamicMetadata: f.DynamicMetadata,
 		Load:            envoyrls.LoadOptions{MergeDomains: f.MergeDomains, IgnoreDotfiles: f.IgnoreDotfiles},
-	}, nil
-}
-
-// validHeaderName reports whether name is an HTTP field name (a token).
-func validHeaderName(name string) bool {
-	return name != "" && strings.IndexFunc(name, func(r rune) bool {
-		return r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
-	}) < 0
+	}
+	return o, o.CheckHeaders()
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.

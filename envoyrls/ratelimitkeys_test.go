@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +150,25 @@ func testRatelimitKeyFormat(t *testing.T, redisURL string) {
 	}
 	if n := do("EXISTS", windowKey("bucket_b1", 3600)); n != "0" {
 		t.Fatalf("a token bucket made an envoyproxy/ratelimit key (EXISTS %s)", n)
+	}
+}
+
+func TestCheckKeyFormat(t *testing.T) {
+	for _, c := range []struct {
+		format, prefix string
+		redis          bool
+		want           string
+	}{
+		{"", "", false, ""},
+		{envoyrls.KeyFormatSluice, "", false, ""},
+		{envoyrls.KeyFormatRatelimit, "rl_", true, ""},
+		{envoyrls.KeyFormatRatelimit, "", false, "set --redis too"},
+		{"envoy", "", true, `--envoy-key-format "envoy" is not a key format`},
+		{envoyrls.KeyFormatSluice, "rl_", true, "--envoy-key-prefix applies to --envoy-key-format ratelimit only"},
+	} {
+		err := envoyrls.CheckKeyFormat(c.format, c.prefix, c.redis)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: error %v, want %q", c, err, c.want)
+		}
 	}
 }

@@ -31,11 +31,8 @@ func startEnvoyDebug(ctx context.Context, cfg envoyConfig, srv *envoyrls.Server,
 	return debugSrv, nil
 }
 
-// Values of --envoy-key-format.
-const (
-	envoyKeyFormatSluice    = "sluice"
-	envoyKeyFormatRatelimit = envoyrls.KeyFormatRatelimit
-)
+// envoyKeyFormatRatelimit is the --envoy-key-format of envoyproxy/ratelimit's keys.
+const envoyKeyFormatRatelimit = envoyrls.KeyFormatRatelimit
 
 // withRatelimitKeys wraps rs so the Envoy checks marked for it are counted
 // under envoyproxy/ratelimit's keys, on a Redis connection of their own. A

@@ -308,17 +308,8 @@ func (cfg serveConfig) validate() error {
 	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
 	}
-	switch cfg.EnvoyKeyFormat {
-	case "", envoyKeyFormatSluice:
-		if cfg.EnvoyKeyPrefix != "" {
-			return errors.New("--envoy-key-prefix applies to --envoy-key-format ratelimit only")
-		}
-	case envoyKeyFormatRatelimit:
-		if cfg.Redis == "" {
-			return errors.New("--envoy-key-format ratelimit shares counters with envoyproxy/ratelimit in Redis: set --redis too")
-		}
-	default:
-		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
+	if err := envoyrls.CheckKeyFormat(cfg.EnvoyKeyFormat, cfg.EnvoyKeyPrefix, cfg.Redis != ""); err != nil {
+		return err
 	}
 	if err := cfg.validateXDSTLS(); err != nil {
 		return err

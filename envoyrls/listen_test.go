@@ -3,7 +3,10 @@ package envoyrls_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/internal/tlsconfig/tlstest"
 )
 
@@ -104,5 +108,28 @@ func TestGRPCServerOptions(t *testing.T) {
 		if got := envoyrls.GRPCServerOptions(c.opts); len(got) != c.want {
 			t.Errorf("%s: %d options, want %d", name, len(got), c.want)
 		}
+	}
+}
+
+func TestServeDebug(t *testing.T) {
+	srv, _ := memoryServer(t, configDir(t, liveConfig(5)), envoyrls.Options{})
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	debug, err := srv.ServeDebug(context.Background(), addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer debug.Close()
+	resp, err := http.Get("http://" + addr + "/rlconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != srv.Config().Dump() {
+		t.Fatalf("/rlconfig: %d %q, want the dump %q", resp.StatusCode, body, srv.Config().Dump())
+	}
+	_, err = srv.ServeDebug(context.Background(), "127.0.0.1:-1", nil)
+	if err == nil || !strings.Contains(err.Error(), "--debug-addr") {
+		t.Fatalf("a bad address: %v, want an error naming --debug-addr", err)
 	}
 }

@@ -170,7 +170,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 
 	var debugSrv *http.Server
 	if cfg.DebugAddr != "" {
-		if debugSrv, err = startEnvoyDebug(ctx, cfg, srv, logger); err != nil {
+		if debugSrv, err = srv.ServeDebug(ctx, cfg.DebugAddr, cfg.JSONTLS); err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
 			}

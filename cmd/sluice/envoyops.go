@@ -1,35 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/envoyrls"
-	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
-
-// startEnvoyDebug serves /rlconfig on cfg.DebugAddr, apart from every other
-// listener as in envoyproxy/ratelimit.
-func startEnvoyDebug(ctx context.Context, cfg envoyConfig, srv *envoyrls.Server, log *slog.Logger) (*http.Server, error) {
-	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.DebugAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for the debug listener on --debug-addr %s: %w", cfg.DebugAddr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /rlconfig", srv.ConfigDumpHandler())
-	debugSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsconfig.HTTPConfig(cfg.JSONTLS),
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() { _ = tlsconfig.ServeHTTP(debugSrv, lis) }()
-	log.Info("debug listener serving /rlconfig", "addr", lis.Addr().String(), "tls", tlsconfig.Mode(cfg.JSONTLS))
-	return debugSrv, nil
-}
 
 // envoyKeyFormatRatelimit is the --envoy-key-format of envoyproxy/ratelimit's keys.
 const envoyKeyFormatRatelimit = envoyrls.KeyFormatRatelimit

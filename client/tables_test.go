@@ -129,3 +129,22 @@ func TestNewAuditPage(t *testing.T) {
 		t.Fatalf("invalid JSON: %v", err)
 	}
 }
+
+func TestParseAuditTime(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for s, want := range map[string]time.Time{
+		"":                     {},
+		"24h":                  now.Add(-24 * time.Hour),
+		"0s":                   now,
+		"2026-12-01T17:00:00Z": time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC),
+	} {
+		if got, err := client.ParseAuditTime("--since", s, now); err != nil || !got.Equal(want) {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"-1h", "yesterday", "2026-12-01"} {
+		if _, err := client.ParseAuditTime("--since", s, now); err == nil || !strings.HasPrefix(err.Error(), "--since ") {
+			t.Errorf("%q: %v, want an error naming --since", s, err)
+		}
+	}
+}

@@ -33,10 +33,10 @@ when there are more, the command says which --before reads the next page.`,
 				return fmt.Errorf("--limit %d is not between 1 and %d", q.Limit, sluice.MaxAuditLimit)
 			}
 			var err error
-			if q.Since, err = pastTime("--since", since); err != nil {
+			if q.Since, err = client.ParseAuditTime("--since", since, time.Now()); err != nil {
 				return err
 			}
-			if q.Until, err = pastTime("--until", until); err != nil {
+			if q.Until, err = client.ParseAuditTime("--until", until, time.Now()); err != nil {
 				return err
 			}
 			page, err := readAudit(cmd, database, q)
@@ -63,21 +63,6 @@ when there are more, the command says which --before reads the next page.`,
 	f.IntVar(&q.Limit, "limit", sluice.DefaultAuditLimit, fmt.Sprintf("most entries shown (1 to %d)", sluice.MaxAuditLimit))
 	f.Int64Var(&q.Before, "before", 0, "only entries with a smaller ID: the next page of a listing")
 	return cmd
-}
-
-// pastTime reads a time flag: RFC 3339, or a duration back from now.
-func pastTime(flag, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return time.Now().Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s %q is neither a time like 2026-12-01T17:00:00Z nor a duration like 24h", flag, s)
-	}
-	return t, nil
 }
 
 // readAudit reads one page through the server's admin API with --server,

@@ -521,7 +521,7 @@ func (s *starter) closeAll() {
 
 // listen binds the HTTP listener and serves from now on, so /healthz
 // answers while the service waits for the catalog database; the gate hands
-// requests to the mux once everything is up (startup.go).
+// requests to the mux once everything is up (httpapi.StartGate).
 func (s *starter) listen(traces *processTracing) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {

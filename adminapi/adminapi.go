@@ -238,6 +238,34 @@ type (
 	}
 )
 
+// NewTenantList, NewKeyList and NewRuleList are the bodies of the list calls
+// for what the catalog holds: the server answers them, and the command line
+// prints them (-o json) when it reads the catalog database itself, so both
+// spell a listing alike. An empty listing is an empty list, never null.
+func NewTenantList(ts []sluice.Tenant) TenantList {
+	out := TenantList{Tenants: make([]Tenant, 0, len(ts))}
+	for _, t := range ts {
+		out.Tenants = append(out.Tenants, NewTenant(t))
+	}
+	return out
+}
+
+func NewKeyList(ks []sluice.APIKey) KeyList {
+	out := KeyList{Keys: make([]Key, 0, len(ks))}
+	for _, k := range ks {
+		out.Keys = append(out.Keys, NewKey(k))
+	}
+	return out
+}
+
+func NewRuleList(rs []sluice.Rule) RuleList {
+	out := RuleList{Rules: make([]Rule, 0, len(rs))}
+	for _, r := range rs {
+		out.Rules = append(out.Rules, NewRule(r))
+	}
+	return out
+}
+
 // The bodies of the other calls that send one.
 type (
 	// CreateTenant is the body of POST /v1/tenants.

@@ -61,3 +61,27 @@ func TestRuleRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// The list bodies spell an empty listing as an empty list, and each item as
+// its own constructor does.
+func TestListBodies(t *testing.T) {
+	for name, c := range map[string]struct {
+		body any
+		want string
+	}{
+		"no_tenants": {adminapi.NewTenantList(nil), `{"tenants":[]}`},
+		"no_keys":    {adminapi.NewKeyList(nil), `{"keys":[]}`},
+		"no_rules":   {adminapi.NewRuleList(nil), `{"rules":[]}`},
+		"one_tenant": {adminapi.NewTenantList([]sluice.Tenant{{Name: "acme", Status: sluice.TenantActive, CreatedAt: time.Unix(0, 0)}}),
+			`{"tenants":[{"name":"acme","status":"active","created_at":"1970-01-01T00:00:00Z"}]}`},
+	} {
+		b, err := json.Marshal(c.body)
+		if err != nil || string(b) != c.want {
+			t.Errorf("%s: %s, %v; want %s", name, b, err, c.want)
+		}
+	}
+	rs := []sluice.Rule{{Name: "api", Route: "*", Limits: []sluice.Limit{sluice.TokenBucket(10, 2)}}}
+	if got := adminapi.NewRuleList(rs); !reflect.DeepEqual(got.Rules, []adminapi.Rule{adminapi.NewRule(rs[0])}) {
+		t.Errorf("rules: %+v", got)
+	}
+}

@@ -191,3 +191,35 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Apply makes the changes of a plan in order, writing each to out as it is
+// made (a created key's secret with it), then how many were applied; with
+// dryRun it only writes them. The catalog has no transaction across calls,
+// so a failed step stops the run with an error that says how many steps
+// were applied: the plan of a second run is the rest. explain, if set,
+// rewrites a step's error first (the command says a server it cannot reach
+// in one sentence).
+func Apply(ctx context.Context, c Admin, plan []Step, out io.Writer, dryRun bool, explain func(error) error) error {
+	if len(plan) == 0 {
+		fmt.Fprintln(out, "No changes: the catalog matches the file.")
+		return nil
+	}
+	if dryRun {
+		for _, s := range plan {
+			fmt.Fprintln(out, s.What)
+		}
+		fmt.Fprintf(out, "Dry run: %d changes not applied.\n", len(plan))
+		return nil
+	}
+	for i, s := range plan {
+		if err := s.Do(ctx, c, out); err != nil {
+			if explain != nil {
+				err = explain(err)
+			}
+			return fmt.Errorf("%s: %w\napplied %d of %d changes; the rest are not applied (run apply again once the cause is fixed)", s.What, err, i, len(plan))
+		}
+		fmt.Fprintln(out, s.What)
+	}
+	fmt.Fprintf(out, "Applied %d changes.\n", len(plan))
+	return nil
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,6 +32,23 @@ type AuditQuery struct {
 	// Before continues a listing: the NextBefore of the previous page.
 	Before int64
 	Limit  int
+}
+
+// ParseAuditTime reads a bound of an AuditQuery as people give it: a time in
+// RFC 3339 (2026-12-01T17:00:00Z), or a duration back from now (24h); ""
+// is no bound. Errors name the flag the value came from.
+func ParseAuditTime(flag, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q is neither a time like 2026-12-01T17:00:00Z nor a duration like 24h", flag, s)
+	}
+	return t, nil
 }
 
 // AuditPage is one page of entries, newest first. NextBefore, when set,

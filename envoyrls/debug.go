@@ -1,12 +1,35 @@
 package envoyrls
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 )
+
+// ServeDebug serves GET /rlconfig (ConfigDumpHandler) on a listener of its
+// own at addr (--debug-addr), apart from every other listener as in
+// envoyproxy/ratelimit, over TLS when tls is set. Close the server to stop.
+func (s *Server) ServeDebug(ctx context.Context, addr string, tls *tlsconfig.Reloader) (*http.Server, error) {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the debug listener on --debug-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /rlconfig", s.ConfigDumpHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsconfig.HTTPConfig(tls),
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	go func() { _ = tlsconfig.ServeHTTP(srv, lis) }()
+	s.log.Info("debug listener serving /rlconfig", "addr", lis.Addr().String(), "tls", tlsconfig.Mode(tls))
+	return srv, nil
+}
 
 // Dump lists every rate limit of c, one per line, in envoyproxy/ratelimit's
 // /rlconfig form: "domain.key_value.key: unit=MINUTE requests_per_unit=10,

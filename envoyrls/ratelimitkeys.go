@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -261,4 +262,27 @@ func (r *ratelimitKeysOnceConnected) Reset(ctx context.Context, tenant, rule, su
 		return errRatelimitKeysConnecting
 	}
 	return s.Reset(ctx, tenant, rule, subject, limits)
+}
+
+// KeyFormatSluice is the default of --envoy-key-format: Sluice's own keys.
+const KeyFormatSluice = "sluice"
+
+// CheckKeyFormat checks --envoy-key-format and --envoy-key-prefix before
+// anything is opened: the format is sluice ("" too) or KeyFormatRatelimit, a
+// prefix is envoyproxy/ratelimit's CACHE_KEY_PREFIX and belongs to that
+// format only, and those keys live in Redis, so the format needs one.
+func CheckKeyFormat(format, prefix string, haveRedis bool) error {
+	switch format {
+	case "", KeyFormatSluice:
+		if prefix != "" {
+			return errors.New("--envoy-key-prefix applies to --envoy-key-format ratelimit only")
+		}
+	case KeyFormatRatelimit:
+		if !haveRedis {
+			return errors.New("--envoy-key-format ratelimit shares counters with envoyproxy/ratelimit in Redis: set --redis too")
+		}
+	default:
+		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", format)
+	}
+	return nil
 }

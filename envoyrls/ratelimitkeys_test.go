@@ -346,3 +346,22 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 		})
 	}
 }
+func TestCheckKeyFormat(t *testing.T) {
+	for _, c := range []struct {
+		format, prefix string
+		redis          bool
+		want           string
+	}{
+		{"", "", false, ""},
+		{envoyrls.KeyFormatSluice, "", false, ""},
+		{envoyrls.KeyFormatRatelimit, "rl_", true, ""},
+		{envoyrls.KeyFormatRatelimit, "", false, "set --redis too"},
+		{"envoy", "", true, `--envoy-key-format "envoy" is not a key format`},
+		{envoyrls.KeyFormatSluice, "rl_", true, "--envoy-key-prefix applies to --envoy-key-format ratelimit only"},
+	} {
+		err := envoyrls.CheckKeyFormat(c.format, c.prefix, c.redis)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: error %v, want %q", c, err, c.want)
+		}
+	}
+}

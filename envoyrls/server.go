@@ -111,6 +111,28 @@ func (s HeaderStyle) Valid() bool {
 	return s == "" || s == HeaderStyleEnvoy || s == HeaderStyleIETF
 }
 
+// CheckHeaders checks the header style and names of o before a Server is
+// made: a typo in a header name would otherwise reach every response.
+// Errors name the sluice serve flags of the fields.
+func (o Options) CheckHeaders() error {
+	if !o.HeaderStyle.Valid() {
+		return fmt.Errorf("--envoy-header-style %q is not one of envoy, ietf", o.HeaderStyle)
+	}
+	for _, h := range []struct{ flag, name string }{{"--envoy-header-limit", o.HeaderLimit}, {"--envoy-header-remaining", o.HeaderRemaining}, {"--envoy-header-reset", o.HeaderReset}} {
+		if h.name != "" && !validHeaderName(h.name) {
+			return fmt.Errorf("%s %q is not a valid HTTP header name", h.flag, h.name)
+		}
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an HTTP field name (a token).
+func validHeaderName(name string) bool {
+	return name != "" && strings.IndexFunc(name, func(r rune) bool {
+		return r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
+	}) < 0
+}
+
 // Server answers Envoy's ShouldRateLimit. It is safe for concurrent use, and
 // its configuration can be swapped while it serves.
 type Server struct {

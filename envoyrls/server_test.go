@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -438,6 +439,27 @@ func TestServeBeforeConfig(t *testing.T) {
 		_, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("ServeBeforeConfig %v: a call before any configuration: %v, want UNAVAILABLE", force, err)
+		}
+	}
+}
+
+func TestOptionsCheckHeaders(t *testing.T) {
+	for name, c := range map[string]struct {
+		opts envoyrls.Options
+		want string
+	}{
+		"defaults":     {envoyrls.Options{}, ""},
+		"ietf":         {envoyrls.Options{HeaderStyle: envoyrls.HeaderStyleIETF}, ""},
+		"renamed":      {envoyrls.Options{HeaderLimit: "X-Quota", HeaderRemaining: "X-Quota-Left", HeaderReset: "X-Quota-Reset"}, ""},
+		"bad_style":    {envoyrls.Options{HeaderStyle: "draft"}, `--envoy-header-style "draft" is not one of envoy, ietf`},
+		"space":        {envoyrls.Options{HeaderLimit: "X Quota"}, `--envoy-header-limit "X Quota" is not a valid HTTP header name`},
+		"separator":    {envoyrls.Options{HeaderRemaining: "X-Quota:"}, "--envoy-header-remaining"},
+		"non_ascii":    {envoyrls.Options{HeaderReset: "X-Quotä"}, "--envoy-header-reset"},
+		"control_char": {envoyrls.Options{HeaderReset: "X-\x01"}, "--envoy-header-reset"},
+	} {
+		err := c.opts.CheckHeaders()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: error %v, want %q", name, err, c.want)
 		}
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/check"
 )
 
 // principal is who an admin call comes from: the operator (admin token), or
@@ -187,11 +187,7 @@ func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
 			}
 			ts = []sluice.Tenant{t}
 		}
-		out := adminapi.TenantList{Tenants: make([]adminapi.Tenant, 0, len(ts))}
-		for _, t := range ts {
-			out.Tenants = append(out.Tenants, adminapi.NewTenant(t))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewTenantList(ts), nil
 	})
 }
 
@@ -283,11 +279,7 @@ func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := adminapi.KeyList{Keys: make([]adminapi.Key, 0, len(ks))}
-		for _, k := range ks {
-			out.Keys = append(out.Keys, adminapi.NewKey(k))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewKeyList(ks), nil
 	})
 }
 
@@ -353,11 +345,7 @@ func (a *API) handleListRules(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out := adminapi.RuleList{Rules: make([]adminapi.Rule, 0, len(rs))}
-		for _, rule := range rs {
-			out.Rules = append(out.Rules, adminapi.NewRule(rule))
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, adminapi.NewRuleList(rs), nil
 	})
 }
 
@@ -384,27 +372,16 @@ func (a *API) handleDeleteRule(w http.ResponseWriter, r *http.Request) {
 // and in every instance's deny cache.
 func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		tenant, name, subject := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject")
-		_, target, err := a.subjectRule(ctx, tenant, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		// The entry first: a reset the catalog cannot record is not made.
-		if err := a.catalog.RecordReset(ctx, tenant, name, subject); err != nil {
-			return 0, nil, fmt.Errorf("record the reset: %w", err)
-		}
-		if err := a.engine.Reset(ctx, target, subject); err != nil {
-			return 0, nil, fmt.Errorf("reset subject: %w", err)
-		}
-		// After the store: an instance told first could cache a deny from
-		// the counters about to go.
-		if err := a.catalog.PublishReset(ctx, tenant, name, subject); err != nil {
+		err := a.engine.ResetSubject(ctx, a.catalog, r.PathValue("tenant"), r.PathValue("name"), r.PathValue("subject"))
+		if errors.Is(err, check.ErrResetNotPublished) {
 			if e := errorFor(err); e.code == "catalog_unavailable" {
 				return 0, nil, &apiError{e.status, e.code, "The subject's counters were reset, but the catalog database, " +
 					"through which other instances learn of it, is unavailable: their deny caches may refuse this subject " +
 					"until its retry time. Repeat the reset shortly."}
 			}
-			return 0, nil, fmt.Errorf("tell other instances of the reset: %w", err)
+		}
+		if err != nil {
+			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil
 	})

@@ -9,15 +9,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/catalogfile"
+	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/httpapi"
 )
 
@@ -107,7 +106,7 @@ func newTenantCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printTenants(w, ts) }, tenantsBody(ts))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintTenants(w, ts) }, adminapi.NewTenantList(ts))
 			})
 		}),
 		setStatus("suspend", "Suspend a tenant: its keys are refused until it is resumed", sluice.TenantSuspended, "suspended"),
@@ -126,15 +125,6 @@ func newTenantCmd() *cobra.Command {
 		},
 	)
 	return cmd
-}
-
-func printTenants(w io.Writer, ts []sluice.Tenant) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATUS\tCREATED")
-	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Status, t.CreatedAt.UTC().Format(time.RFC3339))
-	}
-	tw.Flush()
 }
 
 // --- keys
@@ -183,7 +173,7 @@ func newKeyCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printKeys(w, ks) }, keysBody(ks))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintKeys(w, ks) }, adminapi.NewKeyList(ks))
 			})
 		}),
 		&cobra.Command{
@@ -193,7 +183,7 @@ func newKeyCmd() *cobra.Command {
 			Args: exactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withBackend(cmd, database, readWrite, func(c adminBackend) error {
-					k, err := findKey(cmd.Context(), c, args[0], args[1])
+					k, err := catalogfile.FindKey(cmd.Context(), c, args[0], args[1])
 					if err != nil {
 						return err
 					}
@@ -207,51 +197,6 @@ func newKeyCmd() *cobra.Command {
 		},
 	)
 	return cmd
-}
-
-// findKey finds a tenant's key by ID, or else by name among its unrevoked
-// keys: a revoked key keeps its name, so a name may come back, and only an
-// active key is worth revoking by name.
-func findKey(ctx context.Context, c adminBackend, tenant, ref string) (sluice.APIKey, error) {
-	ks, err := c.Keys(ctx, tenant)
-	if err != nil {
-		return sluice.APIKey{}, err
-	}
-	var named []sluice.APIKey
-	for _, k := range ks {
-		if k.ID == ref {
-			return k, nil
-		}
-		if k.Name == ref && k.RevokedAt == nil {
-			named = append(named, k)
-		}
-	}
-	switch len(named) {
-	case 1:
-		return named[0], nil
-	case 0:
-		return sluice.APIKey{}, fmt.Errorf("tenant %s has no key with ID %q, nor an active key named %q; see sluice key list %s: %w",
-			tenant, ref, ref, tenant, sluice.ErrNotFound)
-	}
-	ids := make([]string, 0, len(named))
-	for _, k := range named {
-		ids = append(ids, k.ID)
-	}
-	return sluice.APIKey{}, fmt.Errorf("tenant %s has %d active keys named %q (%s); revoke one by its ID",
-		tenant, len(named), ref, strings.Join(ids, ", "))
-}
-
-func printKeys(w io.Writer, ks []sluice.APIKey) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tREVOKED")
-	for _, k := range ks {
-		revoked := "-"
-		if k.RevokedAt != nil {
-			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Role, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
-	}
-	tw.Flush()
 }
 
 // --- rules
@@ -327,7 +272,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, rs) }, rulesBody(rs))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintRules(w, rs) }, adminapi.NewRuleList(rs))
 			})
 		}),
 		readCmd("get <tenant> <rule>", "Show a rule (-o json for the API's spelling of it)", exactArgs(2), func(cmd *cobra.Command, args []string, o outputFormat) error {
@@ -336,7 +281,7 @@ was written through --server or --database.`,
 				if err != nil {
 					return err
 				}
-				return render(cmd.OutOrStdout(), o, func(w io.Writer) { printRules(w, []sluice.Rule{r}) }, adminapi.NewRule(r))
+				return render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintRules(w, []sluice.Rule{r}) }, adminapi.NewRule(r))
 			})
 		}),
 		&cobra.Command{
@@ -366,31 +311,18 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
-	for _, spec := range rf.tokenBuckets {
-		l, err := parseTokenBucket(spec)
-		if err != nil {
-			return r, err
-		}
-		r.Limits = append(r.Limits, l)
-	}
 	for _, group := range []struct {
 		specs []string
 		algo  sluice.Algorithm
-	}{{rf.slidingWindows, sluice.AlgorithmSlidingWindow}, {rf.fixedWindows, sluice.AlgorithmFixedWindow}} {
+	}{{rf.tokenBuckets, sluice.AlgorithmTokenBucket}, {rf.slidingWindows, sluice.AlgorithmSlidingWindow},
+		{rf.fixedWindows, sluice.AlgorithmFixedWindow}, {rf.concurrency, sluice.AlgorithmConcurrency}} {
 		for _, spec := range group.specs {
-			l, err := parseWindow(spec, group.algo)
+			l, err := sluice.ParseLimitSpec(group.algo, spec)
 			if err != nil {
-				return r, err
+				return r, fmt.Errorf("--%s %q: %w", strings.ReplaceAll(string(group.algo), "_", "-"), spec, err)
 			}
 			r.Limits = append(r.Limits, l)
 		}
-	}
-	for _, spec := range rf.concurrency {
-		l, err := parseConcurrency(spec)
-		if err != nil {
-			return r, err
-		}
-		r.Limits = append(r.Limits, l)
 	}
 	if len(r.Limits) == 0 {
 		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m, --fixed-window 100/1s or --concurrency 10/30s")
@@ -399,94 +331,4 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 		return r, err
 	}
 	return r, nil
-}
-
-// splitName splits "name=value" into its parts; the name defaults to def.
-func splitName(spec, def string) (name, value string) {
-	if n, v, ok := strings.Cut(spec, "="); ok {
-		return n, v
-	}
-	return def, spec
-}
-
-// parseTokenBucket reads [NAME=]CAPACITY:RATE/UNIT, e.g. "10:2/s" (a bucket of
-// 10 refilled at 2 per second) or "burst=100:30/m".
-func parseTokenBucket(spec string) (sluice.Limit, error) {
-	name, value := splitName(spec, string(sluice.AlgorithmTokenBucket))
-	bad := func(why string) error {
-		return fmt.Errorf("--token-bucket %q: %s; write [NAME=]CAPACITY:RATE/s, e.g. 10:2/s", spec, why)
-	}
-	capText, rateText, ok := strings.Cut(value, ":")
-	if !ok {
-		return sluice.Limit{}, bad("missing ':' between capacity and refill rate")
-	}
-	capacity, err := strconv.ParseInt(capText, 10, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("capacity %q is not a whole number", capText))
-	}
-	amountText, per, ok := strings.Cut(rateText, "/")
-	if !ok {
-		return sluice.Limit{}, bad(fmt.Sprintf("refill rate %q has no unit", rateText))
-	}
-	amount, err := strconv.ParseFloat(amountText, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("refill amount %q is not a number", amountText))
-	}
-	period, err := parsePeriod(per)
-	if err != nil {
-		return sluice.Limit{}, bad(err.Error())
-	}
-	l := sluice.TokenBucket(capacity, amount/period.Seconds()).Named(name)
-	if err := l.Validate(); err != nil {
-		return sluice.Limit{}, fmt.Errorf("--token-bucket %q: %w", spec, err)
-	}
-	return l, nil
-}
-
-// parseWindow reads [NAME=]LIMIT/WINDOW, e.g. "600/1m" or "hourly=1000/1h".
-func parseWindow(spec string, algo sluice.Algorithm) (sluice.Limit, error) {
-	flag := "--" + strings.ReplaceAll(string(algo), "_", "-")
-	name, value := splitName(spec, string(algo))
-	bad := func(why string) error {
-		return fmt.Errorf("%s %q: %s; write [NAME=]LIMIT/WINDOW, e.g. 600/1m", flag, spec, why)
-	}
-	limitText, windowText, ok := strings.Cut(value, "/")
-	if !ok {
-		return sluice.Limit{}, bad("missing '/' between limit and window")
-	}
-	limit, err := strconv.ParseInt(limitText, 10, 64)
-	if err != nil {
-		return sluice.Limit{}, bad(fmt.Sprintf("limit %q is not a whole number", limitText))
-	}
-	window, err := parsePeriod(windowText)
-	if err != nil {
-		return sluice.Limit{}, bad(err.Error())
-	}
-	l := sluice.Limit{Name: name, Algorithm: algo, Capacity: limit, Window: window}
-	if err := l.Validate(); err != nil {
-		return sluice.Limit{}, fmt.Errorf("%s %q: %w", flag, spec, err)
-	}
-	return l, nil
-}
-
-// parsePeriod reads a bare unit (s, m, h, d, w, as in "10/s" or "5000/d")
-// or any window sluice.ParseWindow reads (500ms, 1m, 2d, 1w).
-func parsePeriod(s string) (time.Duration, error) {
-	if unit, ok := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": sluice.Day, "w": sluice.Week}[s]; ok {
-		return unit, nil
-	}
-	return sluice.ParseWindow(s)
-}
-
-func printRules(w io.Writer, rs []sluice.Rule) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROUTE\tLIMITS\tFAILURE MODE\tSHADOW")
-	for _, r := range rs {
-		parts := make([]string, 0, len(r.Limits))
-		for _, l := range r.Limits {
-			parts = append(parts, l.String())
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", r.Name, r.Route, strings.Join(parts, "; "), r.FailureMode.Describe(), r.Shadow)
-	}
-	tw.Flush()
 }

@@ -15,81 +15,6 @@ import (
 	"github.com/sluicelabs/sluice"
 )
 
-func TestParseTokenBucket(t *testing.T) {
-	for _, c := range []struct {
-		spec    string
-		want    sluice.Limit
-		wantErr string
-	}{
-		{"10:2/s", sluice.TokenBucket(10, 2), ""},
-		{"burst=100:30/m", sluice.TokenBucket(100, 0.5).Named("burst"), ""},
-		{"5:1/500ms", sluice.TokenBucket(5, 2), ""},
-		{"10:3600/h", sluice.TokenBucket(10, 1), ""},
-		{"daily=1000:86400/d", sluice.TokenBucket(1000, 1).Named("daily"), ""},
-		{"10:604800/w", sluice.TokenBucket(10, 1), ""},
-		{"10", sluice.Limit{}, "missing ':'"},
-		{"ten:2/s", sluice.Limit{}, `capacity "ten" is not a whole number`},
-		{"10:2", sluice.Limit{}, "has no unit"},
-		{"10:two/s", sluice.Limit{}, "is not a number"},
-		{"10:2/fortnight", sluice.Limit{}, "duration"},
-		{"0:2/s", sluice.Limit{}, "capacity must be a positive integer"},
-		{"10:-1/s", sluice.Limit{}, "refill_per_second must be a positive number"},
-		{"10:NaN/s", sluice.Limit{}, "refill_per_second must be a positive number"},
-		{"Bad Name=10:2/s", sluice.Limit{}, "limit name"},
-	} {
-		t.Run(c.spec, func(t *testing.T) {
-			got, err := parseTokenBucket(c.spec)
-			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
-				}
-				return
-			}
-			if err != nil || got != c.want {
-				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
-			}
-		})
-	}
-}
-
-func TestParseWindow(t *testing.T) {
-	for _, c := range []struct {
-		spec    string
-		algo    sluice.Algorithm
-		want    sluice.Limit
-		wantErr string
-	}{
-		{"600/1m", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(600, time.Minute), ""},
-		{"hourly=1000/h", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(1000, time.Hour).Named("hourly"), ""},
-		{"100/1s", sluice.AlgorithmFixedWindow, sluice.FixedWindow(100, time.Second), ""},
-		{"daily=5000/d", sluice.AlgorithmFixedWindow, sluice.FixedWindow(5000, 24*time.Hour).Named("daily"), ""},
-		{"5000/2d", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 48*time.Hour), ""},
-		{"5000/1w", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 7*24*time.Hour), ""},
-		{"5000/1.5w", sluice.AlgorithmSlidingWindow, sluice.SlidingWindow(5000, 252*time.Hour), ""},
-		{"5000/0d", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "duration"},
-		{"5000/-1w", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "duration"},
-		{"5000/xd", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "duration"},
-		{"5000/1e300w", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "duration"},
-		{"100", sluice.AlgorithmFixedWindow, sluice.Limit{}, "missing '/'"},
-		{"1.5/1s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "is not a whole number"},
-		{"100/0s", sluice.AlgorithmFixedWindow, sluice.Limit{}, "duration"},
-		{"0/1s", sluice.AlgorithmSlidingWindow, sluice.Limit{}, "limit must be a positive integer"},
-	} {
-		t.Run(c.spec, func(t *testing.T) {
-			got, err := parseWindow(c.spec, c.algo)
-			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
-				}
-				return
-			}
-			if err != nil || got != c.want {
-				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
-			}
-		})
-	}
-}
-
 func TestRuleFlags(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -279,5 +204,31 @@ func TestDatabasePathEnforcesTenantCaps(t *testing.T) {
 	}
 	if err := run("rule", "set", "acme", "a", "--route", "/a2", "--token-bucket", "10:2/s"); err != nil {
 		t.Errorf("replacing the rule at the cap: %v", err)
+	}
+}
+
+func TestConcurrencyFlag(t *testing.T) {
+	r, err := ruleFlags{route: "/upload*", concurrency: []string{"uploads=3/10m"}, tokenBuckets: []string{"10:2/s"}}.rule("acme", "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sluice.Concurrency(3, 10*time.Minute).Named("uploads")
+	if len(r.Limits) != 2 || r.Limits[1] != want {
+		t.Fatalf("limits %+v, want the bucket and %+v", r.Limits, want)
+	}
+}
+
+// TestLimitFlagErrorsNameTheFlag: a spec sluice.ParseLimitSpec refuses is
+// reported with the flag and the spec given.
+func TestLimitFlagErrorsNameTheFlag(t *testing.T) {
+	for want, rf := range map[string]ruleFlags{
+		`--token-bucket "10": missing ':'`:                    {route: "/a", tokenBuckets: []string{"10"}},
+		`--sliding-window "600": missing '/'`:                 {route: "/a", slidingWindows: []string{"600"}},
+		`--fixed-window "0/1s": `:                             {route: "/a", fixedWindows: []string{"0/1s"}},
+		`--concurrency "x/30s": limit "x" is not a whole num`: {route: "/a", concurrency: []string{"x/30s"}},
+	} {
+		if _, err := rf.rule("acme", "r"); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("error %v, want one starting %q", err, want)
+		}
 	}
 }

@@ -129,29 +129,12 @@ and what it did not, and running it again finishes the job.`,
 				if err != nil {
 					return err
 				}
-				out := cmd.OutOrStdout()
-				if len(p) == 0 {
-					fmt.Fprintln(out, "No changes: the catalog matches the file.")
-					return nil
-				}
-				if dryRun {
-					for _, s := range p {
-						fmt.Fprintln(out, s.What)
+				if !dryRun && len(p) > 0 {
+					if err := confirmTenantDeletes(cmd, p, yes); err != nil {
+						return err
 					}
-					fmt.Fprintf(out, "Dry run: %d changes not applied.\n", len(p))
-					return nil
 				}
-				if err := confirmTenantDeletes(cmd, p, yes); err != nil {
-					return err
-				}
-				for i, s := range p {
-					if err := s.Do(cmd.Context(), c, out); err != nil {
-						return fmt.Errorf("%s: %w\napplied %d of %d changes; the rest are not applied (run apply again once the cause is fixed)", s.What, unreachable(err), i, len(p))
-					}
-					fmt.Fprintln(out, s.What)
-				}
-				fmt.Fprintf(out, "Applied %d changes.\n", len(p))
-				return nil
+				return catalogfile.Apply(cmd.Context(), c, p, cmd.OutOrStdout(), dryRun, unreachable)
 			})
 		},
 	}
@@ -178,7 +161,7 @@ func confirmTenantDeletes(cmd *cobra.Command, p []catalogfile.Step, yes bool) er
 	}
 	what := fmt.Sprintf("--prune would delete %d tenants the file does not list, with their keys and rules: %s", len(doomed), strings.Join(doomed, ", "))
 	in := cmd.InOrStdin()
-	if f, ok := in.(*os.File); !ok || !isTerminal(f) {
+	if f, ok := in.(*os.File); !ok || !onTerminal(f) {
 		return fmt.Errorf("%s; nothing changed: add --yes to confirm (--dry-run shows every change)", what)
 	}
 	out := cmd.OutOrStdout()
@@ -191,6 +174,13 @@ func confirmTenantDeletes(cmd *cobra.Command, p []catalogfile.Step, yes bool) er
 		return errors.New("not confirmed; nothing changed")
 	}
 	return nil
+}
+
+// onTerminal reports whether f is a terminal (a character device), where a
+// person can answer.
+func onTerminal(f *os.File) bool {
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // writeFileAtomic replaces path with data only once data is all on disk: a

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,17 +33,17 @@ when there are more, the command says which --before reads the next page.`,
 				return fmt.Errorf("--limit %d is not between 1 and %d", q.Limit, sluice.MaxAuditLimit)
 			}
 			var err error
-			if q.Since, err = pastTime("--since", since); err != nil {
+			if q.Since, err = client.ParseAuditTime("--since", since, time.Now()); err != nil {
 				return err
 			}
-			if q.Until, err = pastTime("--until", until); err != nil {
+			if q.Until, err = client.ParseAuditTime("--until", until, time.Now()); err != nil {
 				return err
 			}
 			page, err := readAudit(cmd, database, q)
 			if err != nil {
 				return err
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printAudit(w, page.Entries) }, page); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintAudit(w, page.Entries) }, page); err != nil {
 				return err
 			}
 			if page.NextBefore != nil && o == "table" {
@@ -67,21 +65,6 @@ when there are more, the command says which --before reads the next page.`,
 	return cmd
 }
 
-// pastTime reads a time flag: RFC 3339, or a duration back from now.
-func pastTime(flag, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return time.Now().Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s %q is neither a time like 2026-12-01T17:00:00Z nor a duration like 24h", flag, s)
-	}
-	return t, nil
-}
-
 // readAudit reads one page through the server's admin API with --server,
 // else from the catalog database.
 func readAudit(cmd *cobra.Command, database string, q client.AuditQuery) (client.AuditPage, error) {
@@ -100,44 +83,8 @@ func readAudit(cmd *cobra.Command, database string, q client.AuditQuery) (client
 		if err != nil {
 			return err
 		}
-		page.Entries = make([]client.AuditEntry, 0, len(entries))
-		for _, e := range entries {
-			ce := client.AuditEntry{ID: e.ID, Time: e.Time.UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target}
-			// Decoded as the client decodes the server's answer, so both
-			// modes print the same.
-			for _, doc := range []struct {
-				raw json.RawMessage
-				to  *any
-			}{{e.Before, &ce.Before}, {e.After, &ce.After}} {
-				if doc.raw != nil {
-					if err := json.Unmarshal(doc.raw, doc.to); err != nil {
-						return fmt.Errorf("audit entry %d holds invalid JSON: %w", e.ID, err)
-					}
-				}
-			}
-			if e.Tenant != "" {
-				ce.Tenant = &e.Tenant
-			}
-			page.Entries = append(page.Entries, ce)
-		}
-		// A full page may have more below it, as the server says too.
-		if n := len(entries); n > 0 && n == q.Limit {
-			page.NextBefore = &entries[n-1].ID
-		}
-		return nil
+		page, err = client.NewAuditPage(entries, q.Limit)
+		return err
 	})
 	return page, err
-}
-
-func printAudit(w io.Writer, entries []client.AuditEntry) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIME\tACTOR\tTENANT\tACTION\tTARGET")
-	for _, e := range entries {
-		tenant := "-"
-		if e.Tenant != nil {
-			tenant = *e.Tenant
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Actor, tenant, e.Action, e.Target)
-	}
-	tw.Flush()
 }

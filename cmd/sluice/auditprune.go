@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/sluicelabs/sluice"
 )
 
 // defaultAuditRetention keeps about six months of catalog changes.
@@ -33,7 +35,7 @@ func (cfg serveConfig) auditRetention() (time.Duration, error) {
 	case "off", "0":
 		return 0, nil
 	}
-	d, err := parsePeriod(cfg.AuditRetention)
+	d, err := sluice.ParseWindow(cfg.AuditRetention)
 	if err != nil || d <= 0 {
 		return 0, fmt.Errorf("--audit-retention %q: want a period such as 180d, 4w or 2160h, or off to keep every entry", cfg.AuditRetention)
 	}

@@ -53,7 +53,7 @@ const (
 // API with --server, else the catalog database of --database.
 func withBackend(cmd *cobra.Command, database string, acc access, fn func(adminBackend) error) error {
 	if remote.server == "" {
-		return withDatabase(cmd.Context(), database, acc, func(c sluice.Catalog) error { return fn(dbBackend{c}) })
+		return withDatabase(cmd.Context(), database, acc, func(c sluice.Catalog) error { return fn(catalogfile.CatalogAdmin{Catalog: c}) })
 	}
 	a, err := remoteAdmin(cmd)
 	if err != nil {
@@ -102,18 +102,4 @@ func withDatabase(ctx context.Context, database string, acc access, fn func(slui
 		}
 	}
 	return withCatalog(ctx, database, fn)
-}
-
-// dbBackend works on the catalog database directly.
-type dbBackend struct{ sluice.Catalog }
-
-func (b dbBackend) NewKey(ctx context.Context, tenant, name string, role sluice.Role) (sluice.APIKey, string, error) {
-	secret, hash := sluice.NewAPIKeySecret()
-	k, err := b.CreateKey(ctx, tenant, name, role, hash)
-	return k, secret, err
-}
-
-func (b dbBackend) Revoke(ctx context.Context, tenant, id string) error {
-	_, err := b.RevokeKey(ctx, tenant, id)
-	return err
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"io"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +21,9 @@ import (
 
 // benchConfigFor is the configuration sluice bench gets from args, defaults
 // included.
-func benchConfigFor(t *testing.T, args ...string) benchConfig {
+func benchConfigFor(t *testing.T, args ...string) loadgen.Config {
 	t.Helper()
-	var cfg benchConfig
+	cfg := loadgen.DefaultConfig()
 	f := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	addBenchFlags(f, &cfg)
 	if err := f.Parse(args); err != nil {
@@ -31,110 +31,6 @@ func benchConfigFor(t *testing.T, args ...string) benchConfig {
 	}
 	cfg.MetricsURLSet = f.Changed("metrics-url")
 	return cfg
-}
-
-func TestBenchConfigValidation(t *testing.T) {
-	httpArgs := []string{"--api-key", "k", "--route", "/x"}
-	envoyArgs := []string{"--target", "envoy", "--domain", "api"}
-	for name, c := range map[string]struct {
-		args []string
-		says string
-	}{
-		"no_key":             {[]string{"--route", "/x"}, "--api-key is required"},
-		"no_route":           {[]string{"--api-key", "k"}, "--route is required"},
-		"bad_url":            {append(httpArgs, "--url", "127.0.0.1:8080"), "--url"},
-		"relative_ref":       {append(httpArgs, "--reference", "healthz"), "--reference"},
-		"negative_cost":      {append(httpArgs, "--cost", "-1"), "--cost"},
-		"unknown_target":     {append(httpArgs, "--target", "ftp"), "--target"},
-		"negative_rate":      {append(httpArgs, "--rate", "-5"), "--rate"},
-		"no_concurrency":     {append(httpArgs, "--concurrency", "0"), "--concurrency"},
-		"zero_duration":      {append(httpArgs, "--duration", "0s"), "--duration"},
-		"no_subjects":        {append(httpArgs, "--subjects", "0"), "--subjects"},
-		"hot_above_one":      {append(httpArgs, "--hot", "1.5"), "--hot"},
-		"bad_metrics_url":    {append(httpArgs, "--metrics-url", "localhost/metrics"), "--metrics-url"},
-		"no_domain":          {[]string{"--target", "envoy"}, "--domain is required"},
-		"bad_grpc_addr":      {append(envoyArgs, "--grpc-addr", "8081"), "--grpc-addr"},
-		"no_grpc_conns":      {append(envoyArgs, "--grpc-conns", "0"), "--grpc-conns"},
-		"huge_cost":          {append(envoyArgs, "--cost", "5000000000"), "hits_addend"},
-		"http_reference":     {append(envoyArgs, "--reference", "/ping"), "gRPC health check"},
-		"entry_no_value":     {append(envoyArgs, "--descriptor", "api,user"), `entry "api" has no value`},
-		"entry_no_key":       {append(envoyArgs, "--descriptor", "=v,user"), "no key"},
-		"subject_key_unused": {append(envoyArgs, "--descriptor", "api=orders"), `--subject-key "user"`},
-		"no_descriptor":      {append(envoyArgs, "--subject-key", ""), "--descriptor"},
-		"overload_no_rate":   {append(httpArgs, "--overload"), "set --rate"},
-		"overload_factor":    {append(httpArgs, "--overload", "--rate", "10", "--step-factor", "1"), "--step-factor"},
-		"overload_max_rate":  {append(httpArgs, "--overload", "--rate", "10", "--max-rate", "5"), "--max-rate"},
-		"overload_step":      {append(httpArgs, "--overload", "--rate", "10", "--step-duration", "0s"), "--step-duration"},
-		"overload_p99":       {append(httpArgs, "--overload", "--rate", "10", "--p99-limit", "0s"), "--p99-limit"},
-	} {
-		err := benchConfigFor(t, c.args...).validate()
-		if err == nil || !strings.Contains(err.Error(), c.says) {
-			t.Errorf("%s: got %v, want a message about %s", name, err, c.says)
-		}
-	}
-	for _, good := range [][]string{
-		httpArgs,
-		envoyArgs,
-		append(envoyArgs, "--descriptor", "api=orders,user", "--descriptor", "tier=free", "--reference", ""),
-		append(envoyArgs, "--descriptor", "api=orders", "--subject-key", ""),
-		append(httpArgs, "--overload", "--rate", "100", "--metrics-url", "none"),
-	} {
-		if err := benchConfigFor(t, good...).validate(); err != nil {
-			t.Errorf("%q: %v", good, err)
-		}
-	}
-}
-
-// TestBenchReportsChecksAndReference runs sluice bench against a server that
-// allows even subjects' checks and denies the rest, with /healthz as the
-// reference.
-func TestBenchReportsChecksAndReference(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/v1/check":
-			if r.Header.Get("X-API-Key") != "sk_bench" {
-				w.WriteHeader(http.StatusUnauthorized)
-				return
-			}
-			var buf bytes.Buffer
-			buf.ReadFrom(r.Body)
-			switch {
-			case strings.Contains(buf.String(), `"subject":"hot"`):
-				w.WriteHeader(http.StatusTooManyRequests)
-			case strings.Contains(buf.String(), `"subject":"subject-1"`):
-				http.Error(w, `{"error":{"code":"overloaded","message":"busy"}}`, http.StatusServiceUnavailable)
-			}
-		case "/healthz":
-		default:
-			w.WriteHeader(http.StatusNotFound)
-		}
-	}))
-	defer srv.Close()
-	var out, progress bytes.Buffer
-	cfg := benchConfigFor(t, "--url", srv.URL, "--api-key", "sk_bench", "--route", "/x", "--concurrency", "2",
-		"--duration", "100ms", "--subjects", "10", "--hot", "0.5")
-	if err := runBench(context.Background(), cfg, &out, &progress); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"POST /v1/check /x", "GET /healthz (reference)", "check / reference:", "shed as overloaded"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-	// The fake serves no /metrics: CPU is left out with the reason, and the
-	// run goes on; asked for explicitly, the page must be there.
-	if !strings.Contains(progress.String(), "CPU per check not measured") || !strings.Contains(progress.String(), "HTTP 404") {
-		t.Fatalf("no note on the missing metrics: %q", progress.String())
-	}
-	explicit := cfg
-	explicit.MetricsURL, explicit.MetricsURLSet = srv.URL+"/metrics", true
-	if err := runBench(context.Background(), explicit, &out, &progress); err == nil || !strings.Contains(err.Error(), "--metrics-url") {
-		t.Fatalf("an explicit --metrics-url without the metric must stop the run, got %v", err)
-	}
-	cfg.APIKey = "wrong"
-	if err := runBench(context.Background(), cfg, &out, &progress); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
-		t.Fatalf("a wrong key must stop the run with the reason, got %v", err)
-	}
 }
 
 // startEnvoyServe starts sluice serve in process with the Envoy rate limit
@@ -167,7 +63,7 @@ func TestBenchEnvoyAgainstServe(t *testing.T) {
 	cfg := benchConfigFor(t, "--target", "envoy", "--grpc-addr", grpcAddr, "--url", "http://"+httpAddr,
 		"--domain", "api", "--descriptor", "user", "--subjects", "5", "--concurrency", "4", "--duration", "300ms", "--json")
 	var out, progress bytes.Buffer
-	if err := runBench(context.Background(), cfg, &out, &progress); err != nil {
+	if err := loadgen.Bench(context.Background(), cfg, &out, &progress); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	var reports []loadgen.Report
@@ -196,7 +92,7 @@ func TestBenchOverloadAgainstServe(t *testing.T) {
 		"--domain", "api", "--descriptor", "user", "--overload", "--rate", "100", "--step-factor", "2",
 		"--max-rate", "400", "--step-duration", "200ms", "--p99-limit", "1m", "--concurrency", "4")
 	var out, progress bytes.Buffer
-	if err := runBench(context.Background(), cfg, &out, &progress); err != nil {
+	if err := loadgen.Bench(context.Background(), cfg, &out, &progress); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	// 100, 200, 400/s, all healthy (the p99 limit is out of reach, so a
@@ -208,5 +104,17 @@ func TestBenchOverloadAgainstServe(t *testing.T) {
 	}
 	if strings.Count(progress.String(), "step ") != 3 {
 		t.Fatalf("want 3 steps reported as they finish:\n%s", progress.String())
+	}
+}
+
+// TestBenchFlags checks that sluice bench's flags fill the configuration:
+// the defaults are loadgen's, and a mistake is refused before any load.
+func TestBenchFlags(t *testing.T) {
+	if got := benchConfigFor(t); !reflect.DeepEqual(got, loadgen.DefaultConfig()) {
+		t.Fatalf("bare sluice bench: %+v, want loadgen.DefaultConfig() %+v", got, loadgen.DefaultConfig())
+	}
+	cfg := benchConfigFor(t, "--api-key", "k", "--route", "/x", "--rate", "-5")
+	if err := loadgen.Bench(context.Background(), cfg, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--rate") {
+		t.Fatalf("--rate -5: got %v", err)
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -76,7 +74,7 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 			if err != nil {
 				return unreachable(err)
 			}
-			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { printDecision(w, route, res) }, res.Wire()); err != nil {
+			if err := render(cmd.OutOrStdout(), o, func(w io.Writer) { client.PrintDecision(w, route, res) }, res.Wire()); err != nil {
 				return err
 			}
 			if !res.Allowed && failOnDeny {
@@ -94,41 +92,6 @@ makes a denial exit with status 2. Status 1 means the check could not be made.`,
 	addOutputFlag(cmd, &o)
 	return cmd
 }
-
-// printDecision says what was decided, then each limit's state.
-func printDecision(w io.Writer, route string, res client.Result) {
-	switch {
-	case res.Rule == "":
-		fmt.Fprintf(w, "Allowed: no rule matches %s, so nothing was counted.\n", route)
-		return
-	case res.Allowed:
-		fmt.Fprintf(w, "Allowed by rule %s: %d of %d remaining.\n", res.Rule, res.Remaining, res.Limit)
-	default:
-		fmt.Fprintf(w, "Denied by rule %s: retry after %s.\n", res.Rule, formatMs(res.RetryAfter))
-	}
-	if res.Shadow {
-		fmt.Fprintln(w, "The rule is in shadow mode: it reports denials but allows every request.")
-	}
-	if res.Degraded {
-		fmt.Fprintln(w, "Degraded: the store did not answer, and the rule's failure mode decided.")
-	}
-	if len(res.Limits) == 0 {
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tALGORITHM\tQUOTA\tREMAINING\tRESET AFTER\tRETRY AFTER")
-	for _, l := range res.Limits {
-		retry := "-"
-		if l.RetryAfter > 0 {
-			retry = formatMs(l.RetryAfter)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", l.Name, l.Algorithm, l.Limit, l.Remaining, formatMs(l.ResetAfter), retry)
-	}
-	tw.Flush()
-}
-
-// formatMs writes a duration of whole milliseconds, as the API sends them.
-func formatMs(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func newSubjectCmd() *cobra.Command {
 	var database, redisURL, redisPrefix string
@@ -182,19 +145,9 @@ embedded memory store live inside the serving process: reset those with
 	return cmd
 }
 
-// resetInStore does what the admin API's reset does, from outside a server:
-// forget the counters in the store, then tell every instance through the
-// catalog, in that order (an instance told first could cache a deny from the
-// counters about to go).
+// resetInStore does what the admin API's reset does (check.ResetSubject),
+// from outside a server, on the servers' Redis.
 func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenant, rule, subject string) error {
-	t, err := c.Tenant(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	r, err := c.Rule(ctx, tenant, rule)
-	if err != nil {
-		return err
-	}
 	store, err := sluiceredis.Open(redisURL, sluiceredis.Options{Prefix: prefix})
 	if err != nil {
 		return fmt.Errorf("open Redis: %w", err)
@@ -202,16 +155,5 @@ func resetInStore(ctx context.Context, c sluice.Catalog, redisURL, prefix, tenan
 	defer store.Close()
 	engine := check.New(store, check.Options{})
 	defer engine.Close()
-	target := &check.Rule{Namespace: t.CounterNamespace(), Name: rule, Limits: r.Limits}
-	// The audit entry first: a reset the catalog cannot record is not made.
-	if err := c.RecordReset(ctx, tenant, rule, subject); err != nil {
-		return fmt.Errorf("record the reset in the audit log (nothing was reset): %w", err)
-	}
-	if err := engine.Reset(ctx, target, subject); err != nil {
-		return fmt.Errorf("reset the counters in Redis: %w", err)
-	}
-	if err := c.PublishReset(ctx, tenant, rule, subject); err != nil {
-		return fmt.Errorf("the counters were reset, but telling the instances through the catalog failed (their deny caches may refuse %s until its retry time; repeat the reset): %w", subject, err)
-	}
-	return nil
+	return engine.ResetSubject(ctx, c, tenant, rule, subject)
 }

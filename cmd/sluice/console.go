@@ -49,9 +49,9 @@ func (cfg serveConfig) signInFailures() (sluice.Limit, error) {
 	if cfg.ConsoleSignInFailures == "" {
 		return console.DefaultSignInFailures, nil
 	}
-	l, err := parseWindow(cfg.ConsoleSignInFailures, sluice.AlgorithmSlidingWindow)
+	l, err := sluice.ParseLimitSpec(sluice.AlgorithmSlidingWindow, cfg.ConsoleSignInFailures)
 	if err != nil {
-		return l, fmt.Errorf("--console-signin-failures: %w", err)
+		return l, fmt.Errorf("--console-signin-failures %q: %w", cfg.ConsoleSignInFailures, err)
 	}
 	return l.Named("failures"), nil
 }
@@ -126,9 +126,9 @@ func startConsole(cfg serveConfig, d consoleDeps) (stop func() error, err error)
 	c.Register(mux)
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
-		WriteTimeout: 15 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: httpTLS(d.TLS),
+		WriteTimeout: 15 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tlsconfig.HTTPConfig(d.TLS),
 		ErrorLog: slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn)}
-	go func() { _ = serveHTTP(srv, ln) }()
-	d.Logger.Info("console listening", "addr", ln.Addr().String(), "tls", tlsMode(d.TLS))
+	go func() { _ = tlsconfig.ServeHTTP(srv, ln) }()
+	d.Logger.Info("console listening", "addr", ln.Addr().String(), "tls", tlsconfig.Mode(d.TLS))
 	return srv.Close, nil
 }

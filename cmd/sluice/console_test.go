@@ -74,7 +74,7 @@ func TestServeRefusesConflictingConsoleFlags(t *testing.T) {
 	}{
 		{"addr_while_off", func(c *serveConfig) { c.Console, c.ConsoleAddr = false, "127.0.0.1:18182" }, "--console=false"},
 		{"same_listener", func(c *serveConfig) { c.ConsoleAddr = c.Addr }, "--console-addr 127.0.0.1:18181 is --addr too"},
-		{"signin_failures_not_a_limit", func(c *serveConfig) { c.ConsoleSignInFailures = "ten" }, `--console-signin-failures: --sliding-window "ten": missing '/'`},
+		{"signin_failures_not_a_limit", func(c *serveConfig) { c.ConsoleSignInFailures = "ten" }, `--console-signin-failures "ten": missing '/'`},
 		{"signin_failures_zero_window", func(c *serveConfig) { c.ConsoleSignInFailures = "10/0s" }, `--console-signin-failures`},
 		{"trusted_proxy_not_an_address", func(c *serveConfig) { c.TrustedProxies = []string{"proxy.internal"} }, `--trusted-proxies: "proxy.internal" is neither a network`},
 	} {

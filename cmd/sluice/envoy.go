@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
+	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/metrics"
 )
@@ -29,7 +29,7 @@ type envoyConfig struct {
 	XDSNodeID        string
 	XDSRetryInterval time.Duration
 	// XDSTLS, if set, dials XDSServer over TLS.
-	XDSTLS *xdsTLSFiles
+	XDSTLS *envoyrls.XDSTLS
 	// XDSNodeMetadata and XDSHeaders go to the xDS server.
 	XDSNodeMetadata, XDSHeaders map[string]string
 	// RatelimitKeys marks default fixed windows for envoyproxy/ratelimit's
@@ -95,31 +95,16 @@ type envoyFlags struct {
 
 // options checks the flags and turns them into the server's options.
 func (f envoyFlags) options() (envoyrls.Options, error) {
-	style := envoyrls.HeaderStyle(f.HeaderStyle)
-	if !style.Valid() {
-		return envoyrls.Options{}, fmt.Errorf("--envoy-header-style %q is not one of envoy, ietf", f.HeaderStyle)
-	}
-	for flag, name := range map[string]string{"--envoy-header-limit": f.HeaderLimit, "--envoy-header-remaining": f.HeaderRemaining, "--envoy-header-reset": f.HeaderReset} {
-		if name != "" && !validHeaderName(name) {
-			return envoyrls.Options{}, fmt.Errorf("%s %q is not a valid HTTP header name", flag, name)
-		}
-	}
-	return envoyrls.Options{
-		HeaderStyle:     style,
+	o := envoyrls.Options{
+		HeaderStyle:     envoyrls.HeaderStyle(f.HeaderStyle),
 		HeaderLimit:     f.HeaderLimit,
 		HeaderRemaining: f.HeaderRemaining,
 		HeaderReset:     f.HeaderReset,
 		Shadow:          f.Shadow,
 		DynamicMetadata: f.DynamicMetadata,
 		Load:            envoyrls.LoadOptions{MergeDomains: f.MergeDomains, IgnoreDotfiles: f.IgnoreDotfiles},
-	}, nil
-}
-
-// validHeaderName reports whether name is an HTTP field name (a token).
-func validHeaderName(name string) bool {
-	return name != "" && strings.IndexFunc(name, func(r rune) bool {
-		return r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
-	}) < 0
+	}
+	return o, o.CheckHeaders()
 }
 
 // envoyReloadInterval is how often the configuration directory is polled.
@@ -166,7 +151,8 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	opts.StopIncrementWhenOverLimit = cfg.StopIncrement
 	opts.Stats = cfg.Stats
 	srv := envoyrls.NewServer(opts)
-	stopWatch, err := startEnvoyConfigSource(cfg, srv, logger)
+	stopWatch, err := srv.Follow(envoyrls.Source{Dir: cfg.ConfigDir, Interval: envoyReloadInterval, XDSServer: cfg.XDSServer, XDSTLS: cfg.XDSTLS,
+		XDS: envoyrls.XDSOptions{NodeID: cfg.XDSNodeID, NodeMetadata: cfg.XDSNodeMetadata, Headers: cfg.XDSHeaders, RetryInterval: cfg.XDSRetryInterval}})
 	if err != nil {
 		return nil, err
 	}
@@ -193,14 +179,14 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			return nil, fmt.Errorf("listen for Envoy's JSON form on --envoy-json-addr %s: %w", cfg.JSONAddr, err)
 		}
 		jsonSrv = envoyJSONServer(srv, logger)
-		jsonSrv.TLSConfig = httpTLS(cfg.JSONTLS)
-		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String(), "tls", tlsMode(cfg.JSONTLS))
-		go func() { jsonDone <- serveHTTP(jsonSrv, lis) }()
+		jsonSrv.TLSConfig = tlsconfig.HTTPConfig(cfg.JSONTLS)
+		logger.Info("envoy rate limit JSON form listening (unauthenticated: keep it private)", "addr", lis.Addr().String(), "tls", tlsconfig.Mode(cfg.JSONTLS))
+		go func() { jsonDone <- tlsconfig.ServeHTTP(jsonSrv, lis) }()
 	}
 
 	var debugSrv *http.Server
 	if cfg.DebugAddr != "" {
-		if debugSrv, err = startEnvoyDebug(ctx, cfg, srv, logger); err != nil {
+		if debugSrv, err = srv.ServeDebug(ctx, cfg.DebugAddr, cfg.JSONTLS); err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
 			}
@@ -212,7 +198,7 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 	var gs *grpc.Server
 	var serveDone chan error
 	if cfg.GRPCAddr != "" || cfg.GRPCUDS != "" {
-		lns, err := grpcListeners(ctx, cfg)
+		lns, err := envoyrls.Listen(ctx, cfg.GRPCAddr, cfg.GRPCUDS)
 		if err != nil {
 			if jsonSrv != nil {
 				_ = jsonSrv.Close()
@@ -223,11 +209,12 @@ func startEnvoy(ctx context.Context, cfg envoyConfig) (stop func(context.Context
 			stopWatch()
 			return nil, err
 		}
-		gs = grpc.NewServer(grpcServerOptions(cfg)...)
+		gs = grpc.NewServer(envoyrls.GRPCServerOptions(envoyrls.GRPCOptions{MaxConnAge: cfg.MaxConnAge, MaxConnAgeGrace: cfg.MaxConnAgeGrace,
+			TLS: cfg.GRPCTLS, ClientSAN: cfg.GRPCClientSAN, Extra: cfg.GRPCOptions})...)
 		srv.Register(gs)
 		serveDone = make(chan error, len(lns))
 		for _, lis := range lns {
-			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsMode(cfg.GRPCTLS))
+			logger.Info("envoy rate limit service listening", "addr", lis.Addr().String(), "network", lis.Addr().Network(), "tls", tlsconfig.Mode(cfg.GRPCTLS))
 			go func() { serveDone <- gs.Serve(lis) }()
 		}
 	}
@@ -278,5 +265,5 @@ func envoyJSONServer(srv *envoyrls.Server, logger *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("POST /json", srv.JSONHandler())
 	mux.Handle("GET /healthcheck", srv.HealthHandler())
-	return newAPIServer(mux, logger)
+	return httpapi.NewServer(mux, logger)
 }

@@ -11,9 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
-
-	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/adminapi"
 )
 
 // outputFormat is the value of -o: table, json or yaml.
@@ -54,30 +51,4 @@ func render(w io.Writer, format outputFormat, table func(io.Writer), api any) er
 	}
 	table(w)
 	return nil
-}
-
-// The list bodies of the admin API, so -o json prints what GET prints.
-
-func tenantsBody(ts []sluice.Tenant) any {
-	out := adminapi.TenantList{Tenants: make([]adminapi.Tenant, 0, len(ts))}
-	for _, t := range ts {
-		out.Tenants = append(out.Tenants, adminapi.NewTenant(t))
-	}
-	return out
-}
-
-func keysBody(ks []sluice.APIKey) any {
-	out := adminapi.KeyList{Keys: make([]adminapi.Key, 0, len(ks))}
-	for _, k := range ks {
-		out.Keys = append(out.Keys, adminapi.NewKey(k))
-	}
-	return out
-}
-
-func rulesBody(rs []sluice.Rule) any {
-	out := adminapi.RuleList{Rules: make([]adminapi.Rule, 0, len(rs))}
-	for _, r := range rs {
-		out.Rules = append(out.Rules, adminapi.NewRule(r))
-	}
-	return out
 }

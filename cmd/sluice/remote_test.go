@@ -434,31 +434,6 @@ func TestRevokeByName(t *testing.T) {
 	}
 }
 
-// namedKeys is a backend holding only keys, for findKey.
-type namedKeys struct {
-	adminBackend
-	keys []sluice.APIKey
-}
-
-func (n namedKeys) Keys(context.Context, string) ([]sluice.APIKey, error) { return n.keys, nil }
-
-func TestFindKeyAmbiguousName(t *testing.T) {
-	revoked := time.Now()
-	b := namedKeys{keys: []sluice.APIKey{
-		{ID: "key_a", Name: "web"}, {ID: "key_b", Name: "web"}, {ID: "key_c", Name: "web", RevokedAt: &revoked}, {ID: "key_d", Name: "ops"},
-	}}
-	_, err := findKey(context.Background(), b, "acme", "web")
-	if err == nil || !strings.Contains(err.Error(), "2 active keys named \"web\" (key_a, key_b)") {
-		t.Errorf("ambiguous name: %v", err)
-	}
-	if k, err := findKey(context.Background(), b, "acme", "key_c"); err != nil || k.ID != "key_c" {
-		t.Errorf("by ID: %+v, %v", k, err)
-	}
-	if k, err := findKey(context.Background(), b, "acme", "ops"); err != nil || k.ID != "key_d" {
-		t.Errorf("by name: %+v, %v", k, err)
-	}
-}
-
 // TestOmittedFailureModeIsTheServersDefault: a rule set without
 // --failure-mode, through either mode, is stored without one, and the
 // serving instance applies its own default when the store is down.

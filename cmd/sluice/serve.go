@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime"
 	"strings"
@@ -331,10 +329,10 @@ func (cfg serveConfig) validate() error {
 	if cfg.MaxMetricSeries < 0 {
 		return fmt.Errorf("--max-metric-series must be positive, got %d", cfg.MaxMetricSeries)
 	}
-	if err := validateTLSFlags(cfg.tlsFiles(), tlsFlagNames); err != nil {
+	if err := cfg.tlsFiles().Check(tlsNames); err != nil {
 		return err
 	}
-	if err := validateTLSFlags(cfg.grpcTLSFiles(), grpcTLSFlagNames); err != nil {
+	if err := cfg.grpcTLSFiles().Check(grpcTLSNames); err != nil {
 		return err
 	}
 	if cfg.GRPCAddr == "" && cfg.GRPCUDS == "" && cfg.GRPCTLSCert != "" {
@@ -346,17 +344,8 @@ func (cfg serveConfig) validate() error {
 	if cfg.GRPCMaxConnectionAge < 0 || cfg.GRPCMaxConnectionAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative, got %v and %v", cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace)
 	}
-	switch cfg.EnvoyKeyFormat {
-	case "", envoyKeyFormatSluice:
-		if cfg.EnvoyKeyPrefix != "" {
-			return errors.New("--envoy-key-prefix applies to --envoy-key-format ratelimit only")
-		}
-	case envoyKeyFormatRatelimit:
-		if cfg.Redis == "" {
-			return errors.New("--envoy-key-format ratelimit shares counters with envoyproxy/ratelimit in Redis: set --redis too")
-		}
-	default:
-		return fmt.Errorf("--envoy-key-format %q is not a key format; use sluice or ratelimit", cfg.EnvoyKeyFormat)
+	if err := envoyrls.CheckKeyFormat(cfg.EnvoyKeyFormat, cfg.EnvoyKeyPrefix, cfg.Redis != ""); err != nil {
+		return err
 	}
 	if err := cfg.RedisTLS.validate(cfg.Redis); err != nil {
 		return err
@@ -393,30 +382,17 @@ func (cfg serveConfig) adminWriteLimit() (l sluice.Limit, off bool, err error) {
 	case "off":
 		return sluice.Limit{}, true, nil
 	}
-	if l, err = parseTokenBucket(cfg.AdminWriteLimit); err != nil {
-		return l, false, fmt.Errorf("--admin-write-limit: %w (or off)", err)
+	if l, err = sluice.ParseLimitSpec(sluice.AlgorithmTokenBucket, cfg.AdminWriteLimit); err != nil {
+		return l, false, fmt.Errorf("--admin-write-limit %q: %w (or off)", cfg.AdminWriteLimit, err)
 	}
 	return l.Named("writes"), false, nil
 }
 
-// tlsFlags names the flags of one set of TLS files, for errors.
-type tlsFlags struct{ cert, key, clientCA string }
-
+// The flags of each listener's TLS files, as errors name them.
 var (
-	tlsFlagNames     = tlsFlags{"--tls-cert", "--tls-key", "--tls-client-ca"}
-	grpcTLSFlagNames = tlsFlags{"--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-client-ca"}
+	tlsNames     = tlsconfig.Names{Cert: "--tls-cert", Key: "--tls-key", ClientCA: "--tls-client-ca"}
+	grpcTLSNames = tlsconfig.Names{Cert: "--grpc-tls-cert", Key: "--grpc-tls-key", ClientCA: "--grpc-tls-client-ca"}
 )
-
-func (f tlsFlags) name(role tlsconfig.Role) string {
-	switch role {
-	case tlsconfig.RoleCert:
-		return f.cert
-	case tlsconfig.RoleKey:
-		return f.key
-	default:
-		return f.clientCA
-	}
-}
 
 func (cfg serveConfig) tlsFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA}
@@ -426,65 +402,8 @@ func (cfg serveConfig) grpcTLSFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.GRPCTLSCert, Key: cfg.GRPCTLSKey, ClientCA: cfg.GRPCTLSClientCA}
 }
 
-// validateTLSFlags checks that a set of TLS flags is complete, before any
-// file is read.
-func validateTLSFlags(files tlsconfig.Files, names tlsFlags) error {
-	switch {
-	case files.Cert != "" && files.Key == "":
-		return fmt.Errorf("%s is set but %s is not: give the certificate's private key too", names.cert, names.key)
-	case files.Cert == "" && files.Key != "":
-		return fmt.Errorf("%s is set but %s is not: give the key's certificate too", names.key, names.cert)
-	case files.Cert == "" && files.ClientCA != "":
-		return fmt.Errorf("%s verifies client certificates, which needs TLS: set %s and %s too", names.clientCA, names.cert, names.key)
-	}
-	return nil
-}
-
-// loadTLS loads a set of TLS files; nil when TLS is off. Errors name the
-// flag of the file at fault.
-func loadTLS(files tlsconfig.Files, names tlsFlags, log *slog.Logger) (*tlsconfig.Reloader, error) {
-	if files.Cert == "" {
-		return nil, nil
-	}
-	r, err := tlsconfig.New(files, tlsconfig.Options{Logger: log})
-	if err != nil {
-		var fe *tlsconfig.FileError
-		if errors.As(err, &fe) {
-			return nil, fmt.Errorf("%s: %w", names.name(fe.Role), err)
-		}
-		return nil, err
-	}
-	return r, nil
-}
-
-// tlsMode says, for logs, how a listener is served.
-func tlsMode(r *tlsconfig.Reloader) string {
-	switch {
-	case r == nil:
-		return "off"
-	case r.MutualTLS():
-		return "mutual"
-	default:
-		return "on"
-	}
-}
-
-// httpTLS returns the TLS configuration of one HTTP listener; nil when TLS
-// is off.
-func httpTLS(r *tlsconfig.Reloader) *tls.Config {
-	if r == nil {
-		return nil
-	}
-	return r.ServerConfig("h2", "http/1.1")
-}
-
-// serveHTTP serves srv on ln, over TLS when srv has a TLS configuration.
-func serveHTTP(srv *http.Server, ln net.Listener) error {
-	if srv.TLSConfig != nil {
-		return srv.ServeTLS(ln, "", "")
-	}
-	return srv.Serve(ln)
-}
+// serveHTTP is tlsconfig.ServeHTTP, as the gateway command calls it.
+func serveHTTP(srv *http.Server, ln net.Listener) error { return tlsconfig.ServeHTTP(srv, ln) }
 
 // service is a running sluice serve, as tests drive it in-process.
 type service struct {
@@ -496,7 +415,7 @@ type service struct {
 // runServe runs the service until ctx ends, then shuts it down gracefully.
 func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	svc, err := startService(ctx, cfg, stderr)
-	if errors.Is(err, errStoppedStarting) {
+	if errors.Is(err, httpapi.ErrStoppedStarting) {
 		return nil // a SIGTERM while waiting for the catalog
 	}
 	if err != nil {
@@ -595,7 +514,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		sideSrvs = append(sideSrvs, srv)
 	}
 	if cfg.PprofAddr != "" {
-		srv, err := s.serveSide("--pprof-addr", cfg.PprofAddr, "pprof listening", pprofMux())
+		srv, err := s.serveSide("--pprof-addr", cfg.PprofAddr, "pprof listening", httpapi.PprofMux())
 		if err != nil {
 			return nil, err
 		}
@@ -607,12 +526,12 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if cfg.Redis != "" {
 		storeName = "redis"
 	}
-	s.gate.open.Store(true)
+	s.gate.Open()
 	if cfg.EnvoyMode {
 		s.log.Info("sluice serve listening as envoyproxy/ratelimit (ENV mode: GET /healthcheck and POST /json here, no Sluice API)",
-			"addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
+			"addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
 	} else {
-		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsMode(s.httpTLS), "store", storeName,
+		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
 			"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 	}
 
@@ -648,7 +567,7 @@ type starter struct {
 	// Set by listen.
 	ln       net.Listener
 	mux      *http.ServeMux
-	gate     *startGate
+	gate     *httpapi.StartGate
 	srv      *http.Server
 	serveErr chan error
 	// retryCatalog says which catalog errors are waited out.
@@ -672,10 +591,10 @@ func newStarter(cfg serveConfig, stderr io.Writer) (*starter, error) {
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
 	cfg.envoyEnv.Log(log)
 	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogRetry(cfg.Database)}
-	if s.httpTLS, err = loadTLS(cfg.tlsFiles(), tlsFlagNames, log); err != nil {
+	if s.httpTLS, err = tlsconfig.Load(cfg.tlsFiles(), tlsNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	if s.grpcTLS, err = loadTLS(cfg.grpcTLSFiles(), grpcTLSFlagNames, log); err != nil {
+	if s.grpcTLS, err = tlsconfig.Load(cfg.grpcTLSFiles(), grpcTLSNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
 	if s.httpTLS != nil {
@@ -696,18 +615,19 @@ func (s *starter) closeAll() {
 
 // listen binds the HTTP listener and serves from now on, so /healthz
 // answers while the service waits for the catalog database; the gate hands
-// requests to the mux once everything is up (startup.go).
+// requests to the mux once everything is up (httpapi.StartGate).
 func (s *starter) listen(traces *processTracing) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 	}
-	s.ln, s.mux, s.gate = ln, http.NewServeMux(), &startGate{}
-	s.srv = newAPIServer(s.mux, s.log)
-	s.gate.next, s.srv.Handler = s.srv.Handler, s.cfg.observeHTTP(s.gate, s.log, traces)
-	s.srv.TLSConfig = httpTLS(s.httpTLS)
+	s.ln, s.mux = ln, http.NewServeMux()
+	s.srv = httpapi.NewServer(s.mux, s.log)
+	s.gate = httpapi.NewStartGate(s.srv.Handler)
+	s.srv.Handler = s.cfg.observeHTTP(s.gate, s.log, traces)
+	s.srv.TLSConfig = tlsconfig.HTTPConfig(s.httpTLS)
 	s.serveErr = make(chan error, 1)
-	go func() { s.serveErr <- serveHTTP(s.srv, ln) }()
+	go func() { s.serveErr <- tlsconfig.ServeHTTP(s.srv, ln) }()
 	s.onClose(s.srv.Close)
 	return nil
 }
@@ -748,9 +668,9 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 // that does not answer yet is waited for): opened, migrated, and the admin
 // token settled. The token the service adopts or generates is its own doing
 // (audit: system).
-func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken adminTokenSetting) (migratingCatalog, error) {
+func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (migratingCatalog, error) {
 	var catalog migratingCatalog
-	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
+	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
 			c, err := openMigratedCatalog(ctx, s.cfg.Database)
 			if err != nil {
@@ -761,7 +681,7 @@ func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToke
 			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant})
 			catalog.ReportWatchErrors(s.log, m.CatalogWatchError)
 		}
-		return ensureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
+		return httpapi.EnsureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
 	})
 	return catalog, err
 }
@@ -790,7 +710,7 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 // for like the database.
 func (s *starter) newAPI(ctx context.Context, catalog sluice.Catalog, engine *check.Engine, m *metrics.Metrics, storePing func(context.Context) error) (*httpapi.API, error) {
 	var api *httpapi.API
-	err := waitFor(ctx, s.log, s.gate, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
+	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) (err error) {
 		writeLimit, noWriteLimit, err := s.cfg.adminWriteLimit()
 		if err != nil {
 			return err
@@ -880,10 +800,10 @@ func (s *starter) serveSide(flag, addr, msg string, handler http.Handler) (*http
 		_ = s.srv.Close()
 		return nil, fmt.Errorf("listen on %s %s: %w", flag, addr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(s.httpTLS),
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsconfig.HTTPConfig(s.httpTLS),
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	go func() { _ = serveHTTP(srv, ln) }()
-	s.log.Info(msg, "addr", ln.Addr().String(), "tls", tlsMode(s.httpTLS))
+	go func() { _ = tlsconfig.ServeHTTP(srv, ln) }()
+	s.log.Info(msg, "addr", ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS))
 	return srv, nil
 }
 
@@ -929,32 +849,6 @@ func (s *starter) serveUntilDone(ctx context.Context, drain func() (probe string
 	s.closeAll()
 	log.Info("sluice serve stopped")
 	return result
-}
-
-// newAPIServer is the HTTP server of the service's JSON listeners: bounded
-// reads, writes, idle connections and headers, errors as JSON, and net/http's
-// own complaints in the service's log.
-func newAPIServer(mux *http.ServeMux, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           httpapi.WithJSONErrors(mux),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// pprofMux serves net/http/pprof on its own listener, never on the public
-// one; without /debug/pprof/cmdline, which would show a token given by flag.
-func pprofMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 // databaseKind names the catalog backend for logs without its credentials.

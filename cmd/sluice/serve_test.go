@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -105,7 +104,7 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 			c.Redis, c.RedisTLS.On, c.RedisTLS.CA = "redis://127.0.0.1:1", true, filepath.Join(t.TempDir(), "nope.pem")
 		}, "--redis-tls-ca: the CA file cannot be read"},
 		{"unknown_envoy_counting", func(c *serveConfig) { c.EnvoyCounting = "loose" }, "--envoy-counting"},
-		{"admin_write_limit_not_a_bucket", func(c *serveConfig) { c.AdminWriteLimit = "50/s" }, `--admin-write-limit: --token-bucket "50/s": missing ':'`},
+		{"admin_write_limit_not_a_bucket", func(c *serveConfig) { c.AdminWriteLimit = "50/s" }, `--admin-write-limit "50/s": missing ':'`},
 		{"admin_write_limit_zero_capacity", func(c *serveConfig) { c.AdminWriteLimit = "0:50/s" }, "--admin-write-limit"},
 		{"statsd_port_not_a_number", func(c *serveConfig) {
 			c.EnvoyConfig, c.EnvoyStats.StatsdAddr = envoyTestDir(t, envoyTestConfig), "localhost:eighty"
@@ -212,76 +211,6 @@ func TestServeFinishesInFlightChecksOnShutdown(t *testing.T) {
 	}
 	if !strings.Contains(output.String(), "shutting down") {
 		t.Errorf("no shutdown logged:\n%s", output.String())
-	}
-}
-
-// raceCatalog holds each instance's first read of the admin token hash until
-// every instance has read it, so all of them find none: the race of
-// instances started together on an empty catalog, made certain.
-type raceCatalog struct {
-	sluice.Catalog
-	firstReads *sync.WaitGroup
-	once       sync.Once
-}
-
-func (c *raceCatalog) AdminTokenHash(ctx context.Context) ([]byte, error) {
-	first := false
-	c.once.Do(func() { first = true })
-	hash, err := c.Catalog.AdminTokenHash(ctx)
-	if first {
-		c.firstReads.Done()
-		c.firstReads.Wait()
-	}
-	return hash, err
-}
-
-func TestInstancesStartedTogetherPrintOnlyTheStoredAdminToken(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	ctx := context.Background()
-	const instances = 3
-	var firstReads sync.WaitGroup
-	firstReads.Add(instances)
-	outputs := make([]testenv.Buffer, instances)
-	var wg sync.WaitGroup
-	for i := range instances {
-		c, err := openMigratedCatalog(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		wg.Go(func() {
-			rc := &raceCatalog{Catalog: c, firstReads: &firstReads}
-			log := slog.New(slog.NewJSONHandler(&outputs[i], nil))
-			if _, err := ensureAdminToken(ctx, rc, adminTokenSetting{}, baseURL("http", ":8080"), &outputs[i], log); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-
-	c, err := openMigratedCatalog(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	stored, err := c.AdminTokenHash(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var printed []string
-	for i := range outputs {
-		out := outputs[i].String()
-		if m := adminTokenPattern.FindStringSubmatch(out); m != nil {
-			printed = append(printed, m[1])
-		} else if !strings.Contains(out, "another instance starting at the same time generated the admin token") {
-			t.Errorf("instance %d printed neither a token nor why not:\n%s", i, out)
-		}
-	}
-	if len(printed) != 1 {
-		t.Fatalf("%d instances printed a token, want exactly 1: %q", len(printed), printed)
-	}
-	if !bytes.Equal(sluice.HashAPIKey(printed[0]), stored) {
-		t.Errorf("the printed token is not the stored one: it would be refused")
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/sluicelabs/sluice/tracing"
 )
@@ -14,32 +13,19 @@ type processTracing struct {
 	log *slog.Logger
 }
 
-// tracingShutdownTimeout bounds the export of the last spans at exit, so a
-// collector that is gone cannot hold the process.
-const tracingShutdownTimeout = 5 * time.Second
-
 // startTracing sets up OpenTelemetry tracing from the OTEL_* environment
-// and says in the log whether it is on, and where spans go.
+// (tracing.Start), for this build's version.
 func startTracing(ctx context.Context, service string, log *slog.Logger) (*processTracing, error) {
 	ver, _ := buildVersion()
-	t, err := tracing.Setup(ctx, service, ver)
+	t, err := tracing.Start(ctx, service, ver, log)
 	if err != nil {
 		return nil, err
-	}
-	if t.Enabled() {
-		log.Info("tracing on", "protocol", t.Protocol, "endpoint", t.Endpoint)
-	} else {
-		log.Debug("tracing off: OTEL_EXPORTER_OTLP_ENDPOINT is not set")
 	}
 	return &processTracing{Tracing: t, log: log}, nil
 }
 
-// shutdown exports the spans still buffered.
+// shutdown exports the spans still buffered (tracing.Tracing.Close).
 func (t *processTracing) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
-	defer cancel()
-	if err := t.Shutdown(ctx); err != nil {
-		t.log.Warn("tracing: the last spans could not be exported", "error", err)
-	}
+	t.Close(t.log)
 	return nil
 }

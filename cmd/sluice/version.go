@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+
+	"github.com/sluicelabs/sluice/metrics"
 )
 
 // version and revision may be set at link time, for builds outside a module
@@ -53,17 +55,8 @@ func versionLine() string {
 	return fmt.Sprintf("sluice %s (revision %s, %s)", ver, rev, runtime.Version())
 }
 
-// buildInfoCollector exports sluice_build_info{version,revision,goversion} 1.
-func buildInfoCollector() prometheus.Collector {
-	ver, rev := buildVersion()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "sluice_build_info",
-		Help:        "Always 1; the labels say which build of Sluice is running.",
-		ConstLabels: prometheus.Labels{"version": ver, "revision": rev, "goversion": runtime.Version()},
-	})
-	g.Set(1)
-	return g
-}
+// buildInfoCollector is metrics.BuildInfo of this binary.
+func buildInfoCollector() prometheus.Collector { return metrics.BuildInfo(buildVersion()) }
 
 func init() {
 	rootCmd.Version = versionLine()

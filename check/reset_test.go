@@ -18,7 +18,18 @@ type resetCatalog struct {
 	tenant    sluice.Tenant
 	rule      sluice.Rule
 	published []string
+	recorded  []string
 	failWith  error
+	// failRecord fails the audit entry.
+	failRecord error
+}
+
+func (c *resetCatalog) RecordReset(_ context.Context, tenant, rule, subject string) error {
+	if c.failRecord != nil {
+		return c.failRecord
+	}
+	c.recorded = append(c.recorded, tenant+"/"+rule+"/"+subject)
+	return nil
 }
 
 func (c *resetCatalog) Tenant(_ context.Context, name string) (sluice.Tenant, error) {
@@ -51,7 +62,7 @@ func TestResetSubject(t *testing.T) {
 	defer engine.Close()
 	cat := &resetCatalog{
 		tenant: sluice.Tenant{Name: "acme", Generation: 1, CreatedAt: time.Now()},
-		rule:   sluice.Rule{Tenant: "acme", Name: "api", Route: "*", Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour)}},
+		rule:   sluice.Rule{Tenant: "acme", Name: "api", Route: "*", Limits: []sluice.Limit{sluice.TokenBucket(1, 1.0/3600)}},
 	}
 	rule := &check.Rule{Namespace: cat.tenant.CounterNamespace(), Name: "api", Limits: cat.rule.Limits, Mode: sluice.FailClosed}
 	allowed := func() bool {
@@ -75,6 +86,23 @@ func TestResetSubject(t *testing.T) {
 		}
 		if len(cat.published) != 1 || cat.published[0] != "acme/api/u" {
 			t.Fatalf("published %q, want the reset of acme/api/u", cat.published)
+		}
+		if len(cat.recorded) != 1 || cat.recorded[0] != "acme/api/u" {
+			t.Fatalf("recorded %q, want the audit entry of acme/api/u", cat.recorded)
+		}
+	})
+	t.Run("unrecorded_reset_resets_nothing", func(t *testing.T) {
+		if allowed() {
+			t.Fatal("the subject's one unit was free before this subtest")
+		}
+		refused := errors.New("catalog read-only")
+		cat.failRecord = refused
+		defer func() { cat.failRecord = nil }()
+		if err := engine.ResetSubject(ctx, cat, "acme", "api", "u"); !errors.Is(err, refused) {
+			t.Fatalf("error %v, want the catalog's refusal", err)
+		}
+		if allowed() {
+			t.Fatal("a reset the audit log refused was made anyway")
 		}
 	})
 	t.Run("unknown_rule_is_the_catalogs_error", func(t *testing.T) {

@@ -6,11 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,8 +67,7 @@ func runEnvMode(t *testing.T, base string, redisEnv ...string) {
 	for _, d := range []string{"bin", "runtime/current/ratelimit/config", "readonly"} {
 		mustRun(t, os.MkdirAll(filepath.Join(base, d), 0o755))
 	}
-	ratelimit := filepath.Join(base, "bin", "ratelimit")
-	copyFile(t, binary, ratelimit, 0o755)
+	ratelimit := copyRatelimit(t, filepath.Join(base, "bin"))
 	domain := "envmode" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	writeFile(t, filepath.Join(base, "runtime/current/ratelimit/config/quota.yaml"), fmt.Sprintf(`
 domain: %s
@@ -81,40 +78,12 @@ descriptors:
 	readonly := filepath.Join(base, "readonly")
 	mustRun(t, os.Chmod(readonly, 0o555))
 
-	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-	cmd := exec.Command(ratelimit)
-	cmd.Dir = readonly
-	cmd.Env = []string{
-		"PATH=/usr/bin:/bin", "HOME=" + readonly, "TMPDIR=" + readonly,
-		"USE_STATSD=false", "LOG_LEVEL=debug", "LOG_FORMAT=json",
-		"REDIS_SOCKET_TYPE=tcp",
-		"RUNTIME_ROOT=" + filepath.Join(base, "runtime/current"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT=" + port(httpAddr),
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debugAddr),
-	}
-	cmd.Env = append(cmd.Env, redisEnv...)
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	} else {
+	env := append([]string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "RUNTIME_WATCH_ROOT=false"}, redisEnv...)
+	p := startRatelimit(t, ratelimit, readonly, filepath.Join(base, "runtime/current"), true, env...)
+	if os.Geteuid() != 0 {
 		t.Log("not root: runs as this user, in a directory it cannot write")
 	}
-	out := &testenv.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	mustRun(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("/bin/ratelimit output:\n%s", out)
-		}
-	})
+	httpAddr, debugAddr, out := p.httpAddr, p.debugAddr, p.out
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(url string) (int, string) {
@@ -126,17 +95,6 @@ descriptors:
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	testenv.Eventually(t, 20*time.Second, "/bin/ratelimit answers GET /healthcheck", func() bool {
-		select {
-		case err := <-exited:
-			stopped = true
-			t.Fatalf("/bin/ratelimit exited at start (%v):\n%s", err, out)
-		default:
-		}
-		code, _ := get("http://" + httpAddr + "/healthcheck")
-		return code == http.StatusOK
-	})
-
 	// ENV's token-quota.sh: 2 per hour, checked with hits_addend 0 on the
 	// request and charged 1 when the stream ends; the third request passes
 	// (2 of 2 is not over), its charge makes 3, the fourth is denied.
@@ -187,16 +145,7 @@ descriptors:
 			t.Errorf("the log mentions %q; ENV mode has no catalog, no token and no error to report", unwanted)
 		}
 	}
-	mustRun(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Errorf("/bin/ratelimit exited with %v after SIGTERM, want 0", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Error("/bin/ratelimit did not stop within 20s of SIGTERM")
-	}
+	p.stop()
 }
 
 func mustRun(t *testing.T, err error) {

@@ -5,11 +5,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,48 +30,9 @@ func startStatsEnvMode(t *testing.T, env ...string) (httpAddr string, stop func(
 	base := t.TempDir()
 	mustRun(t, os.MkdirAll(filepath.Join(base, "runtime/ratelimit/config"), 0o755))
 	writeFile(t, filepath.Join(base, "runtime/ratelimit/config/stats.yaml"), statsDomainYAML)
-	ratelimit := filepath.Join(base, "ratelimit")
-	copyFile(t, binary, ratelimit, 0o755)
-	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-	cmd := exec.Command(ratelimit)
-	cmd.Dir = base
-	cmd.Env = append([]string{
-		"PATH=/usr/bin:/bin", "HOME=" + base, "LOG_LEVEL=debug", "LOG_FORMAT=json",
-		"RUNTIME_ROOT=" + filepath.Join(base, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit",
-		"HOST=127.0.0.1", "PORT=" + port(httpAddr), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debugAddr),
-	}, env...)
-	out := &testenv.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	mustRun(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("/bin/ratelimit output:\n%s", out)
-		}
-	})
+	p := startRatelimit(t, copyRatelimit(t, base), base, filepath.Join(base, "runtime"), false, env...)
+	httpAddr = p.httpAddr
 	client := &http.Client{Timeout: 10 * time.Second}
-	testenv.Eventually(t, 20*time.Second, "/bin/ratelimit answers GET /healthcheck", func() bool {
-		select {
-		case err := <-exited:
-			stopped = true
-			t.Fatalf("/bin/ratelimit exited at start (%v):\n%s", err, out)
-		default:
-		}
-		resp, err := client.Get("http://" + httpAddr + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	day := time.Now().UTC().YearDay()
 	for i, want := range []string{"OK", "OK", "OVER_LIMIT"} {
 		body := `{"domain":"e2estats","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`
@@ -88,19 +47,7 @@ func startStatsEnvMode(t *testing.T, env ...string) (httpAddr string, stop func(
 			t.Fatalf("request %d: %s, want %s", i+1, raw, want)
 		}
 	}
-	return httpAddr, func() {
-		t.Helper()
-		mustRun(t, cmd.Process.Signal(syscall.SIGTERM))
-		select {
-		case err := <-exited:
-			stopped = true
-			if err != nil {
-				t.Errorf("/bin/ratelimit exited with %v after SIGTERM, want 0", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("/bin/ratelimit did not stop within 20s of SIGTERM")
-		}
-	}
+	return httpAddr, p.stop
 }
 
 // TestEnvoyModeStatsd: as /bin/ratelimit with ENV's statsd variables (and

@@ -101,25 +101,39 @@ func (s *Server) holdBackIncrements(ctx context.Context, d *Domain, cd *compiled
 	return nil
 }
 
-// withoutExcess is a count-every-hit subject without the hits above the
-// limit it may carry (see countAllMarker).
-func withoutExcess(subject string) string {
-	rest, ok := strings.CutPrefix(subject, countAllMarker)
-	if !ok {
-		return subject
+// parseCountAll splits a count-every-hit subject (see countAllMarker) into
+// the hits above the limit it carries and its descriptor part; ok is false
+// for any other subject, or a malformed one.
+func parseCountAll(subject string) (excess int64, descriptor string, ok bool) {
+	rest, marked := strings.CutPrefix(subject, countAllMarker)
+	if !marked {
+		return 0, "", false
 	}
-	if _, after, ok := strings.Cut(rest, "\x00"); ok {
-		return countAllMarker + "\x00" + after
+	over, descriptor, found := strings.Cut(rest, "\x00")
+	if !found {
+		return 0, "", false
+	}
+	if over != "" {
+		n, err := strconv.ParseInt(over, 10, 64)
+		if err != nil || n < 0 {
+			return 0, "", false
+		}
+		excess = n
+	}
+	return excess, descriptor, true
+}
+
+// withoutExcess is a count-every-hit subject without the hits above the
+// limit it may carry.
+func withoutExcess(subject string) string {
+	if _, descriptor, ok := parseCountAll(subject); ok {
+		return countAllMarker + "\x00" + descriptor
 	}
 	return subject
 }
 
 // excessOf is the hits above the limit a count-every-hit subject carries.
 func excessOf(subject string) int64 {
-	rest, ok := strings.CutPrefix(subject, countAllMarker)
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.ParseInt(rest[:max(0, strings.IndexByte(rest, 0))], 10, 64)
+	n, _, _ := parseCountAll(subject)
 	return n
 }

@@ -1,7 +1,6 @@
 package envoyrls
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -154,10 +153,9 @@ func NewRatelimitKeyStore(next sluice.Store, client rueidis.Client, prefix strin
 func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
 	script, hits := ratelimitScript, req.Cost
 	descriptor, marked := strings.CutPrefix(req.Subject, ratelimitKeyMarker)
-	if rest, countsAll := strings.CutPrefix(req.Subject, countAllMarker); countsAll {
-		over, after, ok := strings.Cut(rest, "\x00")
-		n, err := strconv.ParseInt(cmp.Or(over, "0"), 10, 64)
-		if !ok || err != nil || n < 0 {
+	if strings.HasPrefix(req.Subject, countAllMarker) {
+		n, after, ok := parseCountAll(req.Subject)
+		if !ok {
 			return sluice.Decision{}, fmt.Errorf("%w: malformed envoyproxy/ratelimit-format subject", sluice.ErrInvalid)
 		}
 		script, hits, descriptor, marked = countAllScript, req.Cost+n, after, true

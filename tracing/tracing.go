@@ -114,7 +114,7 @@ func Setup(ctx context.Context, service, version string) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("tracing resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
 	}
-	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(Redacting(exporter)), sdktrace.WithResource(res))
 	t := New(provider)
 	// Libraries that trace through the globals (the gRPC and HTTP
 	// instrumentation's defaults) use the same provider and propagator.
@@ -155,13 +155,14 @@ func firstEnv(names ...string) string {
 }
 
 // Handler wraps a server's handler: each request gets a server span named
-// after the route pattern that served it, child of the caller's trace
-// context when the request carries one. Off, it returns h.
+// after the route pattern that served it, with that route as http.route,
+// child of the caller's trace context when the request carries one. Off,
+// it returns h.
 func (t *Tracing) Handler(h http.Handler, server string) http.Handler {
 	if !t.Enabled() {
 		return h
 	}
-	return otelhttp.NewHandler(h, server,
+	return otelhttp.NewHandler(recordRoute(h), server,
 		otelhttp.WithTracerProvider(t.provider),
 		otelhttp.WithPropagators(t.propagator),
 		otelhttp.WithSpanNameFormatter(spanName),

@@ -32,11 +32,13 @@ type otlpCollector struct {
 	mu       sync.Mutex
 	spans    []*tracepb.Span
 	services []string
+	requests []*collectortracepb.ExportTraceServiceRequest // every export, whole
 }
 
 func (c *otlpCollector) Export(_ context.Context, req *collectortracepb.ExportTraceServiceRequest) (*collectortracepb.ExportTraceServiceResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.requests = append(c.requests, req)
 	for _, rs := range req.ResourceSpans {
 		if v := attr(rs.GetResource().GetAttributes(), "service.name"); v != "" {
 			c.services = append(c.services, v)

@@ -2,6 +2,7 @@
 # Makes sure the real servers the tests talk to are available:
 #   - redis-server and redis-cli on PATH (tests start private instances of them);
 #   - chromium on PATH, the headless browser of the web console's tests (console/);
+#   - node (18+) and python3, which run the clients' suites (clients/);
 #   - PostgreSQL reachable at $SLUICE_TEST_POSTGRES (default 127.0.0.1:5432, user
 #     postgres, trust auth), where each test creates and drops its own database;
 #   - optionally promtool (Debian package prometheus), for deploy/'s alert rule checks.
@@ -13,6 +14,9 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The TypeScript and Python clients' suites (clients/) run under node and python3.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -16,6 +16,7 @@ import (
 	yamlv3 "gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "sigs.k8s.io/yaml"
 
@@ -29,13 +30,21 @@ type manifest struct {
 	deployments []appsv1.Deployment
 	services    []corev1.Service
 	configMaps  []corev1.ConfigMap
+	secrets     []corev1.Secret
+	pdbs        []policyv1.PodDisruptionBudget
 	custom      []map[string]any
 }
 
 func loadManifest(t *testing.T, path string) manifest {
 	t.Helper()
+	return decodeManifest(t, path, read(t, path))
+}
+
+// decodeManifest decodes the objects of data, named path in errors.
+func decodeManifest(t *testing.T, path string, data []byte) manifest {
+	t.Helper()
 	var m manifest
-	dec := yamlv3.NewDecoder(bytes.NewReader(read(t, path)))
+	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	for {
 		var node map[string]any
 		err := dec.Decode(&node)
@@ -74,7 +83,16 @@ func loadManifest(t *testing.T, path string) manifest {
 			var c corev1.ConfigMap
 			strict(&c)
 			m.configMaps = append(m.configMaps, c)
-		case "networking.istio.io/v1alpha3 EnvoyFilter", "projectcontour.io/v1alpha1 ExtensionService":
+		case "v1 Secret":
+			var sec corev1.Secret
+			strict(&sec)
+			m.secrets = append(m.secrets, sec)
+		case "policy/v1 PodDisruptionBudget":
+			var pdb policyv1.PodDisruptionBudget
+			strict(&pdb)
+			m.pdbs = append(m.pdbs, pdb)
+		case "networking.istio.io/v1alpha3 EnvoyFilter", "projectcontour.io/v1alpha1 ExtensionService",
+			"monitoring.coreos.com/v1 ServiceMonitor", "monitoring.coreos.com/v1 PrometheusRule":
 			m.custom = append(m.custom, node)
 		default:
 			t.Fatalf("%s: an object of kind %s %s the test does not know", path, tm.APIVersion, tm.Kind)

@@ -332,3 +332,44 @@ func TestGatewayAccessLogReloads(t *testing.T) {
 		}
 	}
 }
+
+// TestCORSPreflightHeadersAsAnyClientWritesThem: a preflight naming its
+// headers "Authorization, Content-Type" (capitals and a space, as curl and
+// scripts write them) is granted like a browser's
+// "authorization,content-type"; one asking for a header the policy does
+// not allow is refused with a log line saying which header and which
+// setting, never silently.
+func TestCORSPreflightHeadersAsAnyClientWritesThem(t *testing.T) {
+	up := newUpstream(t, "app")
+	var logs testenv.Buffer
+	gw := loggedGateway(t, fmt.Sprintf(`
+cors: {allowed_origins: [https://app.example.com]}
+routes: [{name: api, path_prefix: /api, upstream: %q}]
+`, up.URL), &logs, nil)
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	preflight := func(headers string) response {
+		return do(t, "OPTIONS", srv.URL+"/api/x", map[string]string{"Origin": "https://app.example.com",
+			"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": headers})
+	}
+	for _, h := range []string{"authorization,content-type", "Authorization, Content-Type", " content-type ,AUTHORIZATION"} {
+		if r := preflight(h); r.status/100 != 2 || r.header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+			t.Errorf("preflight with %q: %d %v, want a grant", h, r.status, r.header)
+		}
+	}
+	if strings.Contains(logs.String(), "CORS preflight refused") {
+		t.Fatalf("a granted preflight was logged as refused:\n%s", logs.String())
+	}
+	if r := preflight("Authorization, X-Secret-Header"); r.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("a preflight for a header not allowed got a grant: %v", r.header)
+	}
+	recs := waitForRecords(t, &logs, "CORS preflight refused", 1)
+	if got := recs[0]["reason"]; got != "headers x-secret-header not in cors.allowed_headers" {
+		t.Errorf("refusal reason %q", got)
+	}
+	do(t, "OPTIONS", srv.URL+"/api/x", map[string]string{"Origin": "https://evil.example.com", "Access-Control-Request-Method": "GET"})
+	recs = waitForRecords(t, &logs, "CORS preflight refused", 2)
+	if got := recs[1]["reason"]; got != "origin not in cors.allowed_origins" {
+		t.Errorf("refusal reason %q", got)
+	}
+}

@@ -406,7 +406,7 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 	// upstream will get; CORS wraps the lot, so a browser can read a 400 too.
 	rt.handler = normalisePaths(http.HandlerFunc(rt.serveRoute))
 	if cfg.CORS != nil {
-		rt.handler = newCORS(cfg.CORS).Handler(rt.handler)
+		rt.handler = newCORSPolicy(cfg.CORS, g.opts.Logger).Handler(rt.handler)
 	}
 	// Outermost, so that preflights and refused paths are logged too.
 	if cfg.AccessLog.Enabled {
@@ -425,15 +425,7 @@ func (rt *runtime) route(name string) *route {
 	return nil
 }
 
-func newCORS(c *CORSConfig) *cors.Cors {
-	methods := c.AllowedMethods
-	if len(methods) == 0 {
-		methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
-	}
-	headers := c.AllowedHeaders
-	if len(headers) == 0 {
-		headers = []string{"Authorization", "Content-Type"}
-	}
+func newCORS(c *CORSConfig, methods, headers []string) *cors.Cors {
 	// The rate-limit headers are exposed to browsers, so scripts can read
 	// their limits.
 	exposed := append(ratelimitheader.Names(), c.ExposedHeaders...)

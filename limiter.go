@@ -17,6 +17,14 @@ import (
 //	decision, err := limiter.Allow(ctx, userID)
 //	if !decision.Allowed { /* wait decision.RetryAfter */ }
 //	decision, err = limiter.Wait(ctx, userID) // or block until allowed
+//
+// Limits may also be given per call, when they depend on the caller (a
+// plan, a customer's contract): AllowWith checks the limits it is given
+// under the limiter's name, and a Limiter made with no limits of its own
+// serves only such calls.
+//
+//	plans, err := sluice.NewLimiter(store, "api")
+//	decision, err := plans.AllowWith(ctx, userID, 1, sluice.PerMinute(planLimit))
 type Limiter struct {
 	store  Store
 	name   string
@@ -24,7 +32,9 @@ type Limiter struct {
 }
 
 // NewLimiter returns a Limiter named name over store. The name namespaces the
-// counters: two Limiters with different names never share them.
+// counters: two Limiters with different names never share them. With no
+// limits, the Limiter checks only limits given per call (AllowWith); its
+// Allow, AllowN, Peek, Wait and Reset then say so in an error.
 func NewLimiter(store Store, name string, limits ...Limit) (*Limiter, error) {
 	if store == nil {
 		return nil, invalidf("a limiter needs a store; use memory.New() or redis.New(...)")
@@ -32,10 +42,21 @@ func NewLimiter(store Store, name string, limits ...Limit) (*Limiter, error) {
 	if name == "" {
 		return nil, invalidf("a limiter needs a name to keep its counters apart from other limiters'")
 	}
-	if err := Limits(limits).Validate(); err != nil {
-		return nil, fmt.Errorf("limiter %q: %w", name, err)
+	if len(limits) > 0 {
+		if err := Limits(limits).Validate(); err != nil {
+			return nil, fmt.Errorf("limiter %q: %w", name, err)
+		}
 	}
 	return &Limiter{store: store, name: name, limits: append([]Limit(nil), limits...)}, nil
+}
+
+// own returns l's own limits, or an error saying a limiter made without
+// them takes its limits per call.
+func (l *Limiter) own() ([]Limit, error) {
+	if len(l.limits) == 0 {
+		return nil, invalidf("limiter %q has no limits of its own: give them per call with AllowWith, or to NewLimiter", l.name)
+	}
+	return l.limits, nil
 }
 
 // Allow reports whether one request from subject may go through now, and takes
@@ -48,7 +69,24 @@ func (l *Limiter) Allow(ctx context.Context, subject string) (Decision, error) {
 // and takes n units from every limit if so. A cost larger than a limit can ever
 // hold is an error wrapping ErrInvalid, not a deny.
 func (l *Limiter) AllowN(ctx context.Context, subject string, n int64) (Decision, error) {
-	return l.store.Check(ctx, Request{Rule: l.name, Subject: subject, Limits: l.limits, Cost: n})
+	limits, err := l.own()
+	if err != nil {
+		return Decision{}, err
+	}
+	return l.store.Check(ctx, Request{Rule: l.name, Subject: subject, Limits: limits, Cost: n})
+}
+
+// AllowWith is AllowN against the limits given instead of l's own, for
+// limits chosen per call. Counters are the limiter's, per limit name, as
+// for a changed limit: a limit keeps its counters across calls while its
+// name, algorithm and window stay the same, so a subject moved to a higher
+// plan keeps what it used. The limits are validated on every call; bad
+// ones are an error wrapping ErrInvalid.
+func (l *Limiter) AllowWith(ctx context.Context, subject string, n int64, limits ...Limit) (Decision, error) {
+	if err := Limits(limits).Validate(); err != nil {
+		return Decision{}, fmt.Errorf("limiter %q: %w", l.name, err)
+	}
+	return l.store.Check(ctx, Request{Rule: l.name, Subject: subject, Limits: limits, Cost: n})
 }
 
 // Peek reports the state of subject's limits without consuming anything.
@@ -58,7 +96,20 @@ func (l *Limiter) Peek(ctx context.Context, subject string) (Decision, error) {
 
 // Reset forgets subject's counters.
 func (l *Limiter) Reset(ctx context.Context, subject string) error {
-	return l.store.Reset(ctx, "", l.name, subject, l.limits)
+	limits, err := l.own()
+	if err != nil {
+		return err
+	}
+	return l.store.Reset(ctx, "", l.name, subject, limits)
+}
+
+// ResetWith forgets subject's counters of the limits given, for a limiter
+// whose limits are given per call.
+func (l *Limiter) ResetWith(ctx context.Context, subject string, limits ...Limit) error {
+	if err := Limits(limits).Validate(); err != nil {
+		return fmt.Errorf("limiter %q: %w", l.name, err)
+	}
+	return l.store.Reset(ctx, "", l.name, subject, limits)
 }
 
 // Limits returns the limits l checks.

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +58,6 @@ func TestNewLimiterValidates(t *testing.T) {
 	for name, build := range map[string]func() (*sluice.Limiter, error){
 		"no_store":  func() (*sluice.Limiter, error) { return sluice.NewLimiter(nil, "x", sluice.PerSecond(1)) },
 		"no_name":   func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "", sluice.PerSecond(1)) },
-		"no_limits": func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "x") },
 		"bad_limit": func() (*sluice.Limiter, error) { return sluice.NewLimiter(store, "x", sluice.PerSecond(0)) },
 		"same_name_2": func() (*sluice.Limiter, error) {
 			return sluice.NewLimiter(store, "x", sluice.PerSecond(1), sluice.PerSecond(2))
@@ -66,6 +66,58 @@ func TestNewLimiterValidates(t *testing.T) {
 		if _, err := build(); !errors.Is(err, sluice.ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// TestLimitsPerCall: a limiter made without limits takes them per call
+// (AllowWith), keeping each limit's counters while its name, algorithm and
+// window stay the same, so a subject moved to a bigger plan keeps what it
+// used; its own-limit calls say how to use it; bad per-call limits are
+// ErrInvalid and take nothing.
+func TestLimitsPerCall(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	plans, err := sluice.NewLimiter(store, "plans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := sluice.PerHour(2).Named("hourly")
+	pro := sluice.PerHour(5).Named("hourly")
+	for i, want := range []bool{true, true, false} {
+		d, err := plans.AllowWith(ctx, "u", 1, free)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("free check %d: %+v, %v; want allowed %v", i+1, d, err, want)
+		}
+	}
+	// Upgraded: the same counter, judged against 5.
+	d, err := plans.AllowWith(ctx, "u", 1, pro)
+	if err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("pro check: %+v, %v; want allowed with 2 remaining", d, err)
+	}
+	if d, err := plans.AllowWith(ctx, "other", 1, free); err != nil || d.Remaining != 1 {
+		t.Fatalf("another subject: %+v, %v", d, err)
+	}
+	for name, call := range map[string]func() error{
+		"allow": func() error { _, err := plans.Allow(ctx, "u"); return err },
+		"peek":  func() error { _, err := plans.Peek(ctx, "u"); return err },
+		"wait":  func() error { _, err := plans.Wait(ctx, "u"); return err },
+		"reset": func() error { return plans.Reset(ctx, "u") },
+	} {
+		if err := call(); !errors.Is(err, sluice.ErrInvalid) || !strings.Contains(err.Error(), "AllowWith") {
+			t.Errorf("%s on a limiter without limits: %v, want ErrInvalid naming AllowWith", name, err)
+		}
+	}
+	for name, limits := range map[string][]sluice.Limit{"none": nil, "bad": {sluice.PerSecond(0)}, "same_name": {free, pro}} {
+		if _, err := plans.AllowWith(ctx, "u", 1, limits...); !errors.Is(err, sluice.ErrInvalid) {
+			t.Errorf("AllowWith %s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := plans.ResetWith(ctx, "u", pro); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := plans.AllowWith(ctx, "u", 0, pro); err != nil || d.Remaining != 5 {
+		t.Fatalf("after ResetWith: %+v, %v; want 5 remaining", d, err)
 	}
 }
 

@@ -5,11 +5,13 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1 -timeout 30m
 
-.PHONY: test test-short deps fmt-check vet lint bench run fuzz-short image
+.PHONY: test test-short deps fmt-check vet lint bench run fuzz-short image image-release release release-snapshot release-check release-tools
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GORELEASER ?= github.com/goreleaser/goreleaser/v2@v2.15.1
+CYCLONEDX ?= github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
 
-test: deps fmt-check vet lint
+test: deps fmt-check vet lint release-check
 	$(GO) test $(GOFLAGS_TEST) ./...
 	@scripts/fuzz-short.sh
 
@@ -53,3 +55,31 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 image:
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
+
+# Releases (.goreleaser.yaml): static binaries for linux and darwin on amd64
+# and arm64, SHA-256 checksums and a CycloneDX SBOM per binary, in dist/.
+# The tools are built from their pinned modules into bin/tools.
+TOOLS := $(CURDIR)/bin/tools
+release-tools:
+	@GOBIN=$(TOOLS) GOFLAGS= $(GO) install $(GORELEASER)
+	@GOBIN=$(TOOLS) GOFLAGS= $(GO) install $(CYCLONEDX)
+
+# On a tag vX.Y.Z, with GITHUB_TOKEN: build and publish the GitHub release.
+release: release-tools
+	PATH="$(TOOLS):$$PATH" $(TOOLS)/goreleaser release --clean
+
+# Every target, from any commit, nothing published.
+release-snapshot: release-tools
+	PATH="$(TOOLS):$$PATH" $(TOOLS)/goreleaser release --snapshot --clean --skip=publish
+
+# In `make test`, so the release cannot rot: the configuration checked, and
+# the release build of this machine's target, its archive, checksum and
+# SBOM made and verified (scripts/release-check.sh).
+release-check: release-tools
+	@PATH="$(TOOLS):$$PATH" scripts/release-check.sh
+
+# The multi-arch image (linux/amd64 and linux/arm64) from the Dockerfile,
+# pushed to IMAGE, labelled with the tag; the release workflow runs it.
+image-release:
+	docker buildx build --platform linux/amd64,linux/arm64 --push \
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .

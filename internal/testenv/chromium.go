@@ -15,6 +15,9 @@ func Chromium(t testing.TB) string {
 	if p := os.Getenv("SLUICE_TEST_CHROMIUM"); p != "" {
 		return p
 	}
+	// A browser is a server of its own for this purpose: the fast tier
+	// needs Go alone.
+	skipShort(t, "chromium")
 	requireBinary(t, "chromium", "chromium")
 	p, _ := exec.LookPath("chromium")
 	return p

@@ -296,9 +296,6 @@ func waitRedisReady(addr string, p *proc) error {
 	}
 }
 
-// requireBinary fails the test, with an install hint, if name is not on
-// PATH. Failing rather than skipping keeps a misconfigured machine from
-// passing a suite that tested nothing.
 // skipShort skips t under go test -short, the fast tier that runs only what
 // needs no server; the full suite never skips.
 func skipShort(t testing.TB, what string) {
@@ -308,6 +305,9 @@ func skipShort(t testing.TB, what string) {
 	}
 }
 
+// requireBinary fails the test, with an install hint, if name is not on
+// PATH. Failing rather than skipping keeps a misconfigured machine from
+// passing a suite that tested nothing.
 func requireBinary(t testing.TB, name, debPackage string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {

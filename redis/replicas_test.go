@@ -1,0 +1,120 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/storetest"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
+)
+
+// ackTimeout is the WAIT bound of these tests: far above a replica's
+// acknowledgement on a loaded machine, so only a replica that cannot
+// answer fails a check.
+const ackTimeout = 5 * time.Second
+
+func openAcked(t *testing.T, url string, acks int, timeout time.Duration) *sluiceredis.Store {
+	t.Helper()
+	s, err := sluiceredis.Open(url, sluiceredis.Options{ReplicaAcks: acks, ReplicaAckTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformanceWithReplicaAcks(t *testing.T) {
+	primary := testenv.Redis(t)
+	testenv.RedisReplica(t, primary)
+	storetest.Run(t, func(t *testing.T) sluice.Store { return openAcked(t, primary.URL(), 1, ackTimeout) })
+}
+
+func TestHoldsConformanceWithReplicaAcks(t *testing.T) {
+	primary := testenv.Redis(t)
+	testenv.RedisReplica(t, primary)
+	storetest.RunHolds(t, func(t *testing.T) sluice.Holder { return openAcked(t, primary.URL(), 1, ackTimeout) })
+}
+
+func TestConformanceClusterWithReplicaAcks(t *testing.T) {
+	cluster := testenv.RedisClusterWith(t, testenv.ClusterOptions{Replicas: 1})
+	storetest.Run(t, func(t *testing.T) sluice.Store { return openAcked(t, cluster.URL(), 1, ackTimeout) })
+}
+
+func TestSentinelWithReplicaAcks(t *testing.T) {
+	primary := testenv.Redis(t)
+	replica := testenv.RedisReplica(t, primary)
+	sentinel := testenv.RedisSentinel(t, primary, "mymaster")
+	store := openAcked(t, "redis-sentinel://mymaster@"+sentinel.Addr+"/0", 1, ackTimeout)
+	assertAcked(t, store, replica)
+}
+
+// assertAcked: with one replica that acknowledges, writes are allowed; with
+// it stopped, a write is a store failure naming the missing replicas, while
+// a deny and a peek, which write nothing, are answered.
+func assertAcked(t *testing.T, store *sluiceredis.Store, replica *testenv.RedisServer) {
+	t.Helper()
+	ctx := context.Background()
+	limit := []sluice.Limit{sluice.FixedWindow(2, time.Hour).Named("hourly")}
+	req := func(subject string, cost int64) sluice.Request {
+		return sluice.Request{Tenant: "t", Rule: "r", Subject: subject, Limits: limit, Cost: cost}
+	}
+	for i := range 2 {
+		d, err := store.Check(ctx, req("spent", 1))
+		if err != nil || !d.Allowed {
+			t.Fatalf("check %d with the replica up: %+v, %v", i+1, d, err)
+		}
+	}
+	replica.Pause()
+	defer replica.Resume()
+	if d, err := store.Check(ctx, req("spent", 1)); err != nil || d.Allowed {
+		t.Errorf("a deny with the replica stopped: want it answered, got %+v, %v", d, err)
+	}
+	if d, err := store.Check(ctx, req("fresh", 0)); err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Errorf("a peek with the replica stopped: want it answered, got %+v, %v", d, err)
+	}
+	_, err := store.Check(ctx, req("fresh", 1))
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, sluiceredis.ErrTooFewReplicas) {
+		t.Fatalf("a write with the replica stopped: want ErrStoreUnavailable and ErrTooFewReplicas, got %v", err)
+	}
+	t.Logf("unacknowledged write: %v", err)
+}
+
+func TestReplicaAcksFailWritesNoReplicaHas(t *testing.T) {
+	primary := testenv.Redis(t)
+	replica := testenv.RedisReplica(t, primary)
+	// A short bound: each unacknowledged write waits it out.
+	assertAcked(t, openAcked(t, primary.URL(), 1, 200*time.Millisecond), replica)
+
+	t.Run("more acks than replicas", func(t *testing.T) {
+		store := openAcked(t, primary.URL(), 2, 100*time.Millisecond)
+		req := sluice.Request{Tenant: "t", Rule: "r", Subject: "two", Cost: 1,
+			Limits: []sluice.Limit{sluice.TokenBucket(5, 1).Named("b")}}
+		if _, err := store.Check(context.Background(), req); !errors.Is(err, sluiceredis.ErrTooFewReplicas) {
+			t.Errorf("2 acks asked of one replica: want ErrTooFewReplicas, got %v", err)
+		}
+	})
+	t.Run("hold operations", func(t *testing.T) {
+		store := openAcked(t, primary.URL(), 1, ackTimeout)
+		req := sluice.Request{Tenant: "t", Rule: "r", Subject: "holder", Cost: 1,
+			Limits: []sluice.Limit{sluice.Concurrency(2, time.Minute).Named("inflight")}}
+		d, err := store.Check(context.Background(), req)
+		if err != nil || d.Hold == nil {
+			t.Fatalf("taking a lease: %+v, %v", d, err)
+		}
+		res, err := store.Hold(context.Background(), sluice.HoldOp{ID: d.Hold.ID, Tenant: "t", Action: sluice.HoldRelease})
+		if err != nil || res.Status != sluice.HoldReleased {
+			t.Fatalf("releasing it: %+v, %v", res, err)
+		}
+		// Released twice: nothing changes, nothing to acknowledge.
+		replica.Pause()
+		defer replica.Resume()
+		res, err = store.Hold(context.Background(), sluice.HoldOp{ID: d.Hold.ID, Tenant: "t", Action: sluice.HoldRelease})
+		if err != nil || res.Status != sluice.HoldFinished {
+			t.Errorf("a finished hold with the replica stopped: want it answered, got %+v, %v", res, err)
+		}
+	})
+}

@@ -3,6 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,3 +121,87 @@ func TestReplicaAcksFailWritesNoReplicaHas(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkReplicaAcks measures --redis-replica-acks on a primary with one
+// replica, N=0 against N=1 in the same run, for checks that write (allow)
+// and checks that do not (deny, which N=1 still pipelines with a WAIT that
+// returns at once): time per check, CPU per check of this process
+// (client-cpu-ns/op), of the primary (redis-cpu-ns/op) and of the replica
+// (replica-cpu-ns/op), and the checks' p50 and p99 latency.
+func BenchmarkReplicaAcks(b *testing.B) {
+	primary := testenv.Redis(b)
+	replica := testenv.RedisReplica(b, primary)
+	ctx := context.Background()
+	workloads := []struct {
+		name string
+		req  sluice.Request
+	}{
+		{"allow", sluice.Request{Rule: "bench", Subject: "allowed", Cost: 1,
+			Limits: []sluice.Limit{sluice.FixedWindow(1<<40, time.Hour).Named("hourly")}}},
+		{"deny", sluice.Request{Rule: "bench", Subject: "denied", Cost: 1,
+			Limits: []sluice.Limit{sluice.FixedWindow(1, time.Hour).Named("hourly")}}},
+	}
+	// The machine's load drifts: each run (-count) swaps which N goes first.
+	order := []int{0, 1}
+	if replicaAckRuns%2 == 1 {
+		order = []int{1, 0}
+	}
+	replicaAckRuns++
+	for _, w := range workloads {
+		for _, acks := range order {
+			store, err := sluiceredis.Open(primary.URL(), sluiceredis.Options{ReplicaAcks: acks})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := store.Check(ctx, w.req); err != nil { // the deny's subject is spent
+				b.Fatal(err)
+			}
+			check := func(b *testing.B, lat *[]time.Duration) bool {
+				start := time.Now()
+				_, err := store.Check(ctx, w.req)
+				*lat = append(*lat, time.Since(start))
+				if err != nil {
+					b.Error(err)
+					return false
+				}
+				return true
+			}
+			for _, par := range []int{1, 32} {
+				name := fmt.Sprintf("%s/acks=%d/serial", w.name, acks)
+				if par > 1 {
+					name = fmt.Sprintf("%s/acks=%d/parallel%d", w.name, acks, par*2)
+				}
+				b.Run(name, func(b *testing.B) {
+					var mu sync.Mutex
+					var all []time.Duration
+					done := measureCPU(b, primary)
+					replica0 := redisCPU(b, replica)
+					if par == 1 {
+						for b.Loop() && check(b, &all) {
+						}
+					} else {
+						b.SetParallelism(par)
+						b.RunParallel(func(pb *testing.PB) {
+							var lat []time.Duration
+							for pb.Next() && check(b, &lat) {
+							}
+							mu.Lock()
+							all = append(all, lat...)
+							mu.Unlock()
+						})
+					}
+					done()
+					b.ReportMetric(float64((redisCPU(b, replica)-replica0).Nanoseconds())/float64(b.N), "replica-cpu-ns/op")
+					slices.Sort(all)
+					if len(all) > 0 {
+						b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+						b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+					}
+				})
+			}
+			store.Close()
+		}
+	}
+}
+
+var replicaAckRuns int

@@ -64,7 +64,9 @@ func sentinelFailover(t *testing.T, acks int) {
 	// they are seen from, and connect from it (protected mode would refuse
 	// any loopback client but 127.0.0.1).
 	from := []string{"--bind", failoverSource + " 127.0.0.1", "--bind-source-addr", failoverSource, "--protected-mode", "no"}
-	replica := testenv.RedisReplicaOf(t, gate.addr(), from...)
+	// Its replicas are synced at once once it is promoted (Redis waits 5 s
+	// for more replicas to share a diskless sync by default).
+	replica := testenv.RedisReplicaOf(t, gate.addr(), append(from, "--repl-diskless-sync-delay", "0")...)
 	var sentinels []string
 	var sentinelDirs []string
 	t.Cleanup(func() {

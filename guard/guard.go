@@ -15,6 +15,15 @@
 // answering from the failure policy at once; after OpenTimeout one probe call
 // is let through, and its success closes the breaker again.
 //
+// Recovery is bounded by construction: once the store answers again, a
+// probe is let through within OpenTimeout, or, if one was in flight when the
+// store healed, within the two Timeouts that probe may take to fail plus
+// OpenTimeout. With the defaults (50ms, 200ms) that is 300ms plus the
+// probe's own answer: checks are the store's again well within a second of
+// any heal, whatever the breaker's phase. The open period does not back
+// off: a dead store costs one probe call per OpenTimeout per shard and
+// instance, and a longer period would lengthen every recovery.
+//
 // When the store cannot answer, the sluice.FailureMode of the check decides:
 //
 //   - FailClosed: an error wrapping sluice.ErrStoreUnavailable (the service
@@ -63,7 +72,7 @@ const (
 	DefaultTimeout          = 50 * time.Millisecond
 	DefaultMaxWait          = time.Second
 	DefaultFailureThreshold = 5
-	DefaultOpenTimeout      = 500 * time.Millisecond
+	DefaultOpenTimeout      = 200 * time.Millisecond
 	DefaultName             = "store"
 )
 
@@ -90,7 +99,8 @@ type Options struct {
 	// the breaker (default 5).
 	FailureThreshold int
 	// OpenTimeout is how long the breaker stays open before letting one probe
-	// call through (default 500ms: a store back from a restart is used again within about half a second).
+	// call through (default 200ms: see the package doc for the recovery
+	// bound it gives).
 	OpenTimeout time.Duration
 	// OnStateChange, if set, is called when the breaker changes state, with
 	// states "closed", "open" or "half-open". It runs while the breaker is

@@ -141,6 +141,8 @@ func TestConnectFailsAtOnceOnBadConfiguration(t *testing.T) {
 		{"unknown scheme", "http://" + srv.Addr, sluiceredis.Options{}, "scheme must be"},
 		{"sentinel without a master name", "redis-sentinel://" + srv.Addr, sluiceredis.Options{}, "master set name"},
 		{"prefix with a hash tag", srv.URL(), sluiceredis.Options{Prefix: "{x}"}, "must not contain"},
+		{"negative replica acks", srv.URL(), sluiceredis.Options{ReplicaAcks: -1}, "replica acks must be 0"},
+		{"negative replica ack timeout", srv.URL(), sluiceredis.Options{ReplicaAcks: 1, ReplicaAckTimeout: -time.Second}, "must not be negative"},
 		{"user Redis refuses", "redis://nobody:wrong@" + srv.Addr + "/0", sluiceredis.Options{}, "refused the connection"},
 		{"database Redis does not have", "redis://" + srv.Addr + "/999", sluiceredis.Options{}, "refused the connection"},
 	} {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicelabs/sluice"
 )
 
@@ -55,7 +57,7 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 			return sluice.HoldResult{}, err
 		}
 	}
-	reply, err := checkScript.Exec(ctx, s.client, keys, args).ToArray()
+	reply, err := s.execScript(ctx, keys, args, true, holdChanged)
 	if err != nil {
 		return sluice.HoldResult{}, unavailable("hold", err)
 	}
@@ -85,6 +87,24 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	}
 	res.ExpiresIn, res.LeasesFreed, res.Refunded = time.Duration(n[0])*time.Millisecond, n[1], n[2] == 1
 	return res, nil
+}
+
+// holdChanged reports whether a hold operation's reply says it changed
+// something: a hold unknown, already finished or expired, or a settle
+// refused as too large, changed nothing.
+func holdChanged(reply []rueidis.RedisMessage) bool {
+	if len(reply) == 0 {
+		return true
+	}
+	status, err := reply[0].ToString()
+	switch {
+	case err != nil:
+		return true
+	case status == "too_large", sluice.HoldStatus(status) == sluice.HoldUnknown,
+		sluice.HoldStatus(status) == sluice.HoldFinished, sluice.HoldStatus(status) == sluice.HoldExpired:
+		return false
+	}
+	return true
 }
 
 // currentLimitArgs appends to a settle's args the current limits of the

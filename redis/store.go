@@ -56,6 +56,15 @@ type Options struct {
 	// (a rediss:// URL alone uses the system's CAs): a private CA, a client
 	// certificate, a server name (see internal/tlsconfig.ClientConfig).
 	TLS *tls.Config
+	// ReplicaAcks, if above zero, makes every check that writes wait for
+	// that many replicas to have its writes (WAIT, in the same round trip):
+	// a check acknowledged by fewer within ReplicaAckTimeout fails as a
+	// store failure, so a failover to a replica loses no admitted unit.
+	// See replicas.go. Zero (the default) replicates asynchronously.
+	ReplicaAcks int
+	// ReplicaAckTimeout bounds each WAIT (default
+	// DefaultReplicaAckTimeout); a call's own deadline bounds it too.
+	ReplicaAckTimeout time.Duration
 }
 
 // DefaultMaxFlushDelay is the MaxFlushDelay of a zero Options, chosen by
@@ -69,6 +78,7 @@ type Store struct {
 	prefix string
 	owned  bool
 	slotState
+	replicas replicas
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -100,6 +110,12 @@ func clientOptions(rawURL string, opts Options) (rueidis.ClientOption, error) {
 	}
 	if opts.PipelineMultiplex > rueidis.MaxPipelineMultiplex {
 		return rueidis.ClientOption{}, fmt.Errorf("redis pipeline multiplex %d is more than %d (2^%d connections per node)", opts.PipelineMultiplex, rueidis.MaxPipelineMultiplex, rueidis.MaxPipelineMultiplex)
+	}
+	if opts.ReplicaAcks < 0 {
+		return rueidis.ClientOption{}, fmt.Errorf("redis replica acks must be 0 (replicate asynchronously) or a number of replicas, got %d", opts.ReplicaAcks)
+	}
+	if opts.ReplicaAckTimeout < 0 {
+		return rueidis.ClientOption{}, fmt.Errorf("redis replica ack timeout must not be negative, got %v", opts.ReplicaAckTimeout)
 	}
 	clientOpts, err := ParseURL(rawURL)
 	if err != nil {
@@ -137,7 +153,11 @@ func New(client rueidis.Client, opts Options) *Store {
 	if prefix == "" {
 		prefix = "sluice:"
 	}
-	s := &Store{client: client, prefix: prefix}
+	s := &Store{client: client, prefix: prefix,
+		replicas: replicas{acks: int64(max(opts.ReplicaAcks, 0)), timeout: opts.ReplicaAckTimeout}}
+	if s.replicas.timeout <= 0 {
+		s.replicas.timeout = DefaultReplicaAckTimeout
+	}
 	if client.Mode() == rueidis.ClientModeCluster {
 		s.startSlotMap()
 	}
@@ -245,7 +265,9 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	if req.Holds() {
 		call, hold = s.withHold(call, req)
 	}
-	reply, err := checkScript.Exec(ctx, s.client, call.keys, call.args).ToArray()
+	// A peek writes no count; a check that took nothing (a deny) changed
+	// nothing a failover could lose.
+	reply, err := s.execScript(ctx, call.keys, call.args, req.Cost > 0 || req.Holds(), checkAllowed)
 	if err != nil {
 		return sluice.Decision{}, unavailable("check", err)
 	}
@@ -284,6 +306,15 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		d.Hold = hold
 	}
 	return d, nil
+}
+
+// checkAllowed reports whether a check's reply is an allow: what consumed.
+func checkAllowed(reply []rueidis.RedisMessage) bool {
+	if len(reply) == 0 {
+		return true // malformed: judged as a write, then refused by Check
+	}
+	allowed, err := replyInt(&reply[0])
+	return err != nil || allowed == 1
 }
 
 // replyInt reads one value of the script's reply as AsIntSlice would, without

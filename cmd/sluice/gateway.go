@@ -19,6 +19,7 @@ import (
 	"github.com/sluicelabs/sluice/gateway"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 func init() { rootCmd.AddCommand(newGatewayCmd()) }
@@ -85,7 +86,7 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 	defer traces.shutdown()
 	// The store the file names, opened as serve opens --redis; a reload
 	// cannot change it (the gateway refuses one that names another).
-	store, _, closeStore, err := openStore(cfg.Redis, cfg.RedisPrefix, nil, memory.Options{}, log)
+	store, _, closeStore, err := openStore(cfg.Redis, sluiceredis.Options{Prefix: cfg.RedisPrefix}, memory.Options{}, log)
 	if err != nil {
 		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
 	}

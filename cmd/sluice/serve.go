@@ -37,6 +37,8 @@ type serveConfig struct {
 	GRPCAddr    string
 	Redis       string
 	RedisPrefix string
+	// RedisReplicaAcks is the replicas every write waits for (WAIT).
+	RedisReplicaAcks int
 	// RedisTLS is the TLS of the Redis connections (redistls.go).
 	RedisTLS   redisTLSFlags
 	Database   string
@@ -188,6 +190,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "", "Envoy RateLimitService gRPC listener (off when empty)")
 	f.StringVar(&cfg.Redis, "redis", "", "Redis URL: redis://h:6379/0, redis-cluster://h1:p,h2:p or redis-sentinel://master@h:26379 (default: in-process memory store)")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
+	f.IntVar(&cfg.RedisReplicaAcks, "redis-replica-acks", 0, "replicas that must have every write of a check (Redis WAIT, in the same round trip, for at most --store-timeout) before it is allowed; fewer is a store failure answered by the rule's failure mode, so a failover loses no admitted unit (0: asynchronous replication, as Redis does by default)")
 	f.StringVar(&cfg.Database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
@@ -648,7 +651,7 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 	if err != nil {
 		return nil, nil, err
 	}
-	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.RedisPrefix, redisTLS, s.cfg.memoryOptions(m), s.log)
+	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.redisOptions(redisTLS), s.cfg.memoryOptions(m), s.log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,37 @@ import (
 // address. The returned server's Addr is the Sentinel's.
 func RedisSentinel(t testing.TB, master *RedisServer, masterName string) *RedisServer {
 	t.Helper()
+	return RedisSentinelWith(t, SentinelOptions{MasterName: masterName, MasterAddr: master.Addr})
+}
+
+// SentinelOptions configure RedisSentinelWith.
+type SentinelOptions struct {
+	// MasterName is the master set's name; MasterAddr ("127.0.0.1:port")
+	// is where the Sentinel reaches the master, and the address it gives
+	// clients for it.
+	MasterName, MasterAddr string
+	// Quorum is how many Sentinels must agree the master is down (default
+	// 1).
+	Quorum int
+	// DownAfter is how long the master may not answer before it is down
+	// (default: Sentinel's 30s); FailoverTimeout bounds a failover
+	// (default: Sentinel's 3 minutes).
+	DownAfter, FailoverTimeout time.Duration
+	// Config are more lines of sentinel.conf ("bind 127.0.0.1 127.0.0.2").
+	Config []string
+}
+
+// RedisSentinelWith starts a private Redis Sentinel configured by opts and
+// waits until it reports the master's address. The returned server's Addr
+// is the Sentinel's, on 127.0.0.1.
+func RedisSentinelWith(t testing.TB, opts SentinelOptions) *RedisServer {
+	t.Helper()
+	masterName := opts.MasterName
+	masterHost, masterPort, ok := strings.Cut(opts.MasterAddr, ":")
+	if !ok {
+		t.Fatalf("testenv: master address %q is not host:port", opts.MasterAddr)
+	}
+	quorum := max(opts.Quorum, 1)
 	skipShort(t, "a Redis Sentinel")
 	requireBinary(t, "redis-server", "redis-server")
 	dir := t.TempDir()
@@ -30,7 +61,16 @@ func RedisSentinel(t testing.TB, master *RedisServer, masterName string) *RedisS
 	// Sentinel rewrites its config file, so it must be a writable file of
 	// its own.
 	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, masterName, master.Port)
+	lines := []string{fmt.Sprintf("port %d", port), "bind 127.0.0.1", "dir " + dir}
+	lines = append(lines, opts.Config...)
+	lines = append(lines, fmt.Sprintf("sentinel monitor %s %s %s %d", masterName, masterHost, masterPort, quorum))
+	if opts.DownAfter > 0 {
+		lines = append(lines, fmt.Sprintf("sentinel down-after-milliseconds %s %d", masterName, opts.DownAfter.Milliseconds()))
+	}
+	if opts.FailoverTimeout > 0 {
+		lines = append(lines, fmt.Sprintf("sentinel failover-timeout %s %d", masterName, opts.FailoverTimeout.Milliseconds()))
+	}
+	body := strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -46,7 +86,7 @@ func RedisSentinel(t testing.TB, master *RedisServer, masterName string) *RedisS
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		reply, err := redisDo(s.Addr, time.Second, "SENTINEL", "get-master-addr-by-name", masterName)
-		if err == nil && strings.Contains(reply, strconv.Itoa(master.Port)) {
+		if err == nil && strings.Contains(reply, masterPort) {
 			return s
 		}
 		if time.Now().After(deadline) {

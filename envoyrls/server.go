@@ -415,6 +415,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			it.rule, it.check = m.Rule, cd.rules[m.Rule]
 			it.subject, it.countsAll = s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject, &it.cost)
 			it.stats = cd.stats[m.Rule]
+			if m.Rule.DetailedMetric && s.stats != nil {
+				it.stats = s.stats.keyStats(detailedMetricKey(req.GetDomain(), desc))
+			}
 		}
 	}
 	markReplaced(items)

@@ -1,5 +1,7 @@
 package envoyemu
 
+//lint:file-ignore SA1019 Envoy still honours its deprecated fields, so the emulator reads them as Envoy does.
+
 import (
 	"errors"
 	"fmt"

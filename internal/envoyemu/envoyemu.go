@@ -73,7 +73,37 @@ type Emulator struct {
 	log       *slog.Logger
 	clusters  map[string]*cluster
 	listeners []*listener
-	done      sync.WaitGroup // charges on stream done in flight
+	inFlight  inFlight // streams, and their charges on stream done
+}
+
+// inFlight counts the streams being served and the charges sent on their
+// end not yet answered; Settle waits for none. A stream counts from the
+// moment it is read, before its response is written, so a client that has
+// the response and then settles waits for its charge too.
+type inFlight struct {
+	mu   sync.Mutex
+	n    int
+	none *sync.Cond
+}
+
+func (f *inFlight) add(d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.none == nil {
+		f.none = sync.NewCond(&f.mu)
+	}
+	f.n += d
+	if f.n == 0 {
+		f.none.Broadcast()
+	}
+}
+
+func (f *inFlight) wait() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.n > 0 {
+		f.none.Wait()
+	}
 }
 
 type listener struct {
@@ -104,7 +134,7 @@ func Load(yamlOrJSON []byte) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("not an Envoy v3 bootstrap: %w", err)
 	}
 	if err := b.ValidateAll(); err != nil {
-		return nil, fmt.Errorf("Envoy would refuse the bootstrap: %w", err)
+		return nil, fmt.Errorf("the bootstrap breaks the constraints of Envoy's own protos: %w", err)
 	}
 	return &b, nil
 }
@@ -174,10 +204,11 @@ func (e *Emulator) Addr(name string) string {
 	return ""
 }
 
-// Settle waits until every charge sent on stream done so far has been
-// answered (or has failed): a test that asks right after a response sees
-// the charge counted, as it would after the few milliseconds Envoy takes.
-func (e *Emulator) Settle() { e.done.Wait() }
+// Settle waits until every stream being served has ended and every charge
+// sent on stream done has been answered (or has failed): a test that asks
+// right after a response sees the charge counted, as it would after the
+// few milliseconds Envoy takes.
+func (e *Emulator) Settle() { e.inFlight.wait() }
 
 // Close stops the listeners and waits for the charges in flight.
 func (e *Emulator) Close() error {
@@ -187,7 +218,7 @@ func (e *Emulator) Close() error {
 		errs = append(errs, l.srv.Shutdown(ctx))
 		cancel()
 	}
-	e.done.Wait()
+	e.inFlight.wait()
 	for _, c := range e.clusters {
 		c.close()
 	}

@@ -1,5 +1,7 @@
 package envoyemu
 
+//lint:file-ignore SA1019 Envoy still honours its deprecated fields, so the emulator reads them as Envoy does.
+
 import (
 	"errors"
 	"fmt"
@@ -346,6 +348,7 @@ func (s *stream) localReply(status int, headers http.Header, body string) {
 		headers = http.Header{}
 	}
 	if body != "" {
+		//lint:ignore SA1008 the response's headers are kept lower case, as Envoy sends them
 		if _, ok := headers["content-type"]; !ok {
 			headers["content-type"] = []string{"text/plain"}
 		}
@@ -391,6 +394,8 @@ func hostMatches(domains []string, host string) bool {
 }
 
 func (cm *connectionManager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cm.e.inFlight.add(1)
+	defer cm.e.inFlight.add(-1)
 	s := &stream{e: cm.e, req: r, header: r.Header.Clone(), routes: cm.routes, dyn: map[string]*structpb.Struct{}, state: map[any]any{}}
 	s.remote = remoteAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cm.useRemoteAddress, cm.trustedHops)
 	s.vhost, s.route = cm.match(r)

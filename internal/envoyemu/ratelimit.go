@@ -1,5 +1,7 @@
 package envoyemu
 
+//lint:file-ignore SA1019 Envoy still honours its deprecated fields, so the emulator reads them as Envoy does.
+
 import (
 	"context"
 	"errors"
@@ -213,6 +215,7 @@ func (f *rateLimitFilter) decode(s *stream) bool {
 		headers[lower(h.GetHeader().GetKey())] = append(headers[lower(h.GetHeader().GetKey())], h.GetHeader().GetValue())
 	}
 	if f.cfg.GetEnableRetryAfterHeader() {
+		//lint:ignore SA1008 the response's headers are kept lower case, as Envoy sends them
 		if _, set := headers["retry-after"]; !set {
 			if secs, any := retryAfter(resp.GetStatuses()); any {
 				headers["retry-after"] = []string{strconv.FormatInt(secs, 10)}
@@ -248,9 +251,9 @@ func (f *rateLimitFilter) done(s *stream) {
 		return
 	}
 	domain := f.domain(st)
-	f.e.done.Add(1)
+	f.e.inFlight.add(1)
 	go func() {
-		defer f.e.done.Done()
+		defer f.e.inFlight.add(-1)
 		// Envoy's stream-done call outlives the stream; its timeout is
 		// the filter's.
 		ctx, cancel := context.WithTimeout(context.Background(), max(f.timeout, time.Second))

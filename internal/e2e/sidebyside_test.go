@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -31,9 +33,10 @@ import (
 // given two values it matches), with hits_addend unset, 0, 1 and large
 // enough to cross the limit, in the request and in the descriptor, and all
 // of a domain's descriptors in one request (replaces, quota mode); and a
-// descriptor of no rule, a domain of none. Every status must agree: code,
-// limit, remaining, dynamic metadata, and duration_until_reset within a
-// second, but for the one difference docs/envoy.md lists (a look at a
+// descriptor of no rule, a domain of none; with RESPONSE_DYNAMIC_METADATA,
+// and again with LIMIT_RESPONSE_HEADERS_ENABLED. Every status must agree:
+// code, limit, remaining, dynamic metadata, response headers, and
+// duration_until_reset within a second, but for the one difference docs/envoy.md lists (a look at a
 // requests_per_unit: 0 rule). Skipped without the two variables.
 func TestSideBySideWithEnvoyRatelimit(t *testing.T) {
 	envBinary, envRepo := os.Getenv("SLUICE_COMPARE_RATELIMIT"), os.Getenv("SLUICE_ENV_REPO")
@@ -52,13 +55,21 @@ func TestSideBySideWithEnvoyRatelimit(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// Two sets of variables: the answers alone, and with ENV's response
+	// headers.
+	variables := map[string][]string{
+		"plain":   nil,
+		"headers": {"LIMIT_RESPONSE_HEADERS_ENABLED=true"},
+	}
 	total, agreed, known := 0, 0, 0
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			n, ok, k := compareOn(t, envBinary, sets[name])
-			total, agreed, known = total+n, agreed+ok, known+k
-			t.Logf("%s: %d/%d requests agree (%d known differences)", name, ok, n, k)
-		})
+	for _, vars := range []string{"plain", "headers"} {
+		for _, name := range names {
+			t.Run(vars+"/"+name, func(t *testing.T) {
+				n, ok, k := compareOn(t, envBinary, sets[name], variables[vars]...)
+				total, agreed, known = total+n, agreed+ok, known+k
+				t.Logf("%s, %s: %d/%d requests agree (%d known differences)", vars, name, ok, n, k)
+			})
+		}
 	}
 	t.Logf("in all: %d/%d requests agree, %d differ as docs/envoy.md says", agreed, total, known)
 }
@@ -76,7 +87,7 @@ func glob(t *testing.T, pattern string) []string {
 // compareOn runs both services over the files and compares their answers
 // to the generated requests; it returns how many requests it sent and how
 // many got the same answer.
-func compareOn(t *testing.T, envBinary string, files []string) (total, agreed, known int) {
+func compareOn(t *testing.T, envBinary string, files []string, env ...string) (total, agreed, known int) {
 	clients := map[string]rlspb.RateLimitServiceClient{}
 	var domains []sbsDomain
 	for _, which := range []string{"env", "sluice"} {
@@ -91,9 +102,9 @@ func compareOn(t *testing.T, envBinary string, files []string) (total, agreed, k
 			copyFile(t, envBinary, bin, 0o755)
 		}
 		redis := testenv.Redis(t)
-		p := startRatelimit(t, bin, base, filepath.Join(base, "runtime"), false,
-			"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr, "RUNTIME_WATCH_ROOT=false",
-			"RESPONSE_DYNAMIC_METADATA=true")
+		p := startRatelimit(t, bin, base, filepath.Join(base, "runtime"), false, append([]string{
+			"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr, "RUNTIME_WATCH_ROOT=false",
+			"RESPONSE_DYNAMIC_METADATA=true"}, env...)...)
 		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		mustRun(t, err)
 		t.Cleanup(func() { conn.Close() })
@@ -111,11 +122,15 @@ func compareOn(t *testing.T, envBinary string, files []string) (total, agreed, k
 		defer cancel()
 		return c.ShouldRateLimit(ctx, req)
 	}
+	withHeaders := 0
 	for _, req := range generateRequests(domains) {
 		total++
 		start := time.Now()
 		envResp, envErr := ask(clients["env"], req)
 		slResp, slErr := ask(clients["sluice"], req)
+		if len(envResp.GetResponseHeadersToAdd()) > 0 {
+			withHeaders++
+		}
 		if diff := compareResponses(envResp, envErr, slResp, slErr); diff != "" {
 			switch {
 			case start.Unix() != time.Now().Unix():
@@ -131,6 +146,9 @@ func compareOn(t *testing.T, envBinary string, files []string) (total, agreed, k
 			continue
 		}
 		agreed++
+	}
+	if withHeaders > 0 {
+		t.Logf("%d answers carried response headers", withHeaders)
 	}
 	return total, agreed, known
 }
@@ -261,8 +279,36 @@ func compareResponses(a *rlspb.RateLimitResponse, aErr error, b *rlspb.RateLimit
 			}
 		}
 	}
+	if headersDiffer(a.GetResponseHeadersToAdd(), b.GetResponseHeadersToAdd()) {
+		diffs = append(diffs, fmt.Sprintf("response headers %v\n  sluice: %v", a.GetResponseHeadersToAdd(), b.GetResponseHeadersToAdd()))
+	}
 	if !proto.Equal(a.GetDynamicMetadata(), b.GetDynamicMetadata()) {
 		diffs = append(diffs, fmt.Sprintf("dynamic metadata %v\n  sluice: %v", a.GetDynamicMetadata(), b.GetDynamicMetadata()))
 	}
 	return strings.Join(diffs, "\n")
+}
+
+// headersDiffer says whether two answers' headers differ: the same keys
+// in the same order with the same values, but a reset header's seconds,
+// which may lie either side of a second, within one of each other.
+func headersDiffer(a, b []*corev3.HeaderValue) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for i := range a {
+		ka, kb, va, vb := a[i].GetKey(), b[i].GetKey(), a[i].GetValue(), b[i].GetValue()
+		if ka != kb {
+			return true
+		}
+		if strings.EqualFold(ka, "RateLimit-Reset") {
+			na, errA := strconv.Atoi(va)
+			nb, errB := strconv.Atoi(vb)
+			if errA != nil || errB != nil || na-nb > 1 || nb-na > 1 {
+				return true
+			}
+		} else if va != vb {
+			return true
+		}
+	}
+	return false
 }

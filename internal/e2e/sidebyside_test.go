@@ -36,8 +36,9 @@ import (
 // descriptor of no rule, a domain of none; with RESPONSE_DYNAMIC_METADATA,
 // and again with LIMIT_RESPONSE_HEADERS_ENABLED. Every status must agree:
 // code, limit, remaining, dynamic metadata, response headers, and
-// duration_until_reset within a second, but for the one difference docs/envoy.md lists (a look at a
-// requests_per_unit: 0 rule). Skipped without the two variables.
+// duration_until_reset within a second, but for the one difference
+// docs/envoy.md lists (a look at a requests_per_unit: 0 rule). Skipped
+// without the two variables.
 func TestSideBySideWithEnvoyRatelimit(t *testing.T) {
 	envBinary, envRepo := os.Getenv("SLUICE_COMPARE_RATELIMIT"), os.Getenv("SLUICE_ENV_REPO")
 	if envBinary == "" || envRepo == "" {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	// The typed configurations the bootstrap names, so its Anys resolve.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
@@ -84,10 +85,25 @@ func TestEnvoyExample(t *testing.T) {
 					for _, r := range vh.GetRoutes() {
 						for _, p := range r.GetRoute().GetRateLimits() {
 							policies = append(policies, p)
+							if p.GetHitsAddend() != nil {
+								t.Errorf("route %s: hits_addend in a route's rate_limits, where Envoy ignores it (it reads it in RateLimitPerRoute)", r.GetMatch().GetPrefix())
+							}
+						}
+						perRoute := &ratelimitfilterv3.RateLimitPerRoute{}
+						if a := r.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"]; a != nil {
+							if err := a.UnmarshalTo(perRoute); err != nil {
+								t.Fatal(err)
+							}
+						}
+						for _, p := range perRoute.GetRateLimits() {
+							policies = append(policies, p)
 							if p.GetHitsAddend().GetNumber().GetValue() == 0 && p.GetHitsAddend().GetNumber() != nil {
 								budgetChecked = true
 							}
-							if p.GetApplyOnStreamDone() && strings.HasPrefix(p.GetHitsAddend().GetFormat(), "%RESP(") {
+							// Envoy formats hits_addend with the request's
+							// headers alone: a response's figure comes
+							// through dynamic metadata.
+							if p.GetApplyOnStreamDone() && strings.HasPrefix(p.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") {
 								budgetCharged = true
 							}
 						}
@@ -104,7 +120,7 @@ func TestEnvoyExample(t *testing.T) {
 		t.Fatalf("the rate limit filter's domain %q is none of the configuration's %v", filter.GetDomain(), cfg.Domains())
 	}
 	if !budgetChecked || !budgetCharged {
-		t.Errorf("the token budget route lacks its check with hits_addend 0 (%v) or its charge on stream done from a response header (%v)", budgetChecked, budgetCharged)
+		t.Errorf("the token budget route lacks its check with hits_addend 0 (%v) or its charge on stream done from the response, through dynamic metadata (%v)", budgetChecked, budgetCharged)
 	}
 	if len(policies) < 4 {
 		t.Fatalf("found %d rate limit policies in the bootstrap, want the example's 4", len(policies))

@@ -143,6 +143,10 @@ type Rule struct {
 	// Metadata is returned in the response's dynamic metadata when the
 	// request passed this rule (with Options.DynamicMetadata).
 	Metadata *structpb.Struct
+	// DetailedMetric (envoyproxy/ratelimit's detailed_metric) counts the
+	// rule's stats under the request's keys and values
+	// ("domain.key_value.key2_value2"), not under the rule's key.
+	DetailedMetric bool
 	// Limit is what the store checks; its Capacity is 0 for a rule of
 	// requests_per_unit: 0, which denies everything without a store call.
 	Limit           sluice.Limit
@@ -472,6 +476,7 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 				}
 			}
 			r.QuotaMode = yd.QuotaMode
+			r.DetailedMetric = yd.DetailedMetric
 			md, err := parseMetadata(&yd.Metadata)
 			if err != nil {
 				return fmt.Errorf("line %d: descriptor %s: metadata: %w", yd.line, n.path, err)

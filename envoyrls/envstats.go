@@ -258,6 +258,21 @@ func descriptorKey(domain string, desc *ratelimitv3.RateLimitDescriptor) string 
 	return b.String()
 }
 
+// detailedMetricKey is envoyproxy/ratelimit's key of a descriptor whose
+// rule has detailed_metric: the domain, then each entry's key and value
+// joined by "_" (an empty value leaves the "_").
+func detailedMetricKey(domain string, desc *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range desc.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		b.WriteByte('_')
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
+}
+
 // decided counts one descriptor's decision as envoyproxy/ratelimit's
 // base limiter does: the window's count before and after this hit decide
 // how many of the hits were within, near or over the limit. Sluice's

@@ -46,6 +46,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100}
   - key: unl
     rate_limit: {unlimited: true}
+  - key: detail
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 const brokenYAML = `domain: broken
@@ -122,6 +125,9 @@ func statsSequence(t *testing.T, srv *envoyrls.Server) int {
 	expect("stats", ok, desc("k1", "v1", "k2", "z"))
 	expect("stats", ok, desc("remote_address", "10.0.0.1"))
 	expect("stats", ok, desc("unl", "x"))
+	expect("stats", ok, desc("detail", "d1"))
+	expect("stats", over, desc("detail", "d1"))
+	expect("stats", ok, desc("detail", "d2"))
 	for _, want := range []rlspb.RateLimitResponse_Code{ok, over} {
 		d := desc("ov", "a")
 		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
@@ -148,6 +154,9 @@ func statsSequence(t *testing.T, srv *envoyrls.Server) int {
 //	and shadow_mode, answered OK.
 //	k1_v1.k2 and remote_address_10_0_0_1 (an IPv4 address sanitised):
 //	one hit within each.
+//	detail (detailed_metric), limit 1, near threshold 0, under each
+//	request's key and value: detail_d1 0 -> 1 within and near, 1 -> 2
+//	over; detail_d2 0 -> 1 within and near.
 //	ov_a, a limit override of 1 a minute, under its descriptor's key: 0 -> 1
 //	within and near (threshold 0), 1 -> 2 over.
 var wantRuleStats = map[string]int{
@@ -169,6 +178,13 @@ var wantRuleStats = map[string]int{
 	"stats.k1_v1.k2.within_limit":                1,
 	"stats.remote_address_10_0_0_1.total_hits":   1,
 	"stats.remote_address_10_0_0_1.within_limit": 1,
+	"stats.detail_d1.total_hits":                 2,
+	"stats.detail_d1.within_limit":               1,
+	"stats.detail_d1.near_limit":                 1,
+	"stats.detail_d1.over_limit":                 1,
+	"stats.detail_d2.total_hits":                 1,
+	"stats.detail_d2.within_limit":               1,
+	"stats.detail_d2.near_limit":                 1,
 	"stats.ov_a.total_hits":                      2,
 	"stats.ov_a.within_limit":                    1,
 	"stats.ov_a.near_limit":                      1,

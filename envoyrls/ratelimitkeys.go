@@ -48,16 +48,21 @@ const (
 // under Sluice's keys: envoyproxy/ratelimit has no such thing to share
 // counters with.
 func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimitDescriptor_Entry, subject string, cost *int64) (_ string, countsAll bool) {
-	if !s.ratelimitKeys || d.AllOrNothing || !usesRatelimitKey(r) {
+	zero := s.countsZeroLimit(d, r)
+	if !s.ratelimitKeys || d.AllOrNothing || !usesRatelimitKey(r) && !zero {
 		return subject, false
 	}
 	var b strings.Builder
 	if s.counting(d) == CountingEnvoy {
 		countsAll = true
 		b.WriteString(countAllMarker)
-		if over := *cost - r.Limit.Capacity; over > 0 {
+		capacity := r.Limit.Capacity
+		if zero {
+			capacity = 1 // the engine rule's stand-in
+		}
+		if over := *cost - capacity; over > 0 {
 			b.WriteString(strconv.FormatInt(over, 10))
-			*cost = r.Limit.Capacity
+			*cost = capacity
 		}
 		b.WriteByte(0)
 	} else {

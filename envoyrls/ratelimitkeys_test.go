@@ -11,6 +11,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/rueidis"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicelabs/sluice/check"
@@ -273,6 +275,112 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+// TestCountingEnvoyCountsAZeroLimit: with counting envoy, a rule of
+// requests_per_unit: 0 counts its hits in Redis, as envoyproxy/ratelimit
+// does: a look before any hit is OK with none remaining, every hit is over
+// the limit and counted, and a look after one is over the limit (ENV's
+// banned_limit, checked with hits_addend 0). Strictly, nothing is counted
+// and a look stays OK. In shadow mode the hits are counted and let through.
+func TestCountingEnvoyCountsAZeroLimit(t *testing.T) {
+	const config = `
+domain: %s
+counting: %s
+descriptors:
+  - key: banned
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: watched
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`
+	url := testenv.Redis(t).URL()
+	const OK, OVER = rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
+	for _, tc := range []struct {
+		counting string
+		steps    []rlspb.RateLimitResponse_Code // look, hit, look, hit of 5, look
+		counts   []string                       // banned's count after each step
+	}{
+		{"envoy", []rlspb.RateLimitResponse_Code{OK, OVER, OVER, OVER, OVER}, []string{"", "1", "1", "6", "6"}},
+		{"strict", []rlspb.RateLimitResponse_Code{OK, OVER, OK, OVER, OK}, []string{"", "", "", "", ""}},
+	} {
+		t.Run(tc.counting, func(t *testing.T) {
+			domain := "zero_" + tc.counting + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			srv, client := ratelimitKeyServer(t, url, fmt.Sprintf(config, domain, tc.counting), envoyrls.Options{})
+			window := time.Now().Unix() / 3600
+			call := func(key string, hits uint64) *rlspb.RateLimitResponse_DescriptorStatus {
+				t.Helper()
+				resp, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries:    []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: "u"}},
+					HitsAddend: wrapperspb.UInt64(hits),
+				}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().Unix()/3600 != window {
+					t.Skip("crossed the top of the hour; the counts started again")
+				}
+				return resp.GetStatuses()[0]
+			}
+			count := func(key string) string {
+				t.Helper()
+				k := "rl_" + domain + "_" + key + "_u_" + strconv.FormatInt(window*3600, 10)
+				v, err := client.Do(context.Background(), client.B().Get().Key(k).Build()).ToString()
+				if err != nil && !rueidis.IsRedisNil(err) {
+					t.Fatal(err)
+				}
+				return v
+			}
+			for i, hits := range []uint64{0, 1, 0, 5, 0} {
+				st := call("banned", hits)
+				if st.GetCode() != tc.steps[i] || st.GetLimitRemaining() != 0 || st.GetCurrentLimit().GetRequestsPerUnit() != 0 {
+					t.Errorf("step %d (hits %d): %v, want %v with none remaining of a limit of 0", i, hits, st, tc.steps[i])
+				}
+				if got := count("banned"); got != tc.counts[i] {
+					t.Errorf("step %d (hits %d): count %q, want %q", i, hits, got, tc.counts[i])
+				}
+			}
+			for i, hits := range []uint64{1, 0} {
+				if st := call("watched", hits); st.GetCode() != OK {
+					t.Errorf("shadow step %d (hits %d): %v, want OK (over, let through)", i, hits, st)
+				}
+			}
+			if tc.counting == "envoy" {
+				if got := count("watched"); got != "1" {
+					t.Errorf("the shadow rule's count is %q, want 1", got)
+				}
+			}
+		})
+	}
+}
+
+// TestCountingEnvoyZeroLimitWithRedisDown: a hit of a requests_per_unit: 0
+// rule that cannot be counted is still over the limit, as when it was
+// never counted; only a look, which needs the count, is left to the
+// failure mode (here none: an error, for Envoy's failure_mode_deny).
+func TestCountingEnvoyZeroLimitWithRedisDown(t *testing.T) {
+	redis := testenv.Redis(t)
+	srv, _ := ratelimitKeyServer(t, redis.URL(), `
+domain: zero
+counting: envoy
+descriptors:
+  - key: banned
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`, envoyrls.Options{})
+	redis.Stop()
+	ask := func(hits uint64) (*rlspb.RateLimitResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "zero", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "banned", Value: "u"}}, HitsAddend: wrapperspb.UInt64(hits),
+		}}})
+	}
+	if r, err := ask(1); err != nil || r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("a hit with Redis down: %v, %v; want OVER_LIMIT", r, err)
+	}
+	if _, err := ask(0); status.Code(err) != codes.Unavailable {
+		t.Errorf("a look with Redis down: %v, want UNAVAILABLE", err)
 	}
 }
 

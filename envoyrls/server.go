@@ -277,8 +277,44 @@ func (s *Server) compile(cfg *Config) *compiled {
 }
 
 func (s *Server) engineRule(d *Domain, r *Rule) *check.Rule {
+	limits := r.limits()
+	if s.countsZeroLimit(d, r) {
+		// The store is asked to count; the engine needs a limit to ask
+		// with, and the answer is the rule's (see zeroLimitAnswer).
+		limits[0].Capacity = 1
+	}
 	return s.engine.NewRule(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name, Rule: r.Path},
-		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: r.limits(), Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
+		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: limits, Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
+}
+
+// countsZeroLimit says whether d counts the hits of r, a rule of
+// requests_per_unit: 0, under envoyproxy/ratelimit's keys, as it does:
+// with counting envoy, every hit is counted although none is admitted, so
+// a look (hits_addend 0) after one in the window is over the limit.
+func (s *Server) countsZeroLimit(d *Domain, r *Rule) bool {
+	return s.ratelimitKeys && !d.AllOrNothing && s.counting(d) == CountingEnvoy && !r.Unlimited &&
+		r.Limit.Capacity == 0 && r.Limit.Algorithm == sluice.AlgorithmFixedWindow && r.UnitMultiplier == 1 && len(r.Also) == 0
+}
+
+// zeroLimitAnswer turns the store's answer for a rule of
+// requests_per_unit: 0 counted with a stand-in limit of 1 into the rule's:
+// a hit is over the limit; a look is OK while nothing was counted in the
+// window (the stand-in has one left), over once anything was; none
+// remains either way.
+func (s *Server) zeroLimitAnswer(it *item, res *check.Result, ld *sluice.LimitDecision) {
+	allowed := it.cost == 0 && ld.Remaining > 0 && ld.Allowed
+	ld.Limit, ld.Remaining, ld.Allowed = 0, 0, allowed
+	if !allowed {
+		ld.RetryAfter = ld.ResetAfter
+		if res.Decision.Allowed && !res.Shadowed {
+			// The store had room in the stand-in: the rule denies.
+			if it.rule.Shadow || s.shadow {
+				res.Shadowed = true
+			} else {
+				res.Decision.Allowed = false
+			}
+		}
+	}
 }
 
 // dropGoneSeries removes the metric series of the domains and rules that
@@ -415,6 +451,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			it.rule, it.check = m.Rule, cd.rules[m.Rule]
 			it.subject, it.countsAll = s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject, &it.cost)
 			it.stats = cd.stats[m.Rule]
+			if m.Rule.DetailedMetric && s.stats != nil {
+				it.stats = s.stats.keyStats(detailedMetricKey(req.GetDomain(), desc))
+			}
 		}
 	}
 	markReplaced(items)
@@ -673,10 +712,22 @@ func (s *Server) checkOne(ctx context.Context, d *Domain, cd *compiledDomain, it
 		return nil
 	}
 	res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Subject: it.subject, Cost: it.cost, Start: start})
+	zeroLimit := it.countsAll && it.rule.Limit.Capacity == 0
+	if zeroLimit && it.cost > 0 && (err != nil || res.Outcome == check.Degraded) {
+		// A hit of a rule that admits none is over the limit, counted or
+		// not: answered as without Redis, not by the failure mode.
+		it.countsAll = false
+		s.decideWithoutStore(cd, it, start)
+		return nil
+	}
 	if err != nil {
 		return s.checkFailed(ctx, d, []*item{it}, it.rule.FailureMode, err)
 	}
-	s.setStatus(it, res, reportedLimit(res.Decision.Limits))
+	ld := reportedLimit(res.Decision.Limits)
+	if zeroLimit && res.Outcome != check.Degraded {
+		s.zeroLimitAnswer(it, &res, &ld)
+	}
+	s.setStatus(it, res, ld)
 	return nil
 }
 
@@ -725,7 +776,7 @@ func (s *Server) decideWithoutStore(cd *compiledDomain, it *item, start time.Tim
 		ld := sluice.LimitDecision{Name: over.Limit.Name, Algorithm: over.Limit.Algorithm, Limit: over.Limit.Capacity, Window: window, ResetAfter: reset, RetryAfter: window}
 		res := s.engine.Decided(it.check, start, sluice.Decision{Limits: []sluice.LimitDecision{ld}, Limit: ld.Limit, ResetAfter: reset, RetryAfter: window})
 		s.setStatus(it, res, ld)
-	case r.Limit.Capacity == 0:
+	case r.Limit.Capacity == 0 && !it.countsAll:
 		// requests_per_unit: 0 with hits 0: a look at a limit that admits
 		// nothing. The engine has no empty limit to ask, and there is
 		// nothing to count: OK with none remaining, as envoyproxy/ratelimit

@@ -20,6 +20,7 @@ type ratelimitProc struct {
 	cmd                 *exec.Cmd
 	out                 *testenv.Buffer
 	httpAddr, debugAddr string
+	grpcAddr            string
 	exited              chan error
 	stopped             bool
 }
@@ -31,15 +32,14 @@ type ratelimitProc struct {
 // answers 200; the process is killed when the test ends.
 func startRatelimit(t *testing.T, path, dir, root string, asUnprivileged bool, env ...string) *ratelimitProc {
 	t.Helper()
-	p := &ratelimitProc{t: t, out: &testenv.Buffer{}, httpAddr: freeAddr(t), debugAddr: freeAddr(t), exited: make(chan error, 1)}
-	grpcAddr := freeAddr(t)
+	p := &ratelimitProc{t: t, out: &testenv.Buffer{}, httpAddr: freeAddr(t), debugAddr: freeAddr(t), grpcAddr: freeAddr(t), exited: make(chan error, 1)}
 	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	p.cmd = exec.Command(path)
 	p.cmd.Dir = dir
 	p.cmd.Env = append([]string{
 		"PATH=/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "LOG_LEVEL=debug", "LOG_FORMAT=json",
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
-		"HOST=127.0.0.1", "PORT=" + port(p.httpAddr), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
+		"HOST=127.0.0.1", "PORT=" + port(p.httpAddr), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(p.grpcAddr),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(p.debugAddr),
 	}, env...)
 	if asUnprivileged && os.Geteuid() == 0 {

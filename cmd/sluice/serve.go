@@ -746,37 +746,19 @@ func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.S
 			return nil, fmt.Errorf("envoyproxy/ratelimit's stats (--envoy-statsd-addr, --envoy-prometheus-addr): %w", err)
 		}
 	}
-	stopOnce, err := startEnvoy(ctx, envoyConfig{
-		Stats:             stats,
-		Server:            srv,
-		GRPCAddr:          cfg.GRPCAddr,
-		GRPCUDS:           cfg.GRPCUDS,
-		GRPCClientSAN:     cfg.GRPCTLSClientSAN,
-		MaxConnAge:        cfg.GRPCMaxConnectionAge,
-		MaxConnAgeGrace:   cfg.GRPCMaxConnectionAgeGrace,
-		DebugAddr:         cfg.DebugAddr,
-		JSONAddr:          cfg.EnvoyJSONAddr,
-		ConfigDir:         cfg.EnvoyConfig,
-		RatelimitKeys:     cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
-		Counting:          envoyrls.Counting(cfg.EnvoyCounting),
-		ServeBeforeConfig: cfg.EnvoyServeBeforeConfig,
-		StopIncrement:     cfg.EnvoyStopIncrement,
-		JSONOnMux:         cfg.EnvoyMode,
-		XDSServer:         cfg.EnvoyXDSServer,
-		XDSNodeID:         cfg.EnvoyXDSNodeID,
-		XDSRetryInterval:  cfg.EnvoyXDSRetryInterval,
-		XDSTLS:            cfg.xdsTLS(),
-		XDSNodeMetadata:   cfg.EnvoyXDSNodeMetadata,
-		XDSHeaders:        cfg.EnvoyXDSHeaders,
-		Engine:            engine,
-		Logger:            s.log,
-		Mux:               s.mux,
-		Metrics:           m,
-		ResponseHeaders:   cfg.EnvoyResponseHeaders,
-		Flags:             cfg.Envoy,
-		JSONTLS:           s.httpTLS,
-		GRPCTLS:           s.grpcTLS,
-		GRPCOptions:       cfg.grpcOptions(s.log, traces),
+	opts := cfg.Envoy.options()
+	opts.Engine, opts.Logger, opts.Metrics, opts.Stats = engine, s.log, m, stats
+	opts.ResponseHeaders, opts.Counting, opts.StopIncrementWhenOverLimit = cfg.EnvoyResponseHeaders, envoyrls.Counting(cfg.EnvoyCounting), cfg.EnvoyStopIncrement
+	opts.RatelimitKeys, opts.ServeBeforeConfig = cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit, cfg.EnvoyServeBeforeConfig
+	stopOnce, err := envoyrls.StartService(ctx, envoyrls.ServiceConfig{
+		Options: opts,
+		Source: envoyrls.Source{Dir: cfg.EnvoyConfig, XDSServer: cfg.EnvoyXDSServer, XDSTLS: cfg.xdsTLS(), XDS: envoyrls.XDSOptions{
+			NodeID: cfg.EnvoyXDSNodeID, NodeMetadata: cfg.EnvoyXDSNodeMetadata, Headers: cfg.EnvoyXDSHeaders, RetryInterval: cfg.EnvoyXDSRetryInterval}},
+		GRPCAddr: cfg.GRPCAddr, GRPCUDS: cfg.GRPCUDS,
+		GRPC: envoyrls.GRPCOptions{MaxConnAge: cfg.GRPCMaxConnectionAge, MaxConnAgeGrace: cfg.GRPCMaxConnectionAgeGrace,
+			TLS: s.grpcTLS, ClientSAN: cfg.GRPCTLSClientSAN, Extra: cfg.grpcOptions(s.log, traces)},
+		JSONAddr: cfg.EnvoyJSONAddr, JSONTLS: s.httpTLS, NewHTTPServer: httpapi.NewServer,
+		Mux: s.mux, JSONOnMux: cfg.EnvoyMode, DebugAddr: cfg.DebugAddr, Started: srv,
 	})
 	if err != nil {
 		_ = stats.Close()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/postgres"
@@ -24,6 +25,8 @@ type migratingCatalog interface {
 	Migrate(ctx context.Context) error
 	ReportWatchErrors(log *slog.Logger, count func())
 	SetTenantCaps(sluice.TenantCaps)
+	// RunAuditRetention prunes the audit log in the background.
+	RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger)
 }
 
 // envTenantCaps are the per-tenant caps of a catalog opened outside sluice

@@ -38,7 +38,7 @@ type serveConfig struct {
 	Redis       string
 	RedisPrefix string
 	// RedisTLS is the TLS of the Redis connections (redistls.go).
-	RedisTLS   redisTLSFlags
+	RedisTLS   tlsconfig.RedisClient
 	Database   string
 	AdminToken string
 	// AdminTokenFile holds the operator token, so it is not in the
@@ -347,7 +347,7 @@ func (cfg serveConfig) validate() error {
 	if err := envoyrls.CheckKeyFormat(cfg.EnvoyKeyFormat, cfg.EnvoyKeyPrefix, cfg.Redis != ""); err != nil {
 		return err
 	}
-	if err := cfg.RedisTLS.validate(cfg.Redis); err != nil {
+	if err := cfg.RedisTLS.Validate(cfg.Redis); err != nil {
 		return err
 	}
 	if err := cfg.validateXDSTLS(); err != nil {
@@ -483,9 +483,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		watchDone = make(chan error, 1)
 		go func() { watchDone <- api.Run(runCtx) }()
 		if retention, _ := cfg.auditRetention(); retention > 0 {
-			if p, ok := catalog.(auditPruner); ok {
-				go pruneAudit(runCtx, p, retention, s.log)
-			}
+			go catalog.RunAuditRetention(runCtx, retention, s.log)
 		}
 	}
 
@@ -644,7 +642,7 @@ func newMetrics(cfg serveConfig) (*prometheus.Registry, *metrics.Metrics) {
 // the Envoy key format's wrapper when asked. ping is nil for the memory
 // store.
 func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(context.Context) error, err error) {
-	redisTLS, err := s.cfg.RedisTLS.config(s.cfg.Redis)
+	redisTLS, err := s.cfg.RedisTLS.Config(s.cfg.Redis)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ type Catalog interface {
 	Migrate(ctx context.Context) error
 	SetTenantCaps(sluice.TenantCaps)
 	PruneAudit(ctx context.Context, before time.Time, limit int) (int64, error)
+	RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger)
 }
 
 // Open opens a new, unmigrated Catalog instance on one database; each call
@@ -77,6 +79,7 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
 		{"audit_filters_and_pages", testAuditQueries},
 		{"audit_prune_deletes_old_entries_in_batches", testAuditPrune},
+		{"audit_retention_prunes_in_the_background", testAuditRetention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -402,9 +402,6 @@ func (cfg serveConfig) grpcTLSFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.GRPCTLSCert, Key: cfg.GRPCTLSKey, ClientCA: cfg.GRPCTLSClientCA}
 }
 
-// serveHTTP is tlsconfig.ServeHTTP, as the gateway command calls it.
-func serveHTTP(srv *http.Server, ln net.Listener) error { return tlsconfig.ServeHTTP(srv, ln) }
-
 // service is a running sluice serve, as tests drive it in-process.
 type service struct {
 	// Addr is the address the HTTP listener is bound to.

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/catalogdb"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
@@ -188,7 +189,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "", "Envoy RateLimitService gRPC listener (off when empty)")
 	f.StringVar(&cfg.Redis, "redis", "", "Redis URL: redis://h:6379/0, redis-cluster://h1:p,h2:p or redis-sentinel://master@h:26379 (default: in-process memory store)")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
-	f.StringVar(&cfg.Database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
+	f.StringVar(&cfg.Database, "database", catalogdb.Default, "catalog database: postgres://... or sqlite://path")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
 	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
@@ -527,7 +528,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			"addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
 	} else {
 		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
-			"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+			"database", catalogdb.Kind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 	}
 
 	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
@@ -585,7 +586,7 @@ func newStarter(cfg serveConfig, stderr io.Writer) (*starter, error) {
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
 	cfg.envoyEnv.Log(log)
-	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogRetry(cfg.Database)}
+	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogdb.Retryable(cfg.Database)}
 	if s.httpTLS, err = tlsconfig.Load(cfg.tlsFiles(), tlsNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
@@ -663,8 +664,8 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 // that does not answer yet is waited for): opened, migrated, and the admin
 // token settled. The token the service adopts or generates is its own doing
 // (audit: system).
-func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (migratingCatalog, error) {
-	var catalog migratingCatalog
+func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (catalogdb.Catalog, error) {
+	var catalog catalogdb.Catalog
 	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
 			c, err := openMigratedCatalog(ctx, s.cfg.Database)
@@ -826,17 +827,6 @@ func (s *starter) serveUntilDone(ctx context.Context, drain func() (probe string
 	s.closeAll()
 	log.Info("sluice serve stopped")
 	return result
-}
-
-// databaseKind names the catalog backend for logs without its credentials.
-func databaseKind(url string) string {
-	if strings.HasPrefix(url, "sqlite://") {
-		return url
-	}
-	if scheme, _, ok := strings.Cut(url, "://"); ok {
-		return scheme
-	}
-	return "unknown"
 }
 
 // baseURL is the URL the operator reaches the listener addr at.

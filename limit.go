@@ -391,6 +391,10 @@ var (
 	// ErrTenantCap marks a create that would take a tenant past one of the
 	// catalog's TenantCaps; it succeeds once something is deleted.
 	ErrTenantCap = errors.New("tenant cap reached")
+	// ErrCatalogReadOnly marks a change the catalog database refused
+	// because it cannot write (a read-only file or file system, a
+	// PostgreSQL in read-only mode or a standby): reads still work.
+	ErrCatalogReadOnly = errors.New("the catalog database is read-only")
 )
 
 // PolicyWindow is the time window a limit's quota refers to: the window, or for

@@ -181,6 +181,8 @@ func errorFor(err error) *apiError {
 		return errOverloaded
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return errStoreUnavailable
+	case errors.Is(err, sluice.ErrCatalogReadOnly):
+		return errCatalogReadOnly
 	case catalogUnavailable(err):
 		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", msgCatalogUnavailable}
 	}
@@ -192,6 +194,9 @@ var (
 		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
 	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
 		"The rate-limit store is unavailable; retry shortly."}
+	// errCatalogReadOnly is a change the database refused: nothing was made.
+	errCatalogReadOnly = &apiError{http.StatusServiceUnavailable, "catalog_unavailable",
+		"The catalog database is read-only, so changes cannot be saved until it can write again; nothing was changed. Reads and checks still work."}
 	errInternal = &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
 )
 

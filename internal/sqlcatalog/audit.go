@@ -170,7 +170,7 @@ func (c *Catalog) PruneAudit(ctx context.Context, before time.Time, limit int) (
 		"DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at_ms < $1 ORDER BY id LIMIT $2)",
 		before.UnixMilli(), limit)
 	if err != nil {
-		return 0, fail("prune the audit log", err)
+		return 0, fail("prune the audit log", c.markReadOnly(err))
 	}
 	n, err := res.RowsAffected()
 	return n, fail("prune the audit log", err)

@@ -10,7 +10,9 @@ import (
 )
 
 func TestRedisClientValidate(t *testing.T) {
-	files := func(f tlsconfig.ClientFiles) tlsconfig.RedisClient { return tlsconfig.RedisClient{On: true, ClientFiles: f} }
+	files := func(f tlsconfig.ClientFiles) tlsconfig.RedisClient {
+		return tlsconfig.RedisClient{On: true, ClientFiles: f}
+	}
 	for _, tt := range []struct {
 		name string
 		r    tlsconfig.RedisClient

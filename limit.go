@@ -380,6 +380,10 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrStoreUnavailable marks a store that could not answer in time.
 	ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+	// ErrStoreFull marks, beside ErrStoreUnavailable, a store that answers
+	// but has no room for a new counter (the memory store at its budgets):
+	// counters it holds are still decided.
+	ErrStoreFull = errors.New("rate-limit store full")
 	// ErrStoreConnecting marks, beside ErrStoreUnavailable, a store that has
 	// not connected since the process started: it keeps trying in the
 	// background.

@@ -257,11 +257,12 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	return cmd
 }
 
-// memoryOptions are the memory store's options; refusals are counted in m.
-func (cfg serveConfig) memoryOptions(m *metrics.Metrics) memory.Options {
+// memoryOptions are the memory store's options; refusals are counted in m
+// and reported to log.
+func (cfg serveConfig) memoryOptions(m *metrics.Metrics, log *slog.Logger) memory.Options {
 	return memory.Options{
 		MaxKeys: cfg.MemoryMaxKeys, MaxKeysPerTenant: cfg.MemoryMaxKeysPerTenant,
-		OnBudgetExhausted: func(string) { m.BudgetRefused() },
+		OnBudgetExhausted: func(string) { m.BudgetRefused() }, Logger: log,
 	}
 }
 
@@ -309,7 +310,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.MetricsAddr != "" && cfg.MetricsAddr == cfg.Addr && !strings.HasSuffix(cfg.Addr, ":0") {
 		return fmt.Errorf("--metrics-addr %s is --addr too; give metrics a listener of their own or leave --metrics-addr unset", cfg.MetricsAddr)
 	}
-	if err := cfg.memoryOptions(nil).Validate(); err != nil {
+	if err := cfg.memoryOptions(nil, nil).Validate(); err != nil {
 		return fmt.Errorf("--memory-max-keys / --memory-max-keys-per-tenant: %w", err)
 	}
 	if cfg.AdminTimeout < 0 {
@@ -644,7 +645,7 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 	if err != nil {
 		return nil, nil, err
 	}
-	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.RedisPrefix, redisTLS, s.cfg.memoryOptions(m), s.log)
+	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.RedisPrefix, redisTLS, s.cfg.memoryOptions(m, s.log), s.log)
 	if err != nil {
 		return nil, nil, err
 	}

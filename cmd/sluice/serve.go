@@ -191,7 +191,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
 	f.StringVar(&cfg.Database, "database", catalogdb.Default, "catalog database: postgres://... or sqlite://path")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
-	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
+	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start; when it does not exist and the catalog holds no token yet, the generated token is written there (mode 0600) and shown nowhere else")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
 	f.StringVar(&cfg.EnvoyJSONAddr, "envoy-json-addr", "", "listener of its own for POST /json, the Envoy rate-limit service's unauthenticated JSON form, e.g. 127.0.0.1:8082 (off when empty; never on --addr)")
 	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add rate-limit headers to the Envoy rate-limit service's answers, named by --envoy-header-style (LIMIT_RESPONSE_HEADERS_ENABLED)")

@@ -10,7 +10,24 @@ import (
 
 // Write replaces path with data, mode perm: a temporary file in the same
 // directory, created with perm, synced, then renamed over path.
-func Write(path string, data []byte, perm os.FileMode) (err error) {
+func Write(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, os.Rename)
+}
+
+// Create writes data to a new file at path, mode perm, the same way, but
+// never replaces one: it fails with an error wrapping fs.ErrExist if path
+// exists, whoever else creates it at the same moment.
+func Create(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, func(tmp, path string) error {
+		// A hard link fails if path exists; the temporary name then goes.
+		if err := os.Link(tmp, path); err != nil {
+			return err
+		}
+		return os.Remove(tmp)
+	})
+}
+
+func write(path string, data []byte, perm os.FileMode, place func(tmp, path string) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -34,5 +51,5 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 	if err = tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	return place(tmp.Name(), path)
 }

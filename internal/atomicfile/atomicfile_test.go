@@ -1,6 +1,8 @@
 package atomicfile_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,5 +53,25 @@ func TestWriteThatFailsLeavesTheOldFile(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 2 {
 		t.Fatalf("%d entries, want 2: the failed write's temporary is removed", len(entries))
+	}
+}
+
+func TestCreateNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := atomicfile.Create(path, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v; want 0600", info.Mode().Perm(), err)
+	}
+	if err := atomicfile.Create(path, []byte("second"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("a second Create: %v, want an error wrapping fs.ErrExist", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "first" {
+		t.Fatalf("the file now holds %q, want first", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("%d entries, want the file alone", len(entries))
 	}
 }

@@ -84,9 +84,7 @@ func EnsureAdminToken(ctx context.Context, catalog Catalog, given string) (Admin
 	if !errors.Is(err, ErrNotFound) {
 		return AdminTokenResult{}, fmt.Errorf("read the admin token hash: %w", err)
 	}
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	token := AdminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	token := NewAdminToken()
 	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, HashAPIKey(token))
 	if err != nil {
 		return AdminTokenResult{}, fmt.Errorf("store the admin token hash: %w", err)
@@ -95,4 +93,12 @@ func EnsureAdminToken(ctx context.Context, catalog Catalog, given string) (Admin
 		return AdminTokenResult{Lost: true}, nil
 	}
 	return AdminTokenResult{Generated: token}, nil
+}
+
+// NewAdminToken returns a new operator token: AdminTokenPrefix and 256
+// random bits.
+func NewAdminToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return AdminTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -380,6 +380,10 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrStoreUnavailable marks a store that could not answer in time.
 	ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+	// ErrStoreFull marks, beside ErrStoreUnavailable, a store that answers
+	// but has no room for a new counter (the memory store at its budgets):
+	// counters it holds are still decided.
+	ErrStoreFull = errors.New("rate-limit store full")
 	// ErrStoreConnecting marks, beside ErrStoreUnavailable, a store that has
 	// not connected since the process started: it keeps trying in the
 	// background.
@@ -391,6 +395,10 @@ var (
 	// ErrTenantCap marks a create that would take a tenant past one of the
 	// catalog's TenantCaps; it succeeds once something is deleted.
 	ErrTenantCap = errors.New("tenant cap reached")
+	// ErrCatalogReadOnly marks a change the catalog database refused
+	// because it cannot write (a read-only file or file system, a
+	// PostgreSQL in read-only mode or a standby): reads still work.
+	ErrCatalogReadOnly = errors.New("the catalog database is read-only")
 )
 
 // PolicyWindow is the time window a limit's quota refers to: the window, or for

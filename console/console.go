@@ -29,6 +29,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -39,6 +40,7 @@ import (
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/httpapi"
 	"github.com/sluicelabs/sluice/internal/accesslog"
+	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/middleware"
 )
 
@@ -142,6 +144,24 @@ func New(opts Options) (*Console, error) {
 
 // Register mounts the console on mux at Prefix.
 func (c *Console) Register(mux *http.ServeMux) { mux.Handle(Prefix, c.Handler()) }
+
+// Serve serves the console on a listener of its own at addr (GET / sends to
+// the console), with the given TLS (nil: plain HTTP), until stop.
+func (c *Console) Serve(addr string, tls *tlsconfig.Reloader, log *slog.Logger) (stop func() error, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --console-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	c.Register(mux)
+	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 15 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tlsconfig.HTTPConfig(tls),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = tlsconfig.ServeHTTP(srv, ln) }()
+	log.Info("console listening", "addr", ln.Addr().String(), "tls", tlsconfig.Mode(tls))
+	return srv.Close, nil
+}
 
 // Handler serves the console's paths (all under Prefix).
 func (c *Console) Handler() http.Handler {

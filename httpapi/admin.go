@@ -101,6 +101,9 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 	status, body, err := fn(ctx, p)
 	if err != nil {
 		e := errorFor(err)
+		if e == errCatalogReadOnly {
+			a.noteWrites(writesReadOnly, err) // /readyz says so before the next probe
+		}
 		if e.message == msgCatalogUnavailable && r.Method != http.MethodGet {
 			e = &apiError{e.status, e.code, e.message + " If it stopped answering mid-call, the change may have been made: read it back before repeating a create."}
 		}

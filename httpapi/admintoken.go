@@ -2,13 +2,17 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/atomicfile"
 )
 
 // GivenAdminToken is the operator token a service was given, if any: the
@@ -16,6 +20,30 @@ import (
 // log says) and the setting that holds it, named for a warning.
 type GivenAdminToken struct {
 	Token, Origin, Setting string
+	// WriteTo, with no token given, is the file a token generated now is
+	// written to (mode 0600) instead of being shown: --admin-token-file
+	// naming a file that does not exist yet.
+	WriteTo string
+}
+
+// AdminTokenFile reads the operator token of --admin-token-file path (a
+// mounted secret): its contents, trimmed. A file that does not exist gives
+// no token and WriteTo path, so that the token generated on an empty catalog
+// is written there.
+func AdminTokenFile(path string) (GivenAdminToken, error) {
+	given := GivenAdminToken{Origin: "file", Setting: "--admin-token-file"}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		given.WriteTo = path
+		return given, nil
+	case err != nil:
+		return given, fmt.Errorf("read --admin-token-file: %w", err)
+	}
+	if given.Token = strings.TrimSpace(string(b)); given.Token == "" {
+		return given, fmt.Errorf("--admin-token-file %s is empty", path)
+	}
+	return given, nil
 }
 
 // Where the token in force came from when none was given.
@@ -36,8 +64,22 @@ const (
 // With none given and none stored, one is generated, its hash stored, and
 // the token shown once, for the API at base: a banner on stderr when it is
 // a terminal, else a log record (a JSON log stream stays JSON); never logged
-// otherwise.
+// otherwise. With given.WriteTo set instead, the generated token goes to
+// that file alone (writeAdminToken).
 func EnsureAdminToken(ctx context.Context, catalog sluice.Catalog, given GivenAdminToken, base string, stderr io.Writer, log *slog.Logger) (string, error) {
+	if given.Token == "" && given.WriteTo != "" {
+		origin, err := writeAdminToken(ctx, catalog, given.WriteTo, log)
+		if !errors.Is(err, fs.ErrExist) {
+			return origin, err
+		}
+		// Another instance wrote the file first: its token is the one.
+		if given, err = AdminTokenFile(given.WriteTo); err != nil {
+			return "", err
+		}
+	}
+	if given.Token == "" && given.WriteTo != "" {
+		return "", fmt.Errorf("--admin-token-file %s was removed while being written; start again", given.WriteTo)
+	}
 	res, err := sluice.EnsureAdminToken(ctx, catalog, given.Token)
 	switch {
 	case err != nil:
@@ -59,6 +101,39 @@ func EnsureAdminToken(ctx context.Context, catalog sluice.Catalog, given GivenAd
 		return AdminTokenGenerated, nil
 	}
 	return AdminTokenStored, nil
+}
+
+// writeAdminToken settles the token of an --admin-token-file that does not
+// exist yet: on a catalog without one, a token is generated and written to
+// the file (mode 0600, never replacing one) before its hash is stored, so it
+// is never lost, and shown nowhere else. A catalog that already holds a
+// token refuses the start: only its hash is stored, so the file cannot be
+// written, and a new token would lock out whoever holds the old one.
+func writeAdminToken(ctx context.Context, catalog sluice.Catalog, path string, log *slog.Logger) (string, error) {
+	_, err := catalog.AdminTokenHash(ctx)
+	switch {
+	case err == nil:
+		return "", fmt.Errorf("--admin-token-file %s does not exist, and the catalog already holds an admin token, which cannot be written there (only its hash is stored): put that token in the file, or a new one to replace it", path)
+	case !errors.Is(err, sluice.ErrNotFound):
+		return "", fmt.Errorf("read the admin token hash: %w", err)
+	}
+	token := sluice.NewAdminToken()
+	if err := atomicfile.Create(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the generated admin token to --admin-token-file: %w", err)
+	}
+	stored, err := catalog.SetAdminTokenHashIfAbsent(ctx, sluice.HashAPIKey(token))
+	if err != nil || !stored {
+		_ = os.Remove(path) // not the token in force
+	}
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("store the admin token hash: %w", err)
+	case !stored:
+		log.Info("another instance starting at the same time generated the admin token and showed it; this instance's was discarded, and --admin-token-file not written", "file", path)
+		return AdminTokenFromOtherInstance, nil
+	}
+	log.Warn("admin token generated and written to --admin-token-file (mode 0600); it is shown nowhere else, and only its hash is stored", "file", path)
+	return AdminTokenGenerated, nil
 }
 
 // showGeneratedToken shows a generated token once. On a terminal it is a

@@ -9,6 +9,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,9 @@ type Options struct {
 	AdminWriteLimit sluice.Limit
 	// NoAdminWriteLimit turns that limit off.
 	NoAdminWriteLimit bool
+	// WriteProbeInterval is how often Run asks the catalog whether it
+	// takes writes, for /readyz (default DefaultWriteProbeInterval).
+	WriteProbeInterval time.Duration
 }
 
 // DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
@@ -81,6 +85,10 @@ type API struct {
 	authLog  *authFailureLog
 	// writeLimit limits tenants' admin writes; nil: no limit.
 	writeLimit *check.Rule
+	// writes is what the catalog's write probe last found (writesUnknown,
+	// writesOK, writesReadOnly), every writeProbeInterval.
+	writes             atomic.Int32
+	writeProbeInterval time.Duration
 }
 
 // state is one immutable view of the catalog for the check path.
@@ -119,6 +127,8 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		defaultMode:  opts.DefaultFailureMode,
 		storePing:    opts.StorePing,
 		adminTimeout: opts.AdminTimeout,
+
+		writeProbeInterval: cmp.Or(opts.WriteProbeInterval, DefaultWriteProbeInterval),
 	}
 	if a.adminTimeout <= 0 {
 		a.adminTimeout = DefaultAdminTimeout
@@ -154,11 +164,15 @@ func New(ctx context.Context, opts Options) (*API, error) {
 const snapshotReloadTimeout = 5 * time.Second
 
 // Run follows catalog changes until ctx ends: it reloads the snapshot when
-// the catalog version moves and drops deny-cache entries of reset subjects.
-// It returns nil when ctx ends, or an error if the catalog cannot be watched.
+// the catalog version moves and drops deny-cache entries of reset subjects,
+// and probes whether the catalog takes writes (for /readyz). It returns nil
+// when ctx ends, or an error if the catalog cannot be watched.
 func (a *API) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	probed := make(chan struct{})
+	go func() { defer close(probed); a.probeWrites(ctx) }()
+	defer func() { <-probed }()
 	changed := make(chan struct{}, 1)
 	signal := func() {
 		select {

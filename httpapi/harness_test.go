@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -43,6 +44,10 @@ type harnessOptions struct {
 	defaultMode sluice.FailureMode
 	logs        io.Writer    // the API's JSON log; default: discarded
 	writeLimit  sluice.Limit // tenants' admin writes; default: DefaultAdminWriteLimit
+	// catalog, if set, is used as it is (holding testAdminToken's hash)
+	// instead of a fresh PostgreSQL one.
+	catalog    sluice.Catalog
+	writeProbe time.Duration // Options.WriteProbeInterval
 }
 
 func newPostgresCatalog(t *testing.T, dsn string) *postgres.Catalog {
@@ -61,13 +66,17 @@ func newPostgresCatalog(t *testing.T, dsn string) *postgres.Catalog {
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
 	t.Helper()
-	if o.dsn == "" {
-		o.dsn = testenv.Postgres(t)
-	}
-	catalog := newPostgresCatalog(t, o.dsn)
 	ctx := context.Background()
-	if err := catalog.SetAdminTokenHash(ctx, sluice.HashAPIKey(testAdminToken)); err != nil {
-		t.Fatal(err)
+	catalog := o.catalog
+	if catalog == nil {
+		if o.dsn == "" {
+			o.dsn = testenv.Postgres(t)
+		}
+		pc := newPostgresCatalog(t, o.dsn)
+		if err := pc.SetAdminTokenHash(ctx, sluice.HashAPIKey(testAdminToken)); err != nil {
+			t.Fatal(err)
+		}
+		catalog = pc
 	}
 	store := o.store
 	if store == nil {
@@ -90,6 +99,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Logger:             slog.New(slog.NewJSONHandler(logs, nil)),
 		DefaultFailureMode: o.defaultMode,
 		AdminWriteLimit:    o.writeLimit,
+		WriteProbeInterval: o.writeProbe,
 	})
 	if err != nil {
 		t.Fatal(err)

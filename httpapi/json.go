@@ -179,8 +179,12 @@ func errorFor(err error) *apiError {
 		return &apiError{http.StatusConflict, "conflict", sentence(err.Error())}
 	case errors.Is(err, check.ErrOverloaded):
 		return errOverloaded
+	case errors.Is(err, sluice.ErrStoreFull):
+		return errStoreFull
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return errStoreUnavailable
+	case errors.Is(err, sluice.ErrCatalogReadOnly):
+		return errCatalogReadOnly
 	case catalogUnavailable(err):
 		return &apiError{http.StatusServiceUnavailable, "catalog_unavailable", msgCatalogUnavailable}
 	}
@@ -192,6 +196,13 @@ var (
 		"This Sluice instance is past its capacity and sheds checks; retry shortly."}
 	errStoreUnavailable = &apiError{http.StatusServiceUnavailable, "store_unavailable",
 		"The rate-limit store is unavailable; retry shortly."}
+	// errStoreFull is the memory store at its budgets: the rule's failure
+	// mode answered, and it fails closed.
+	errStoreFull = &apiError{http.StatusServiceUnavailable, "store_full",
+		"The rate-limit store has no room for a new counter (this tenant's budget of live counters, or the store's, is taken) and this rule fails closed; subjects already counted are still decided. Retry shortly."}
+	// errCatalogReadOnly is a change the database refused: nothing was made.
+	errCatalogReadOnly = &apiError{http.StatusServiceUnavailable, "catalog_unavailable",
+		"The catalog database is read-only, so changes cannot be saved until it can write again; nothing was changed. Reads and checks still work."}
 	errInternal = &apiError{http.StatusInternalServerError, "internal", "The server could not complete the request; see its log."}
 )
 

@@ -55,6 +55,76 @@ type readyBody struct {
 	// SnapshotAgeSeconds is how long since the served snapshot was last
 	// known to be the catalog's current one.
 	SnapshotAgeSeconds float64 `json:"snapshot_age_seconds"`
+	// CatalogWrites is "ok" when the catalog's last write probe passed,
+	// "read_only" when the database refused it (or a change) because it
+	// cannot write, "unknown" before the first probe or when the probe
+	// could not reach the database. Checks do not write: the instance
+	// stays ready; admin changes answer 503 catalog_unavailable meanwhile.
+	CatalogWrites string `json:"catalog_writes"`
+}
+
+// What the catalog's write probe found (API.writes).
+const (
+	writesUnknown int32 = iota
+	writesOK
+	writesReadOnly
+)
+
+var writesNames = [...]string{writesUnknown: "unknown", writesOK: "ok", writesReadOnly: "read_only"}
+
+// DefaultWriteProbeInterval is how often the catalog is asked whether it
+// takes writes when Options.WriteProbeInterval is 0: often enough for an
+// alert, rarely enough that the probe's moment of write lock costs nothing.
+const DefaultWriteProbeInterval = 15 * time.Second
+
+// writeProber is a catalog that can say whether it takes writes without
+// making one (both SQL catalogs can).
+type writeProber interface {
+	CheckWritable(ctx context.Context) error
+}
+
+// probeWrites asks the catalog whether it takes writes at once and then
+// every writeProbeInterval until ctx ends, never per request, and logs when
+// the answer turns.
+func (a *API) probeWrites(ctx context.Context) {
+	p, ok := a.catalog.(writeProber)
+	if !ok {
+		return
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		probeCtx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+		err := p.CheckWritable(probeCtx)
+		cancel()
+		switch {
+		case err == nil:
+			a.noteWrites(writesOK, nil)
+		case errors.Is(err, sluice.ErrCatalogReadOnly):
+			a.noteWrites(writesReadOnly, err)
+		case ctx.Err() == nil:
+			// Unreachable, or slow: the catalog field of /readyz says so.
+			a.noteWrites(writesUnknown, err)
+		}
+		timer.Reset(a.writeProbeInterval)
+	}
+}
+
+// noteWrites records what a probe (or a refused change) found, and logs a
+// turn to or from read-only once.
+func (a *API) noteWrites(now int32, err error) {
+	was := a.writes.Swap(now)
+	switch {
+	case now == writesReadOnly && was != writesReadOnly:
+		a.log.Warn("the catalog database is read-only: admin changes answer 503 catalog_unavailable until it can write again; checks are still answered", "error", err)
+	case now == writesOK && was == writesReadOnly:
+		a.log.Info("the catalog database takes writes again")
+	}
 }
 
 // confirm records that the served snapshot is current now.
@@ -110,6 +180,7 @@ func (a *API) readiness(ctx context.Context) (int, any) {
 		body.Catalog = "current"
 	}
 	body.SnapshotAgeSeconds = time.Since(time.Unix(0, a.confirmedAt.Load())).Seconds()
+	body.CatalogWrites = writesNames[a.writes.Load()]
 
 	if storeErr != nil {
 		// /readyz needs no credentials: the answer counts the rules, the

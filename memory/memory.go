@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"strconv"
 	"sync"
@@ -84,7 +85,16 @@ type Options struct {
 	// refused for want of room (see the package doc), outside the store's
 	// locks. It must be quick: it runs on the check path.
 	OnBudgetExhausted func(tenant string)
+	// Logger, if set, is told of refusals for want of room: a WARN line at
+	// most every RefusalLogInterval, saying how many checks were refused
+	// since the last one and why the latest was.
+	Logger *slog.Logger
 }
+
+// RefusalLogInterval is how often, at most, Options.Logger is told of
+// refusals: a flood of new subjects makes one line a minute, not one per
+// check.
+const RefusalLogInterval = time.Minute
 
 // Validate reports what is wrong with o. The errors wrap sluice.ErrInvalid.
 func (o Options) Validate() error {
@@ -124,12 +134,15 @@ func optionErrorf(format string, args ...any) error {
 func (e *optionError) Error() string { return e.msg }
 func (e *optionError) Unwrap() error { return sluice.ErrInvalid }
 
-// ErrBudgetExhausted is wrapped by every BudgetError.
+// ErrBudgetExhausted is wrapped by every BudgetError, beside
+// sluice.ErrStoreFull and sluice.ErrStoreUnavailable.
 var ErrBudgetExhausted = errors.New("counter budget exhausted")
 
 // BudgetError is the error of a check that needed a new counter, lease set or
 // hold record when its tenant's budget (or the store's cap) was used up by
-// live ones. It wraps both ErrBudgetExhausted and sluice.ErrStoreUnavailable.
+// live ones. It wraps ErrBudgetExhausted, sluice.ErrStoreFull (its own
+// answer on every face) and sluice.ErrStoreUnavailable (the rule's failure
+// mode applies).
 type BudgetError struct {
 	Tenant string
 	// Budget is the bound that was reached: MaxKeysPerTenant, or MaxKeys
@@ -148,10 +161,34 @@ func (e *BudgetError) Error() string {
 		strconv.Itoa(e.Budget) + " live counters and holds (MaxKeysPerTenant), none back to full; a new subject or hold cannot be counted"
 }
 
-// Unwrap makes errors.Is true for ErrBudgetExhausted and
-// sluice.ErrStoreUnavailable.
+// Unwrap makes errors.Is true for ErrBudgetExhausted, sluice.ErrStoreFull
+// and sluice.ErrStoreUnavailable.
 func (e *BudgetError) Unwrap() []error {
-	return []error{ErrBudgetExhausted, sluice.ErrStoreUnavailable}
+	return []error{ErrBudgetExhausted, sluice.ErrStoreFull, sluice.ErrStoreUnavailable}
+}
+
+// refuse counts a check refused with full, tells OnBudgetExhausted, and
+// the logger at most every RefusalLogInterval.
+func (s *Store) refuse(full *BudgetError) {
+	n := s.refused.Add(1)
+	if s.onRefused != nil {
+		s.onRefused(full.Tenant)
+	}
+	if s.log == nil {
+		return
+	}
+	s.refusalMu.Lock()
+	now := time.Now()
+	if now.Before(s.nextRefusal) {
+		s.refusalMu.Unlock()
+		return
+	}
+	s.nextRefusal = now.Add(RefusalLogInterval)
+	since := n - s.loggedRefused
+	s.loggedRefused = n
+	s.refusalMu.Unlock()
+	s.log.Warn("the memory store has no room for new counters: checks that need one get their rule's failure mode (closed: 503 store_full)",
+		"refused", since, "tenant", full.Tenant, "error", full.Error(), "next_report_in", RefusalLogInterval.String())
 }
 
 // Stats describe a Store's occupancy and refusals.
@@ -177,6 +214,12 @@ type Store struct {
 	maxKeys   int64
 	onRefused func(string)
 	refused   atomic.Uint64
+	// log, if set, hears of refusals, throttled: refusalMu guards when it
+	// was last told, and loggedRefused the count it was told then.
+	log           *slog.Logger
+	refusalMu     sync.Mutex
+	nextRefusal   time.Time
+	loggedRefused uint64
 
 	// tenantsMu guards the tenants map. Room is taken from a budget under
 	// its read lock, so a sweep, which drops empty budgets under the write
@@ -260,6 +303,7 @@ func New(opts Options) *Store {
 		maxKeys:   int64(opts.maxKeys()),
 		perTenant: int64(opts.maxKeysPerTenant()),
 		onRefused: opts.OnBudgetExhausted,
+		log:       opts.Logger,
 		tenants:   make(map[string]*budget),
 		stopSweep: make(chan struct{}),
 		sweepDone: make(chan struct{}),
@@ -348,10 +392,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		if attempt == 0 && s.reclaim(full, now) {
 			continue
 		}
-		s.refused.Add(1)
-		if s.onRefused != nil {
-			s.onRefused(req.Tenant)
-		}
+		s.refuse(full)
 		return sluice.Decision{}, full
 	}
 

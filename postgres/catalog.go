@@ -68,6 +68,7 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	d := sqlcatalog.Dialect{
 		Name:              migrations.Postgres,
 		IsUniqueViolation: isUniqueViolation,
+		IsReadOnly:        isReadOnly,
 		// Byte order, as on SQLite, whatever the database's collation
 		// (glibc's en_US skips '-', putting "ab" before "a-c").
 		ByteOrder:      ` COLLATE "C"`,
@@ -88,6 +89,14 @@ func (c *Catalog) Close() error {
 }
 
 // isUniqueViolation reports a PostgreSQL unique_violation.
+// isReadOnly reports SQLSTATE 25006, read_only_sql_transaction: a write to
+// a database in read-only mode (default_transaction_read_only, a standby
+// promoted to nothing yet).
+func isReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
+}
+
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"

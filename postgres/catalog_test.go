@@ -316,3 +316,9 @@ func TestWatchRecoversFromSilentConnections(t *testing.T) {
 		t.Errorf("%d failures logged %d times", f, n)
 	}
 }
+
+// TestReadOnlyCatalog: a database in read-only mode reads as ever and
+// refuses every change with sluice.ErrCatalogReadOnly.
+func TestReadOnlyCatalog(t *testing.T) {
+	catalogtest.RunReadOnly(t, catalogtest.ReadOnlyPostgres(t, testenv.Postgres(t), catalogtest.SeedTenant(t)))
+}

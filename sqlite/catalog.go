@@ -73,6 +73,7 @@ func Open(ctx context.Context, path string) (*Catalog, error) {
 	c := &Catalog{sqlcatalog.New(sqlcatalog.Dialect{
 		Name:              migrations.SQLite,
 		IsUniqueViolation: isUniqueViolation,
+		IsReadOnly:        isReadOnly,
 		// SQLite's default BINARY collation is byte order, and a read
 		// transaction on a WAL file is a snapshot already.
 		PollInterval: PollInterval,
@@ -85,6 +86,14 @@ func Open(ctx context.Context, path string) (*Catalog, error) {
 		}
 	}
 	return c, nil
+}
+
+// isReadOnly reports SQLITE_READONLY, of any extended kind: a write to a
+// file SQLite could open for reading only (its mode, a read-only file
+// system, an immutable file), or one it can no longer write.
+func isReadOnly(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_READONLY
 }
 
 // isUniqueViolation reports a UNIQUE or PRIMARY KEY constraint failure.

@@ -247,3 +247,9 @@ func openMigrated(t *testing.T, path string) *sqlite.Catalog {
 	}
 	return c
 }
+
+// TestReadOnlyCatalog: a catalog file that cannot be written reads as ever
+// and refuses every change with sluice.ErrCatalogReadOnly.
+func TestReadOnlyCatalog(t *testing.T) {
+	catalogtest.RunReadOnly(t, catalogtest.ReadOnlySQLite(t, catalogtest.SeedTenant(t)))
+}

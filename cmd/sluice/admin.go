@@ -18,6 +18,7 @@ import (
 	"github.com/sluicelabs/sluice/catalogfile"
 	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/catalogdb"
 )
 
 func init() {
@@ -36,7 +37,7 @@ func readCmd(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.C
 
 // addDatabaseFlag gives a command group the --database flag (SLUICE_DATABASE).
 func addDatabaseFlag(cmd *cobra.Command, database *string) {
-	cmd.PersistentFlags().StringVar(database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
+	cmd.PersistentFlags().StringVar(database, "database", catalogdb.Default, "catalog database: postgres://... or sqlite://path")
 }
 
 // withCatalog opens the migrated catalog, runs fn, and closes it.

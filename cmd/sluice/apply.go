@@ -11,13 +11,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice/catalogfile"
+	"github.com/sluicelabs/sluice/internal/atomicfile"
 )
 
 func init() {
@@ -59,7 +59,7 @@ previous file as it was; "> FILE" in a shell truncates it before sluice runs.`,
 					_, err = cmd.OutOrStdout().Write(data)
 					return err
 				}
-				return writeFileAtomic(file, data)
+				return atomicfile.Write(file, data, 0o644)
 			})
 		},
 	}
@@ -181,34 +181,4 @@ func confirmTenantDeletes(cmd *cobra.Command, p []catalogfile.Step, yes bool) er
 func onTerminal(f *os.File) bool {
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
-}
-
-// writeFileAtomic replaces path with data only once data is all on disk: a
-// temporary file in the same directory, synced, then renamed over path, so
-// a failure at any point leaves the old file whole.
-func writeFileAtomic(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("write %s (left unchanged): %w", path, err)
-		}
-	}()
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

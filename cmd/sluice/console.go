@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -118,17 +117,5 @@ func startConsole(cfg serveConfig, d consoleDeps) (stop func() error, err error)
 		c.Register(d.Mux)
 		return noop, nil
 	}
-	ln, err := net.Listen("tcp", cfg.ConsoleAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --console-addr %s: %w", cfg.ConsoleAddr, err)
-	}
-	mux := http.NewServeMux()
-	c.Register(mux)
-	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
-		WriteTimeout: 15 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: tlsconfig.HTTPConfig(d.TLS),
-		ErrorLog: slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn)}
-	go func() { _ = tlsconfig.ServeHTTP(srv, ln) }()
-	d.Logger.Info("console listening", "addr", ln.Addr().String(), "tls", tlsconfig.Mode(d.TLS))
-	return srv.Close, nil
+	return c.Serve(cfg.ConsoleAddr, d.TLS, d.Logger)
 }

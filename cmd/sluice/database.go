@@ -3,28 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/sluicelabs/sluice"
-	"github.com/sluicelabs/sluice/postgres"
-	"github.com/sluicelabs/sluice/sqlite"
+	"github.com/sluicelabs/sluice/internal/catalogdb"
 )
-
-// defaultDatabase is the embedded default catalog: a SQLite file in the
-// working directory.
-const defaultDatabase = "sqlite://sluice.db"
-
-// migratingCatalog is a catalog that can apply its schema migrations and
-// report the errors its change feed recovers from; both implementations are.
-type migratingCatalog interface {
-	sluice.Catalog
-	Migrate(ctx context.Context) error
-	ReportWatchErrors(log *slog.Logger, count func())
-	SetTenantCaps(sluice.TenantCaps)
-}
 
 // envTenantCaps are the per-tenant caps of a catalog opened outside sluice
 // serve (the command line's --database path, apply): those of
@@ -49,15 +33,14 @@ func envTenantCaps() (sluice.TenantCaps, error) {
 	return caps, nil
 }
 
-// openCatalog opens the catalog named by a database URL: postgres://...
-// (or postgresql://...) or sqlite://path (sqlite:///abs/path for an
-// absolute path).
-func openCatalog(ctx context.Context, url string) (migratingCatalog, error) {
+// openCatalog opens the catalog named by a database URL (catalogdb.Open)
+// with the caps of the environment.
+func openCatalog(ctx context.Context, url string) (catalogdb.Catalog, error) {
 	caps, err := envTenantCaps()
 	if err != nil {
 		return nil, err
 	}
-	c, err := openCatalogURL(ctx, url)
+	c, err := catalogdb.Open(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -65,30 +48,8 @@ func openCatalog(ctx context.Context, url string) (migratingCatalog, error) {
 	return c, nil
 }
 
-func openCatalogURL(ctx context.Context, url string) (migratingCatalog, error) {
-	switch {
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		c, err := postgres.Open(ctx, url)
-		if err != nil {
-			return nil, fmt.Errorf("open the PostgreSQL catalog: %w", err)
-		}
-		return c, nil
-	case strings.HasPrefix(url, "sqlite://"):
-		path := strings.TrimPrefix(url, "sqlite://")
-		if path == "" {
-			return nil, fmt.Errorf("database %q names no file; use sqlite://sluice.db or sqlite:///var/lib/sluice/sluice.db", url)
-		}
-		c, err := sqlite.Open(ctx, path)
-		if err != nil {
-			return nil, fmt.Errorf("open the SQLite catalog %s: %w", path, err)
-		}
-		return c, nil
-	}
-	return nil, fmt.Errorf("database %q is not supported; use postgres://user@host:5432/db or sqlite://path", redactURL(url))
-}
-
 // openMigratedCatalog opens the catalog and applies pending migrations.
-func openMigratedCatalog(ctx context.Context, url string) (migratingCatalog, error) {
+func openMigratedCatalog(ctx context.Context, url string) (catalogdb.Catalog, error) {
 	c, err := openCatalog(ctx, url)
 	if err != nil {
 		return nil, err
@@ -98,20 +59,4 @@ func openMigratedCatalog(ctx context.Context, url string) (migratingCatalog, err
 		return nil, fmt.Errorf("apply catalog migrations: %w", err)
 	}
 	return c, nil
-}
-
-// redactURL hides a password in a URL before it reaches a message.
-func redactURL(url string) string {
-	scheme, rest, ok := strings.Cut(url, "://")
-	if !ok {
-		return url
-	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return url
-	}
-	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
-		return scheme + "://" + user + ":xxxxx@" + host
-	}
-	return url
 }

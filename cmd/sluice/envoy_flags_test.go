@@ -118,16 +118,3 @@ func TestServeEnvoyFlags(t *testing.T) {
 		}
 	}
 }
-
-func TestServeEnvoyFlagErrors(t *testing.T) {
-	dir := envoyTestDir(t, envoyTestConfig)
-	for flags, want := range map[envoyFlags]string{
-		{HeaderStyle: "draft"}:                          "--envoy-header-style",
-		{HeaderStyle: "envoy", HeaderLimit: "Bad Name"}: "--envoy-header-limit",
-	} {
-		_, err := startEnvoy(context.Background(), envoyConfig{ConfigDir: dir, Flags: flags, Engine: nil})
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%+v: %v, want an error naming %s", flags, err, want)
-		}
-	}
-}

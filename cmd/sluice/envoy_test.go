@@ -4,24 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/testenv"
-	"github.com/sluicelabs/sluice/memory"
 )
 
 func envoyTestDir(t *testing.T, content string) string {
@@ -38,50 +28,6 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 2}
 `
-
-func TestStartEnvoyConfigurationErrors(t *testing.T) {
-	store := memory.New(memory.Options{})
-	engine := check.New(store, check.Options{})
-	defer engine.Close()
-	t.Cleanup(func() { store.Close() })
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tests := []struct {
-		name    string
-		cfg     envoyConfig
-		wantErr string
-	}{
-		{"grpc_without_config", envoyConfig{GRPCAddr: "127.0.0.1:0", Engine: engine, Logger: quiet}, "--envoy-config"},
-		{"json_without_config", envoyConfig{JSONAddr: "127.0.0.1:0", Engine: engine, Logger: quiet}, "--envoy-config"},
-		{"json_addr_taken", envoyConfig{JSONAddr: "256.0.0.1:1", ConfigDir: envoyTestDir(t, envoyTestConfig)}, "--envoy-json-addr"},
-		{"missing_directory", envoyConfig{ConfigDir: filepath.Join(t.TempDir(), "nope"), Engine: engine, Logger: quiet}, "--envoy-config"},
-		{"broken_file", envoyConfig{ConfigDir: envoyTestDir(t, "domain: [")}, "api.yaml"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if tt.cfg.Engine == nil {
-				tt.cfg.Engine, tt.cfg.Logger = engine, quiet
-			}
-			stop, err := startEnvoy(context.Background(), tt.cfg)
-			if err == nil {
-				stop(context.Background())
-				t.Fatal("started")
-			}
-			if !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("error %q does not mention %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestStartEnvoyOffWithoutFlags(t *testing.T) {
-	stop, err := startEnvoy(context.Background(), envoyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // postJSON posts body to url's /json and returns the status.
 func postJSON(t *testing.T, url, body string) int {
@@ -107,90 +53,6 @@ func getHealth(t *testing.T, url string) (int, string) {
 }
 
 const envoyTestJSONBody = `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "u"}]}]}`
-
-func TestStartEnvoyServesGRPCAndJSON(t *testing.T) {
-	store := memory.New(memory.Options{})
-	engine := check.New(store, check.Options{})
-	defer engine.Close()
-	t.Cleanup(func() { store.Close() })
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	jsonAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	mux := http.NewServeMux()
-	stop, err := startEnvoy(context.Background(), envoyConfig{
-		GRPCAddr:  addr,
-		JSONAddr:  jsonAddr,
-		ConfigDir: envoyTestDir(t, envoyTestConfig),
-		Engine:    engine,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Mux:       mux,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			stop(context.Background())
-		}
-	})
-
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health: %v, %v", h, err)
-	}
-	req := &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}},
-	}}}
-	resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
-	if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK {
-		t.Fatalf("gRPC: %v, %v", resp, err)
-	}
-
-	// POST /json is not on the tenant API's mux, even when configured.
-	ts := httptest.NewServer(mux)
-	defer ts.Close()
-	if got := postJSON(t, ts.URL, envoyTestJSONBody); got != http.StatusNotFound && got != http.StatusMethodNotAllowed {
-		t.Fatalf("POST /json on the main mux: %d, want 404 or 405", got)
-	}
-	// On its own listener it shares the counters: one left, then over.
-	jsonURL := "http://" + jsonAddr
-	for _, want := range []int{200, 429} {
-		if got := postJSON(t, jsonURL, envoyTestJSONBody); got != want {
-			t.Fatalf("POST /json on --envoy-json-addr: %d, want %d", got, want)
-		}
-	}
-
-	// envoyproxy/ratelimit's HTTP health path answers on both.
-	for _, url := range []string{ts.URL, jsonURL} {
-		if code, body := getHealth(t, url); code != 200 || body != "OK" {
-			t.Fatalf("GET %s/healthcheck: %d %q, want 200 OK", url, code, body)
-		}
-	}
-
-	stopped = true
-	if err := stop(context.Background()); err != nil {
-		t.Fatalf("stop: %v", err)
-	}
-	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err == nil {
-		t.Fatal("answered after stop")
-	}
-	if r, err := http.Post(jsonURL+"/json", "application/json", strings.NewReader(envoyTestJSONBody)); err == nil {
-		r.Body.Close()
-		t.Fatal("--envoy-json-addr answered after stop")
-	}
-	// The HTTP listener outlives the gRPC one during shutdown; its health
-	// path must not say OK any more.
-	if code, _ := getHealth(t, ts.URL); code != 500 {
-		t.Fatalf("GET /healthcheck after stop: %d; want 500", code)
-	}
-}
 
 // TestServeKeepsEnvoyJSONOffTheTenantListener: POST /json takes no
 // credentials, so sluice serve never mounts it on --addr, only on
@@ -230,45 +92,5 @@ func TestServeKeepsEnvoyJSONOffTheTenantListener(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestStartEnvoyHTTPOnlyHealth: without --grpc-addr, GET /healthcheck still
-// serves on the main mux, and stopping turns it to 500 so probes drain the
-// instance.
-func TestStartEnvoyHTTPOnlyHealth(t *testing.T) {
-	store := memory.New(memory.Options{})
-	engine := check.New(store, check.Options{})
-	defer engine.Close()
-	t.Cleanup(func() { store.Close() })
-	mux := http.NewServeMux()
-	stop, err := startEnvoy(context.Background(), envoyConfig{
-		ConfigDir: envoyTestDir(t, envoyTestConfig),
-		Engine:    engine,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Mux:       mux,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(mux)
-	defer ts.Close()
-	health := func() int {
-		t.Helper()
-		r, err := http.Get(ts.URL + "/healthcheck")
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		return r.StatusCode
-	}
-	if got := health(); got != 200 {
-		t.Fatalf("GET /healthcheck while serving: %d, want 200", got)
-	}
-	if err := stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := health(); got != 500 {
-		t.Fatalf("GET /healthcheck after stop: %d, want 500", got)
 	}
 }

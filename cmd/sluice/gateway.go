@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -91,106 +89,9 @@ func runGateway(ctx context.Context, flags gatewayFlags, log *slog.Logger, reloa
 		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
 	}
 	defer closeStore()
-	gw, err := gateway.New(cfg, gateway.Options{Store: store, Metrics: metrics.New(registry), Requests: metrics.NewGatewayRequests(registry),
-		Gatherer: registry, Logger: log, Tracing: traces.Tracing})
-	if err != nil {
-		return err
-	}
-	defer gw.Close()
-	changed, err := watchConfigFile(ctx, flags.Config, log)
-	if err != nil {
-		return err
-	}
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s (the listen field of %s): %w", cfg.Listen, flags.Config, err)
-	}
-	srv, err := gateway.NewServer(cfg, gw, log)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("gateway config %s: %w", flags.Config, err)
-	}
-	adminSrv, adminAddr, err := startGatewayAdmin(gw, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer adminSrv.Close()
-	served := make(chan error, 1)
-	go func() { served <- serveHTTP(srv, ln) }()
-	log.Info("gateway listening", "addr", ln.Addr().String(), "admin_addr", adminAddr, "tls", gatewayTLSMode(cfg.TLS), "routes", len(cfg.Routes), "config", flags.Config)
-
-	for {
-		select {
-		case err := <-served:
-			return fmt.Errorf("gateway server: %w", err)
-		case <-reload:
-			err := reloadGateway(gw, flags.Config)
-			logReload(log, flags.Config, "SIGHUP", err)
-			if onReload != nil {
-				onReload(err)
-			}
-		case <-changed:
-			err := reloadGateway(gw, flags.Config)
-			logReload(log, flags.Config, "file changed", err)
-			if onReload != nil {
-				onReload(err)
-			}
-		case <-ctx.Done():
-			log.Info("shutting down", "grace", flags.ShutdownTimeout)
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), flags.ShutdownTimeout)
-			defer cancel()
-			if err := srv.Shutdown(shutdownCtx); err != nil {
-				return fmt.Errorf("shutdown: %w", err)
-			}
-			return nil
-		}
-	}
-}
-
-// gatewayTLSMode says, for logs, how the gateway's listener is served.
-func gatewayTLSMode(t *gateway.TLSConfig) string {
-	switch {
-	case t == nil:
-		return "off"
-	case t.ClientCAFile != "":
-		return "mutual"
-	default:
-		return "on"
-	}
-}
-
-func reloadGateway(gw *gateway.Gateway, path string) error {
-	cfg, err := gateway.LoadConfig(path)
-	if err != nil {
-		return err
-	}
-	if cfg.Listen != gw.Listen() {
-		return fmt.Errorf("listen: the address cannot change on reload (%s → %s); restart the gateway", gw.Listen(), cfg.Listen)
-	}
-	return gw.Reload(cfg)
-}
-
-// logReload says how a reload ended, and what caused it.
-func logReload(log *slog.Logger, path, cause string, err error) {
-	if err != nil {
-		log.Error("reload refused; still serving the previous configuration", "config", path, "cause", cause, "error", err)
-		return
-	}
-	log.Info("configuration reloaded", "config", path, "cause", cause)
-}
-
-// startGatewayAdmin serves the gateway's health and metrics on its
-// admin_listen address, plain HTTP: it is meant for loopback or a pod
-// network, not the public side.
-func startGatewayAdmin(gw *gateway.Gateway, log *slog.Logger) (*http.Server, string, error) {
-	ln, err := net.Listen("tcp", gw.AdminListen())
-	if err != nil {
-		return nil, "", fmt.Errorf("listen on admin_listen %s: %w", gw.AdminListen(), err)
-	}
-	srv := &http.Server{Handler: gw.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, ln.Addr().String(), nil
+	return gateway.Run(ctx, flags.Config, cfg, gateway.RunOptions{
+		Options: gateway.Options{Store: store, Metrics: metrics.New(registry), Requests: metrics.NewGatewayRequests(registry),
+			Gatherer: registry, Logger: log, Tracing: traces.Tracing},
+		ShutdownTimeout: flags.ShutdownTimeout, Reload: reload, OnReload: onReload,
+	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/httpapi"
+	"github.com/sluicelabs/sluice/internal/catalogdb"
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
@@ -40,7 +41,7 @@ type serveConfig struct {
 	// RedisReplicaAcks is the replicas every write waits for (WAIT).
 	RedisReplicaAcks int
 	// RedisTLS is the TLS of the Redis connections (redistls.go).
-	RedisTLS   redisTLSFlags
+	RedisTLS   tlsconfig.RedisClient
 	Database   string
 	AdminToken string
 	// AdminTokenFile holds the operator token, so it is not in the
@@ -191,9 +192,9 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.Redis, "redis", "", "Redis URL: redis://h:6379/0, redis-cluster://h1:p,h2:p or redis-sentinel://master@h:26379 (default: in-process memory store)")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", "sluice:", "prefix of every Redis key, so several deployments can share one Redis")
 	f.IntVar(&cfg.RedisReplicaAcks, "redis-replica-acks", 0, "replicas that must have every write of a check (Redis WAIT, in the same round trip, for at most --store-timeout) before it is allowed; fewer is a store failure answered by the rule's failure mode, so a failover loses no admitted unit (0: asynchronous replication, as Redis does by default)")
-	f.StringVar(&cfg.Database, "database", defaultDatabase, "catalog database: postgres://... or sqlite://path")
+	f.StringVar(&cfg.Database, "database", catalogdb.Default, "catalog database: postgres://... or sqlite://path")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "operator token for the admin API (default: one is generated, stored hashed, and printed once); prefer --admin-token-file, a flag value is visible to other local users")
-	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start")
+	f.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the operator token (a mounted secret), read at start; when it does not exist and the catalog holds no token yet, the generated token is written there (mode 0600) and shown nowhere else")
 	f.StringVar(&cfg.EnvoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit YAML files for the gRPC service")
 	f.StringVar(&cfg.EnvoyJSONAddr, "envoy-json-addr", "", "listener of its own for POST /json, the Envoy rate-limit service's unauthenticated JSON form, e.g. 127.0.0.1:8082 (off when empty; never on --addr)")
 	f.BoolVar(&cfg.EnvoyResponseHeaders, "envoy-response-headers", false, "add rate-limit headers to the Envoy rate-limit service's answers, named by --envoy-header-style (LIMIT_RESPONSE_HEADERS_ENABLED)")
@@ -259,11 +260,12 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	return cmd
 }
 
-// memoryOptions are the memory store's options; refusals are counted in m.
-func (cfg serveConfig) memoryOptions(m *metrics.Metrics) memory.Options {
+// memoryOptions are the memory store's options; refusals are counted in m
+// and reported to log.
+func (cfg serveConfig) memoryOptions(m *metrics.Metrics, log *slog.Logger) memory.Options {
 	return memory.Options{
 		MaxKeys: cfg.MemoryMaxKeys, MaxKeysPerTenant: cfg.MemoryMaxKeysPerTenant,
-		OnBudgetExhausted: func(string) { m.BudgetRefused() },
+		OnBudgetExhausted: func(string) { m.BudgetRefused() }, Logger: log,
 	}
 }
 
@@ -311,7 +313,7 @@ func (cfg serveConfig) validate() error {
 	if cfg.MetricsAddr != "" && cfg.MetricsAddr == cfg.Addr && !strings.HasSuffix(cfg.Addr, ":0") {
 		return fmt.Errorf("--metrics-addr %s is --addr too; give metrics a listener of their own or leave --metrics-addr unset", cfg.MetricsAddr)
 	}
-	if err := cfg.memoryOptions(nil).Validate(); err != nil {
+	if err := cfg.memoryOptions(nil, nil).Validate(); err != nil {
 		return fmt.Errorf("--memory-max-keys / --memory-max-keys-per-tenant: %w", err)
 	}
 	if cfg.AdminTimeout < 0 {
@@ -350,7 +352,7 @@ func (cfg serveConfig) validate() error {
 	if err := envoyrls.CheckKeyFormat(cfg.EnvoyKeyFormat, cfg.EnvoyKeyPrefix, cfg.Redis != ""); err != nil {
 		return err
 	}
-	if err := cfg.RedisTLS.validate(cfg.Redis); err != nil {
+	if err := cfg.RedisTLS.Validate(cfg.Redis); err != nil {
 		return err
 	}
 	if err := cfg.validateXDSTLS(); err != nil {
@@ -404,9 +406,6 @@ func (cfg serveConfig) tlsFiles() tlsconfig.Files {
 func (cfg serveConfig) grpcTLSFiles() tlsconfig.Files {
 	return tlsconfig.Files{Cert: cfg.GRPCTLSCert, Key: cfg.GRPCTLSKey, ClientCA: cfg.GRPCTLSClientCA}
 }
-
-// serveHTTP is tlsconfig.ServeHTTP, as the gateway command calls it.
-func serveHTTP(srv *http.Server, ln net.Listener) error { return tlsconfig.ServeHTTP(srv, ln) }
 
 // service is a running sluice serve, as tests drive it in-process.
 type service struct {
@@ -486,9 +485,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		watchDone = make(chan error, 1)
 		go func() { watchDone <- api.Run(runCtx) }()
 		if retention, _ := cfg.auditRetention(); retention > 0 {
-			if p, ok := catalog.(auditPruner); ok {
-				go pruneAudit(runCtx, p, retention, s.log)
-			}
+			go catalog.RunAuditRetention(runCtx, retention, s.log)
 		}
 	}
 
@@ -535,7 +532,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			"addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
 	} else {
 		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
-			"database", databaseKind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+			"database", catalogdb.Kind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
 	}
 
 	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
@@ -593,7 +590,7 @@ func newStarter(cfg serveConfig, stderr io.Writer) (*starter, error) {
 	ver, rev := buildVersion()
 	log.Info("sluice serve starting", "version", ver, "revision", rev, "go", runtime.Version())
 	cfg.envoyEnv.Log(log)
-	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogRetry(cfg.Database)}
+	s := &starter{cfg: cfg, stderr: stderr, log: log, scheme: "http", retryCatalog: catalogdb.Retryable(cfg.Database)}
 	if s.httpTLS, err = tlsconfig.Load(cfg.tlsFiles(), tlsNames, tlsconfig.Options{Logger: log}); err != nil {
 		return nil, err
 	}
@@ -647,11 +644,11 @@ func newMetrics(cfg serveConfig) (*prometheus.Registry, *metrics.Metrics) {
 // the Envoy key format's wrapper when asked. ping is nil for the memory
 // store.
 func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(context.Context) error, err error) {
-	redisTLS, err := s.cfg.RedisTLS.config(s.cfg.Redis)
+	redisTLS, err := s.cfg.RedisTLS.Config(s.cfg.Redis)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.redisOptions(redisTLS), s.cfg.memoryOptions(m), s.log)
+	store, ping, closeStore, err := openStore(s.cfg.Redis, s.cfg.redisOptions(redisTLS), s.cfg.memoryOptions(m, s.log), s.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -671,8 +668,8 @@ func (s *starter) openStore(m *metrics.Metrics) (store sluice.Store, ping func(c
 // that does not answer yet is waited for): opened, migrated, and the admin
 // token settled. The token the service adopts or generates is its own doing
 // (audit: system).
-func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (migratingCatalog, error) {
-	var catalog migratingCatalog
+func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToken httpapi.GivenAdminToken) (catalogdb.Catalog, error) {
+	var catalog catalogdb.Catalog
 	err := s.gate.WaitFor(ctx, s.log, "the catalog database", s.retryCatalog, func(ctx context.Context) error {
 		if catalog == nil {
 			c, err := openMigratedCatalog(ctx, s.cfg.Database)
@@ -749,37 +746,19 @@ func (s *starter) startEnvoy(ctx context.Context, srv *atomic.Pointer[envoyrls.S
 			return nil, fmt.Errorf("envoyproxy/ratelimit's stats (--envoy-statsd-addr, --envoy-prometheus-addr): %w", err)
 		}
 	}
-	stopOnce, err := startEnvoy(ctx, envoyConfig{
-		Stats:             stats,
-		Server:            srv,
-		GRPCAddr:          cfg.GRPCAddr,
-		GRPCUDS:           cfg.GRPCUDS,
-		GRPCClientSAN:     cfg.GRPCTLSClientSAN,
-		MaxConnAge:        cfg.GRPCMaxConnectionAge,
-		MaxConnAgeGrace:   cfg.GRPCMaxConnectionAgeGrace,
-		DebugAddr:         cfg.DebugAddr,
-		JSONAddr:          cfg.EnvoyJSONAddr,
-		ConfigDir:         cfg.EnvoyConfig,
-		RatelimitKeys:     cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit,
-		Counting:          envoyrls.Counting(cfg.EnvoyCounting),
-		ServeBeforeConfig: cfg.EnvoyServeBeforeConfig,
-		StopIncrement:     cfg.EnvoyStopIncrement,
-		JSONOnMux:         cfg.EnvoyMode,
-		XDSServer:         cfg.EnvoyXDSServer,
-		XDSNodeID:         cfg.EnvoyXDSNodeID,
-		XDSRetryInterval:  cfg.EnvoyXDSRetryInterval,
-		XDSTLS:            cfg.xdsTLS(),
-		XDSNodeMetadata:   cfg.EnvoyXDSNodeMetadata,
-		XDSHeaders:        cfg.EnvoyXDSHeaders,
-		Engine:            engine,
-		Logger:            s.log,
-		Mux:               s.mux,
-		Metrics:           m,
-		ResponseHeaders:   cfg.EnvoyResponseHeaders,
-		Flags:             cfg.Envoy,
-		JSONTLS:           s.httpTLS,
-		GRPCTLS:           s.grpcTLS,
-		GRPCOptions:       cfg.grpcOptions(s.log, traces),
+	opts := cfg.Envoy.options()
+	opts.Engine, opts.Logger, opts.Metrics, opts.Stats = engine, s.log, m, stats
+	opts.ResponseHeaders, opts.Counting, opts.StopIncrementWhenOverLimit = cfg.EnvoyResponseHeaders, envoyrls.Counting(cfg.EnvoyCounting), cfg.EnvoyStopIncrement
+	opts.RatelimitKeys, opts.ServeBeforeConfig = cfg.EnvoyKeyFormat == envoyKeyFormatRatelimit, cfg.EnvoyServeBeforeConfig
+	stopOnce, err := envoyrls.StartService(ctx, envoyrls.ServiceConfig{
+		Options: opts,
+		Source: envoyrls.Source{Dir: cfg.EnvoyConfig, XDSServer: cfg.EnvoyXDSServer, XDSTLS: cfg.xdsTLS(), XDS: envoyrls.XDSOptions{
+			NodeID: cfg.EnvoyXDSNodeID, NodeMetadata: cfg.EnvoyXDSNodeMetadata, Headers: cfg.EnvoyXDSHeaders, RetryInterval: cfg.EnvoyXDSRetryInterval}},
+		GRPCAddr: cfg.GRPCAddr, GRPCUDS: cfg.GRPCUDS,
+		GRPC: envoyrls.GRPCOptions{MaxConnAge: cfg.GRPCMaxConnectionAge, MaxConnAgeGrace: cfg.GRPCMaxConnectionAgeGrace,
+			TLS: s.grpcTLS, ClientSAN: cfg.GRPCTLSClientSAN, Extra: cfg.grpcOptions(s.log, traces)},
+		JSONAddr: cfg.EnvoyJSONAddr, JSONTLS: s.httpTLS, NewHTTPServer: httpapi.NewServer,
+		Mux: s.mux, JSONOnMux: cfg.EnvoyMode, DebugAddr: cfg.DebugAddr, Started: srv,
 	})
 	if err != nil {
 		_ = stats.Close()
@@ -852,17 +831,6 @@ func (s *starter) serveUntilDone(ctx context.Context, drain func() (probe string
 	s.closeAll()
 	log.Info("sluice serve stopped")
 	return result
-}
-
-// databaseKind names the catalog backend for logs without its credentials.
-func databaseKind(url string) string {
-	if strings.HasPrefix(url, "sqlite://") {
-		return url
-	}
-	if scheme, _, ok := strings.Cut(url, "://"); ok {
-		return scheme
-	}
-	return "unknown"
 }
 
 // baseURL is the URL the operator reaches the listener addr at.

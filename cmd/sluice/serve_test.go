@@ -91,7 +91,7 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"sixteen_character_admin_token", func(c *serveConfig) { c.AdminToken = "0123456789abcdef" }, "too short"},
 		{"repetitive_admin_token", func(c *serveConfig) { c.AdminToken = strings.Repeat("ab", 20) }, "too few characters"},
 		{"token_and_token_file", func(c *serveConfig) { c.AdminToken, c.AdminTokenFile = strings.Repeat("0123456789", 4), "/x" }, "use one"},
-		{"missing_token_file", func(c *serveConfig) { c.AdminTokenFile = filepath.Join(t.TempDir(), "nope") }, "--admin-token-file"},
+		{"token_file_in_a_missing_directory", func(c *serveConfig) { c.AdminTokenFile = filepath.Join(t.TempDir(), "nope", "token") }, "--admin-token-file"},
 		{"negative_drain_period", func(c *serveConfig) { c.DrainPeriod = -time.Second }, "--drain-period"},
 		{"metrics_on_the_public_listener", func(c *serveConfig) { c.Addr, c.MetricsAddr = "127.0.0.1:18080", "127.0.0.1:18080" }, "--metrics-addr"},
 		{"unknown_log_level", func(c *serveConfig) { c.LogLevel = "loud" }, "log level"},
@@ -239,6 +239,44 @@ func TestServeReadsItsFlagsFromTheEnvironment(t *testing.T) {
 	_, _, err := runCLI(t, "serve")
 	if err == nil || !strings.Contains(err.Error(), "--store-timeout must be positive") {
 		t.Fatalf("error %v, want SLUICE_STORE_TIMEOUT=0s refused as --store-timeout", err)
+	}
+}
+
+// TestServeWritesAGeneratedTokenToTheTokenFile: --admin-token-file naming a
+// file not there yet, on an empty catalog, gets the generated token (mode
+// 0600), which works and is printed nowhere, whatever the log level.
+func TestServeWritesAGeneratedTokenToTheTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	cfg := serveConfig{Addr: "127.0.0.1:0", Database: "sqlite://" + filepath.Join(dir, "sluice.db"), AdminTokenFile: tokenFile,
+		StoreTimeout: 50 * time.Millisecond, DefaultFailureMode: "closed", ShutdownTimeout: 5 * time.Second, LogLevel: "debug"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var output testenv.Buffer
+	svc, err := startService(ctx, cfg, &output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-svc.done })
+	b, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(b))
+	if info, _ := os.Stat(tokenFile); info.Mode().Perm() != 0o600 {
+		t.Errorf("the token file's mode is %v, want 0600", info.Mode().Perm())
+	}
+	req, _ := http.NewRequest("GET", "http://"+svc.Addr+"/v1/tenants", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the token of the file is refused: %d", resp.StatusCode)
+	}
+	if strings.Contains(output.String(), token) || !strings.Contains(output.String(), "written to --admin-token-file") {
+		t.Errorf("the token shows in the output, or its file is not named:\n%s", output.String())
 	}
 }
 

@@ -2,15 +2,19 @@ package catalogtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
 // testAudit: every change leaves one entry, made by the context's actor, in
@@ -314,5 +318,31 @@ func testAuditPrune(t *testing.T, c Catalog, _ Open) {
 		if e.Time.Before(cutoff) {
 			t.Errorf("entry %d of %v outlived the cutoff %v", e.ID, e.Time, cutoff)
 		}
+	}
+}
+
+// testAuditRetention: RunAuditRetention deletes the entries past the
+// retention at once, without a call, says so in the log, and returns when
+// its context ends.
+func testAuditRetention(t *testing.T, c Catalog, _ Open) {
+	op := sluice.WithActor(t.Context(), sluice.ActorOperator)
+	for _, name := range []string{"a", "b", "c"} {
+		must(c.CreateTenant(op, name))(t)
+	}
+	time.Sleep(2 * time.Millisecond) // older than the retention below
+	var logs testenv.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.RunAuditRetention(ctx, time.Millisecond, slog.New(slog.NewJSONHandler(&logs, nil)))
+	}()
+	testenv.Eventually(t, 10*time.Second, "the entries past the retention are pruned", func() bool {
+		return len(must(c.Audit(t.Context(), sluice.AuditQuery{}))(t)) == 0
+	})
+	cancel()
+	<-done
+	if !strings.Contains(logs.String(), `"msg":"audit log pruned"`) || !strings.Contains(logs.String(), `"entries":3`) {
+		t.Errorf("log %q does not say 3 entries were pruned", logs.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,6 +26,8 @@ type Catalog interface {
 	Migrate(ctx context.Context) error
 	SetTenantCaps(sluice.TenantCaps)
 	PruneAudit(ctx context.Context, before time.Time, limit int) (int64, error)
+	RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger)
+	CheckWritable(ctx context.Context) error
 }
 
 // Open opens a new, unmigrated Catalog instance on one database; each call
@@ -77,6 +80,8 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"recreated_tenant_gets_a_new_counter_namespace", testGenerations},
 		{"audit_filters_and_pages", testAuditQueries},
 		{"audit_prune_deletes_old_entries_in_batches", testAuditPrune},
+		{"audit_retention_prunes_in_the_background", testAuditRetention},
+		{"write_probe_of_a_writable_database_passes", testCheckWritable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -984,5 +989,17 @@ func testConcurrentMigrate(t *testing.T, open Open) {
 	must(cats[0].CreateTenant(t.Context(), "acme"))(t)
 	if got := must(cats[instances-1].Tenant(t.Context(), "acme"))(t); got.Name != "acme" {
 		t.Fatalf("Tenant = %+v", got)
+	}
+}
+
+// testCheckWritable: the write probe passes on a writable database and
+// changes nothing, not even the version.
+func testCheckWritable(t *testing.T, c Catalog, _ Open) {
+	before := version(t, c)
+	if err := c.CheckWritable(t.Context()); err != nil {
+		t.Fatalf("CheckWritable: %v", err)
+	}
+	if after := version(t, c); after != before {
+		t.Errorf("the probe moved the version from %d to %d", before, after)
 	}
 }

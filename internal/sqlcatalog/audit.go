@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -169,8 +170,57 @@ func (c *Catalog) PruneAudit(ctx context.Context, before time.Time, limit int) (
 		"DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at_ms < $1 ORDER BY id LIMIT $2)",
 		before.UnixMilli(), limit)
 	if err != nil {
-		return 0, fail("prune the audit log", err)
+		return 0, fail("prune the audit log", c.markReadOnly(err))
 	}
 	n, err := res.RowsAffected()
 	return n, fail("prune the audit log", err)
+}
+
+// Audit entries past their retention are deleted at the start of
+// RunAuditRetention and then every auditPruneInterval, auditPruneBatch at a
+// time with a pause between batches, so a long backlog never holds the
+// table every tenant shares.
+const (
+	auditPruneInterval = time.Hour
+	auditPruneBatch    = 1000
+	auditPrunePause    = 100 * time.Millisecond
+)
+
+// RunAuditRetention deletes entries older than retention, in the
+// background of a serving process, until ctx ends. A failed round is
+// logged and retried at the next.
+func (c *Catalog) RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		before := time.Now().Add(-retention)
+		var total int64
+		for {
+			n, err := c.PruneAudit(ctx, before, auditPruneBatch)
+			total += n
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("audit log pruning failed; retried at the next round", "error", err, "pruned", total)
+				}
+				break
+			}
+			if n < auditPruneBatch {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(auditPrunePause):
+			}
+		}
+		if total > 0 {
+			log.Info("audit log pruned", "entries", total, "older_than", before.UTC().Format(time.RFC3339))
+		}
+		timer.Reset(auditPruneInterval)
+	}
 }

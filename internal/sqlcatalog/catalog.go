@@ -501,7 +501,7 @@ func (c *Catalog) PublishReset(ctx context.Context, tenant, rule, subject string
 	if err := (sluice.SubjectReset{Tenant: tenant, Rule: rule, Subject: subject}).Validate(); err != nil {
 		return err
 	}
-	err := inTx(ctx, c.write, nil, func(tx *sql.Tx) error {
+	err := c.writeTx(ctx, func(tx *sql.Tx) error {
 		var seq int64
 		if err := tx.QueryRowContext(ctx, "UPDATE catalog_state SET reset_seq = reset_seq + 1 WHERE id = 1 RETURNING reset_seq").Scan(&seq); err != nil {
 			return err
@@ -524,7 +524,7 @@ func (c *Catalog) RecordReset(ctx context.Context, tenant, rule, subject string)
 	if err := reset.Validate(); err != nil {
 		return err
 	}
-	err := inTx(ctx, c.write, nil, func(tx *sql.Tx) error {
+	err := c.writeTx(ctx, func(tx *sql.Tx) error {
 		// A reset of a tenant that is gone resets nothing, and is still
 		// recorded: it was asked for.
 		generation, err := tenantGeneration(ctx, tx, tenant)

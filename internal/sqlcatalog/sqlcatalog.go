@@ -35,6 +35,9 @@ type Dialect struct {
 	// IsUniqueViolation reports an error from a unique or primary key
 	// constraint.
 	IsUniqueViolation func(error) bool
+	// IsReadOnly reports an error of a write the database refused because
+	// it cannot write at all (it is then wrapped in sluice.ErrCatalogReadOnly).
+	IsReadOnly func(error) bool
 	// ByteOrder is appended to a text column in ORDER BY so that lists come
 	// out in byte order whatever the database's collation (` COLLATE "C"`
 	// on PostgreSQL; empty where byte order is the default).
@@ -163,6 +166,42 @@ func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.
 	return tx.Commit()
 }
 
+// writeTx runs fn in a write transaction; a refusal of a database that
+// cannot write is marked sluice.ErrCatalogReadOnly.
+func (c *Catalog) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return c.markReadOnly(inTx(ctx, c.write, nil, fn))
+}
+
+// markReadOnly wraps err in sluice.ErrCatalogReadOnly when the dialect says
+// the database refused a write because it cannot write.
+func (c *Catalog) markReadOnly(err error) error {
+	if err != nil && c.dialect.IsReadOnly != nil && c.dialect.IsReadOnly(err) {
+		return fmt.Errorf("%w: %w", sluice.ErrCatalogReadOnly, err)
+	}
+	return err
+}
+
+// CheckWritable reports whether the database takes a write, without making
+// one: a write that changes nothing, in a transaction rolled back. It is
+// sluice.ErrCatalogReadOnly when the database refuses it because it cannot
+// write. Call it on an interval (readiness), never per request: it takes
+// the write lock for a moment.
+func (c *Catalog) CheckWritable(ctx context.Context) error {
+	err := func() error {
+		tx, err := c.write.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		_, err = tx.ExecContext(ctx, "UPDATE catalog_state SET version = version WHERE id = 1")
+		return err
+	}()
+	if err != nil {
+		return fmt.Errorf("probe a write to the %s catalog: %w", c.dialect.Name, c.markReadOnly(err))
+	}
+	return nil
+}
+
 // view runs fn in one read transaction: a consistent view of the catalog.
 func (c *Catalog) view(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return inTx(ctx, c.read, c.dialect.ReadTx, fn)
@@ -172,7 +211,7 @@ func (c *Catalog) view(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // version, then records in the audit log what fn says it did, and notifies
 // watchers on commit. If fn fails nothing is changed.
 func (c *Catalog) change(ctx context.Context, fn func(tx *sql.Tx, version int64) (record, error)) error {
-	return inTx(ctx, c.write, nil, func(tx *sql.Tx) error {
+	return c.writeTx(ctx, func(tx *sql.Tx) error {
 		var version int64
 		if err := tx.QueryRowContext(ctx, "UPDATE catalog_state SET version = version + 1 WHERE id = 1 RETURNING version").Scan(&version); err != nil {
 			return err

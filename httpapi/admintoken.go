@@ -195,15 +195,15 @@ To replace it, restart with --admin-token-file (or --admin-token) set.
 `, token, base)
 }
 
-// EnsureAdminTokenInForce runs EnsureAdminToken and logs where the token in
-// force came from. It does not wait for the rate-limit store: the service
+// EnsureAdminTokenInForce runs EnsureAdminToken, logs where the token in
+// force came from and returns it, for the start banner. It does not wait for the rate-limit store: the service
 // starts without it (checks get their rules' failure modes), so a token
 // generated now is one for a running service.
-func EnsureAdminTokenInForce(ctx context.Context, catalog sluice.Catalog, given GivenAdminToken, base string, stderr io.Writer, log *slog.Logger) error {
+func EnsureAdminTokenInForce(ctx context.Context, catalog sluice.Catalog, given GivenAdminToken, base string, stderr io.Writer, log *slog.Logger) (string, error) {
 	origin, err := EnsureAdminToken(ctx, catalog, given, base, stderr, log)
 	if err != nil {
-		return err
+		return "", err
 	}
 	log.Info("admin token in force", "source", origin)
-	return nil
+	return origin, nil
 }

@@ -101,7 +101,7 @@ func TestGeneratedAdminTokenIsShownOnce(t *testing.T) {
 			c := db.open(t)
 			var out bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			if err := EnsureAdminTokenInForce(sluice.WithActor(context.Background(), sluice.ActorSystem), c, GivenAdminToken{}, "http://localhost:8080", &out, log); err != nil {
+			if _, err := EnsureAdminTokenInForce(sluice.WithActor(context.Background(), sluice.ActorSystem), c, GivenAdminToken{}, "http://localhost:8080", &out, log); err != nil {
 				t.Fatal(err)
 			}
 			i := strings.Index(out.String(), sluice.AdminTokenPrefix)

@@ -501,6 +501,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			return nil, err
 		}
 		s.onClose(stopConsole)
+		s.mux.Handle("GET /{$}", httpapi.Index(cfg.Console && cfg.ConsoleAddr == ""))
 	}
 
 	var sideSrvs []*http.Server
@@ -532,7 +533,8 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			"addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName, "counting", cfg.EnvoyCounting)
 	} else {
 		s.log.Info("sluice serve listening", "addr", s.ln.Addr().String(), "tls", tlsconfig.Mode(s.httpTLS), "store", storeName,
-			"database", catalogdb.Kind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode)
+			"database", catalogdb.Kind(cfg.Database), "default_failure_mode", cfg.DefaultFailureMode,
+			"console", s.consoleURL(), "admin_token", s.tokenOrigin)
 	}
 
 	svc := &service{Addr: s.ln.Addr().String(), done: make(chan error, 1)}
@@ -565,11 +567,14 @@ type starter struct {
 	scheme string
 
 	// Set by listen.
-	ln       net.Listener
-	mux      *http.ServeMux
-	gate     *httpapi.StartGate
-	srv      *http.Server
-	serveErr chan error
+	ln  net.Listener
+	mux *http.ServeMux
+	// tokenOrigin says where the operator token in force came from, for
+	// the start banner.
+	tokenOrigin string
+	gate        *httpapi.StartGate
+	srv         *http.Server
+	serveErr    chan error
 	// retryCatalog says which catalog errors are waited out.
 	retryCatalog func(error) bool
 
@@ -681,7 +686,9 @@ func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToke
 			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant})
 			catalog.ReportWatchErrors(s.log, m.CatalogWatchError)
 		}
-		return httpapi.EnsureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
+		var err error
+		s.tokenOrigin, err = httpapi.EnsureAdminTokenInForce(sluice.WithActor(ctx, sluice.ActorSystem), catalog, givenToken, baseURL(s.scheme, s.cfg.Addr), s.stderr, s.log)
+		return err
 	})
 	return catalog, err
 }
@@ -834,6 +841,18 @@ func (s *starter) serveUntilDone(ctx context.Context, drain func() (probe string
 }
 
 // baseURL is the URL the operator reaches the listener addr at.
+// consoleURL is where the web console is served, for the start banner;
+// "off" without one.
+func (s *starter) consoleURL() string {
+	switch {
+	case !s.cfg.Console:
+		return "off"
+	case s.cfg.ConsoleAddr != "":
+		return baseURL(s.scheme, s.cfg.ConsoleAddr) + "/console/"
+	}
+	return baseURL(s.scheme, s.ln.Addr().String()) + "/console/"
+}
+
 func baseURL(scheme, addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
 		return scheme + "://" + net.JoinHostPort(host, port)

@@ -567,14 +567,15 @@ type starter struct {
 	scheme string
 
 	// Set by listen.
-	ln  net.Listener
-	mux *http.ServeMux
-	// tokenOrigin says where the operator token in force came from, for
-	// the start banner.
+	ln       net.Listener
+	mux      *http.ServeMux
+	gate     *httpapi.StartGate
+	srv      *http.Server
+	serveErr chan error
+
+	// tokenOrigin, set by openCatalog, says where the operator token in
+	// force came from, for the start banner.
 	tokenOrigin string
-	gate        *httpapi.StartGate
-	srv         *http.Server
-	serveErr    chan error
 	// retryCatalog says which catalog errors are waited out.
 	retryCatalog func(error) bool
 

@@ -143,7 +143,7 @@ func TestRedactingKeepsEverythingElse(t *testing.T) {
 
 func hasAttr(kvs []attribute.KeyValue, key, value string) bool {
 	for _, kv := range kvs {
-		if string(kv.Key) == key && kv.Value.Emit() == value {
+		if string(kv.Key) == key && kv.Value.String() == value {
 			return true
 		}
 	}

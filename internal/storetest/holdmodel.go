@@ -193,6 +193,15 @@ func (m *Model) settleLimit(r sluice.Request, l sluice.Limit, now int64, h *mode
 		return false
 	}
 	counts[idx] = max(0, counts[idx]-diff)
+	if m.empty(r, l, now) {
+		// As in both stores: a window whose counts are all zero is no
+		// counter, so a later settle's charge into it changes nothing.
+		// Known gap: a refund can reach zero only when a reset of the
+		// subject forgot the estimate it gives back; the charge a later
+		// settle then makes is lost (the stores' behaviour, pinned here
+		// until they create the counter for a charge).
+		delete(m.windows, key)
+	}
 	return true
 }
 

@@ -237,6 +237,8 @@ type shard struct {
 	// leases and holds: see holds.go.
 	leases map[string]leaseSet
 	holds  map[string]*holdRecord
+	// demands: lease demands by subject tag; see leases.go.
+	demands map[string]demandSet
 }
 
 // entry is a counter and the budget it is counted in.
@@ -272,6 +274,7 @@ func New(opts Options) *Store {
 		s.shards[i].entries = make(map[string]*entry)
 		s.shards[i].leases = make(map[string]leaseSet)
 		s.shards[i].holds = make(map[string]*holdRecord)
+		s.shards[i].demands = make(map[string]demandSet)
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -656,6 +659,7 @@ func (s *Store) sweepLocked(now int64) {
 			}
 		}
 		s.sweepHoldsLocked(sh, now)
+		s.sweepDemandsLocked(sh, now)
 		sh.mu.Unlock()
 	}
 	s.tenantsMu.Lock()

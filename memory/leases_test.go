@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -27,4 +28,13 @@ func TestStrictLeases(t *testing.T) {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	storetest.StrictLeases(t, []sluice.Leaser{s, s}, 64, 500)
+}
+
+// BenchmarkLeases: a lease of one unit and its return next to a plain
+// check. A returned lease's record takes room until it is forgotten, a TTL
+// after its own, so the budgets are made large enough for every pair.
+func BenchmarkLeases(b *testing.B) {
+	s := memory.New(memory.Options{MaxKeys: math.MaxInt32, MaxKeysPerTenant: math.MaxInt32})
+	defer s.Close()
+	storetest.BenchmarkLeases(b, s)
 }

@@ -32,7 +32,9 @@
 // store, from the check that creates it until it is dropped (a lease set once
 // its last lease is released or swept, a record once forgotten, a TTL after
 // it ends). A check that would need one past a bound is refused as above and
-// takes nothing: no tokens, no lease.
+// takes nothing: no tokens, no lease. A subject's lease demands
+// (leases.go) are one more, from the lease call that records the first
+// until the last expires.
 //
 // Bookkeeping: each counter carries a pointer to its tenant's budget. A check
 // of existing counters touches no shared state beyond its shard; creating or
@@ -156,7 +158,8 @@ func (e *BudgetError) Unwrap() []error {
 
 // Stats describe a Store's occupancy and refusals.
 type Stats struct {
-	// Keys is the number of counters, lease sets and hold records held.
+	// Keys is the number of counters, lease sets, hold records and lease
+	// demand sets held.
 	Keys int
 	// Tenants is the number of tenants holding counters (an upper bound
 	// between sweeps).

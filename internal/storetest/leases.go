@@ -440,7 +440,8 @@ func StrictLeases(t *testing.T, stores []sluice.Leaser, workers int, n int64) {
 
 // BenchmarkLeases compares a plain check of BenchLimits with a lease of one
 // unit of them and its return (the worst case for leasing: a batch of one),
-// serial and with 64 goroutines across 10,000 subjects.
+// and with a lease of 100 units and its return (each pair then stands for
+// 100 admissions), serial and with 64 goroutines across 10,000 subjects.
 func BenchmarkLeases(b *testing.B, store sluice.Leaser) {
 	ctx := context.Background()
 	subjects := make([]string, 10_000)
@@ -456,22 +457,24 @@ func BenchmarkLeases(b *testing.B, store sluice.Leaser) {
 		}
 		return true
 	}
-	pair := func(b *testing.B, subject string) bool {
-		g, err := store.Lease(ctx, sluice.LeaseRequest{Rule: "bench-leases", Subject: subject, Limits: BenchLimits, Holder: "bench", Want: 1, TTL: time.Minute})
-		if err != nil || g.Granted != 1 {
-			b.Errorf("lease: %+v %v", g, err)
-			return false
+	pair := func(want int64) func(b *testing.B, subject string) bool {
+		return func(b *testing.B, subject string) bool {
+			g, err := store.Lease(ctx, sluice.LeaseRequest{Rule: "bench-leases", Subject: subject, Limits: BenchLimits, Holder: "bench", Want: want, TTL: time.Minute})
+			if err != nil || g.Granted != want {
+				b.Errorf("lease: %+v %v", g, err)
+				return false
+			}
+			if res, err := store.ReturnLease(ctx, sluice.LeaseReturn{ID: g.ID, Unused: 0}); err != nil || res.Status != sluice.LeaseReturned {
+				b.Errorf("return: %+v %v", res, err)
+				return false
+			}
+			return true
 		}
-		if res, err := store.ReturnLease(ctx, sluice.LeaseReturn{ID: g.ID, Unused: 0}); err != nil || res.Status != sluice.LeaseReturned {
-			b.Errorf("return: %+v %v", res, err)
-			return false
-		}
-		return true
 	}
 	for _, c := range []struct {
 		name string
 		op   func(*testing.B, string) bool
-	}{{"check", plain}, {"lease-return", pair}} {
+	}{{"check", plain}, {"lease-return", pair(1)}, {"lease100-return", pair(100)}} {
 		b.Run(c.name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0

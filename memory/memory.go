@@ -32,7 +32,9 @@
 // store, from the check that creates it until it is dropped (a lease set once
 // its last lease is released or swept, a record once forgotten, a TTL after
 // it ends). A check that would need one past a bound is refused as above and
-// takes nothing: no tokens, no lease.
+// takes nothing: no tokens, no lease. A subject's lease demands
+// (leases.go) are one more, from the lease call that records the first
+// until the last expires.
 //
 // Bookkeeping: each counter carries a pointer to its tenant's budget. A check
 // of existing counters touches no shared state beyond its shard; creating or
@@ -193,7 +195,8 @@ func (s *Store) refuse(full *BudgetError) {
 
 // Stats describe a Store's occupancy and refusals.
 type Stats struct {
-	// Keys is the number of counters, lease sets and hold records held.
+	// Keys is the number of counters, lease sets, hold records and lease
+	// demand sets held.
 	Keys int
 	// Tenants is the number of tenants holding counters (an upper bound
 	// between sweeps).
@@ -280,6 +283,8 @@ type shard struct {
 	// leases and holds: see holds.go.
 	leases map[string]leaseSet
 	holds  map[string]*holdRecord
+	// demands: lease demands by subject tag; see leases.go.
+	demands map[string]demandSet
 }
 
 // entry is a counter and the budget it is counted in.
@@ -316,6 +321,7 @@ func New(opts Options) *Store {
 		s.shards[i].entries = make(map[string]*entry)
 		s.shards[i].leases = make(map[string]leaseSet)
 		s.shards[i].holds = make(map[string]*holdRecord)
+		s.shards[i].demands = make(map[string]demandSet)
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -697,6 +703,7 @@ func (s *Store) sweepLocked(now int64) {
 			}
 		}
 		s.sweepHoldsLocked(sh, now)
+		s.sweepDemandsLocked(sh, now)
 		sh.mu.Unlock()
 	}
 	s.tenantsMu.Lock()

@@ -11,8 +11,11 @@
 --       A check that takes a hold has one more key, the hold's record, and
 --       more arguments: reserve ("1" or "0"), hold ttl ms, hold nonce,
 --       tenant, rule, subject, and "H" last.
+--       A lease (see lease_cost) is such a reserved hold with one more key,
+--       the subject's demands, and ends in want, holder and "L".
 -- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms,
---        retry_ms, then the number of expired leases dropped}.
+--        retry_ms, then the number of expired leases dropped, and for a
+--        lease the cost granted (or 1, the cost of a deny)}.
 --
 -- The same script settles, releases or extends a hold (see hold_op below)
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
@@ -258,7 +261,9 @@ local function settle_limit(key, algo, capacity, p1, p2, window, diff)
 end
 
 -- hold_op settles ('s'), releases ('r') or extends ('x') the hold whose
--- record is KEYS[1]. ARGV: 'hold', now, action, cost, tenant, nonce, then,
+-- record is KEYS[1], or returns a lease ('l', the cost being the unused
+-- units; {'too_many', granted} when that is more than it granted).
+-- ARGV: 'hold', now, action, cost, tenant, nonce, then,
 -- for a settle judged against the limits as they are now, per current rate
 -- limit: key, algorithm, capacity, p1, p2 (as a check passes them).
 -- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
@@ -295,6 +300,14 @@ local function hold_op()
         p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
       end
     end
+  end
+  -- A lease's return ('l') settles it at what was used: granted (its
+  -- parts' charge) minus the unused units given back.
+  if action == 'l' then
+    if actual > parts[1].charged then
+      return {'too_many', parts[1].charged}
+    end
+    action, actual = 's', parts[1].charged - actual
   end
   local member_of = function(p)
     return nonce .. ':' .. fmt(p.charged)
@@ -342,12 +355,18 @@ if hold_mode then
   return hold_op()
 end
 
--- A check. With a hold, the last key is its record.
-local holding = ARGV[#ARGV] == 'H'
+-- A check. With a hold, the key after the limits' is its record; a lease
+-- (ARGV ends in 'L') is a reserved hold whose cost the script chooses, and
+-- has one more key, the subject's demands (see lease_cost).
+local leasing = ARGV[#ARGV] == 'L'
+local holding = ARGV[#ARGV] == 'H' or leasing
 local nlimits = #KEYS
 local reserve, hold_ttl, nonce, take_until = false, 0, '', now
 if holding then
   nlimits = #KEYS - 1
+  if leasing then
+    nlimits = #KEYS - 2
+  end
   local h = 2 + 4 * nlimits
   reserve = ARGV[h + 1] == '1'
   hold_ttl = tonumber(ARGV[h + 2])
@@ -366,6 +385,54 @@ local function decide(i, c)
     return allowed, remaining, reset, retry, write, nil, false
   end
   return decide_limit(algo, capacity, tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), load(KEYS[i], now), c)
+end
+
+-- lease_cost records the holder's demand and returns its grant: what the
+-- limits have left, shared in proportion to the live demands of every
+-- holder when they ask for more (1 when nothing is left: the cost of the
+-- check whose deny answers). Mirrors memory/leases.go and
+-- sluice.LeaseShare. ARGV after the hold's: want, holder, 'L'. The demands
+-- are a hash of holder to "want:expiry ms".
+local max_lease_holders = 1000
+local function lease_cost()
+  local h = 2 + 4 * nlimits
+  local want, holder = tonumber(ARGV[h + 7]), ARGV[h + 8]
+  local left = -1
+  for i = 1, nlimits do
+    local _, remaining = decide(i, 0)
+    if left < 0 or remaining < left then
+      left = remaining
+    end
+  end
+  local dkey = KEYS[#KEYS]
+  local demands = redis.call('HGETALL', dkey)
+  local total, live, known = want, 0, false
+  for j = 1, #demands, 2 do
+    local w, e = string.match(demands[j + 1], '^(%d+):(%d+)$')
+    if tonumber(e) <= now then
+      redis.call('HDEL', dkey, demands[j])
+    else
+      live = live + 1
+      if demands[j] == holder then
+        known = true
+      else
+        total = total + tonumber(w)
+      end
+    end
+  end
+  if known or live < max_lease_holders then
+    redis.call('HSET', dkey, holder, fmt(want) .. ':' .. fmt(now + hold_ttl))
+    redis.call('PEXPIRE', dkey, math.max(redis.call('PTTL', dkey), hold_ttl + ttl_slack))
+  end
+  if left <= 0 then
+    return 1
+  elseif total <= left then
+    return math.min(want, left)
+  end
+  return math.min(want, left, math.max(1, math.floor(left * want / total)))
+end
+if leasing then
+  cost = lease_cost()
 end
 
 local results = {}
@@ -402,7 +469,7 @@ end
 if all and holding then
   -- The hold's record: what each part took, so settling is exact.
   local h = 2 + 4 * nlimits
-  local rec = KEYS[#KEYS]
+  local rec = KEYS[nlimits + 1]
   local fields = {'t', ARGV[h + 4], 'r', ARGV[h + 5], 's', ARGV[h + 6], 'e', fmt(take_until), 'ttl', fmt(hold_ttl)}
   local n = 0
   for i = 1, nlimits do
@@ -416,7 +483,7 @@ if all and holding then
       end
       local suffix = tostring(n)
       for _, kv in ipairs({{'k', KEYS[i]}, {'a', algo}, {'c', ARGV[base + 2]}, {'x', ARGV[base + 3]},
-          {'y', ARGV[base + 4]}, {'w', ARGV[2]}, {'i', fmt(window)}}) do
+          {'y', ARGV[base + 4]}, {'w', fmt(cost)}, {'i', fmt(window)}}) do
         fields[#fields + 1] = kv[1] .. suffix
         fields[#fields + 1] = kv[2]
       end
@@ -428,4 +495,7 @@ if all and holding then
   redis.call('PEXPIRE', rec, 2 * hold_ttl + ttl_slack)
 end
 reply[#reply + 1] = expired
+if leasing then
+  reply[#reply + 1] = cost
+end
 return reply

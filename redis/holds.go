@@ -100,7 +100,7 @@ func holdChanged(reply []rueidis.RedisMessage) bool {
 	switch {
 	case err != nil:
 		return true
-	case status == "too_large", sluice.HoldStatus(status) == sluice.HoldUnknown,
+	case status == "too_large", status == "too_many", sluice.HoldStatus(status) == sluice.HoldUnknown,
 		sluice.HoldStatus(status) == sluice.HoldFinished, sluice.HoldStatus(status) == sluice.HoldExpired:
 		return false
 	}

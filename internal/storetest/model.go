@@ -45,6 +45,8 @@ type Model struct {
 	leases map[string]map[string]modelLease // key -> hold id -> lease
 	holds  map[string]*modelHold
 	seq    int
+	// Lease demands: see leasemodel.go.
+	demands map[string]map[string]modelDemand // subject tag -> holder -> demand
 }
 
 type modelBucket struct {
@@ -57,7 +59,8 @@ type modelBucket struct {
 // NewModel returns an empty model.
 func NewModel() *Model {
 	return &Model{buckets: map[string]*modelBucket{}, windows: map[string]map[int64]int64{},
-		leases: map[string]map[string]modelLease{}, holds: map[string]*modelHold{}}
+		leases: map[string]map[string]modelLease{}, holds: map[string]*modelHold{},
+		demands: map[string]map[string]modelDemand{}}
 }
 
 func modelKey(r sluice.Request, l sluice.Limit) string {

@@ -163,7 +163,7 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 	if p := b.post("/console/tenants/acme/rules", rule); p.status != http.StatusSeeOther {
 		t.Fatalf("save rule: %d\n%s", p.status, p.body)
 	}
-	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token_bucket 2")
+	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token bucket of 2, refill 0.001/s", "default (closed)")
 	must(t, "new rule under a taken name", b.post("/console/tenants/acme/rules", rule), http.StatusConflict,
 		`id="err-name"`, "already exists")
 	must(t, "edit form", b.get("/console/tenants/acme/rules/orders/edit"), http.StatusOK,
@@ -216,7 +216,19 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 
 	// Revoke, delete rule, delete tenant (with its confirmation).
 	keyID := regexp.MustCompile(`/keys/([^/"]+)/revoke`).FindStringSubmatch(b.get("/console/tenants/acme/keys").body)[1]
-	b.post("/console/tenants/acme/keys/"+keyID+"/revoke", nil)
+	must(t, "revoke confirmation", b.get("/console/tenants/acme/keys/"+keyID+"/revoke"), http.StatusOK,
+		"Revoke API key web", `name="confirm" value="yes"`, `id="confirm-button"`)
+	must(t, "revoke without confirmation", b.post("/console/tenants/acme/keys/"+keyID+"/revoke", nil),
+		http.StatusBadRequest, "Nothing was changed")
+	if status, _ := s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1","subject":"user-7"}`); status != http.StatusOK {
+		t.Fatalf("check after a revoke without its confirmation: %d, want 200 (the key still valid)", status)
+	}
+	must(t, "revoke with a wrong confirmation", b.post("/console/tenants/acme/keys/"+keyID+"/revoke", url.Values{"confirm": {"no"}}),
+		http.StatusBadRequest, "Nothing was changed")
+	p = b.post("/console/tenants/acme/keys/"+keyID+"/revoke", url.Values{"confirm": {"yes"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("confirmed revoke: %d\n%s", p.status, p.body)
+	}
 	if status, _ := s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1"}`); status != http.StatusUnauthorized {
 		t.Errorf("check with the revoked key: %d", status)
 	}
@@ -226,7 +238,15 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 			t.Errorf("%s shows a zero date:\n%s", path, p.body)
 		}
 	}
-	b.post("/console/tenants/acme/rules/orders/delete", nil)
+	must(t, "delete rule confirmation", b.get("/console/tenants/acme/rules/orders/delete"), http.StatusOK,
+		"Delete rule orders", `name="confirm" value="yes"`)
+	must(t, "delete rule without confirmation", b.post("/console/tenants/acme/rules/orders/delete", nil),
+		http.StatusBadRequest, "Nothing was changed")
+	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusOK {
+		t.Fatalf("rule after a delete without its confirmation: %d, want it still there", status)
+	}
+	must(t, "confirm unknown rule", b.get("/console/tenants/acme/rules/nope/delete"), http.StatusNotFound)
+	b.post("/console/tenants/acme/rules/orders/delete", url.Values{"confirm": {"yes"}})
 	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusNotFound {
 		t.Errorf("rule after delete: %d", status)
 	}
@@ -660,4 +680,38 @@ func (l *lineCounter) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n
+}
+
+// TestRulesPageSaysEachLimitInWords: every algorithm reads as a sentence
+// (a concurrency limit with its lease, not "2 per"), and a rule stored
+// without a failure mode names the instance's default.
+func TestRulesPageSaysEachLimitInWords(t *testing.T) {
+	s := newStackFull(t, false, "open", nil)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	for name, body := range map[string]string{
+		"bucket":   `{"route":"/a*","limits":[{"name":"burst","algorithm":"token_bucket","capacity":10,"refill_per_second":2.5}],"failure_mode":"local"}`,
+		"sliding":  `{"route":"/b*","limits":[{"name":"minute","algorithm":"sliding_window","limit":100,"window":"1m"}]}`,
+		"fixed":    `{"route":"/c*","limits":[{"name":"hour","algorithm":"fixed_window","limit":1000,"window":"1h"}]}`,
+		"inflight": `{"route":"/d*","limits":[{"name":"uploads","algorithm":"concurrency","limit":2,"ttl":"30s"}]}`,
+	} {
+		if status, raw := s.apiCall("PUT", "/v1/tenants/acme/rules/"+name, adminToken, body); status != http.StatusOK && status != http.StatusCreated {
+			t.Fatalf("put rule %s: %d %s", name, status, raw)
+		}
+	}
+	b := s.browser()
+	b.signIn(adminToken)
+	p := b.get("/console/tenants/acme/rules")
+	must(t, "rules", p, http.StatusOK,
+		"burst: token bucket of 10, refill 2.5/s",
+		"minute: 100 per sliding 1m",
+		"hour: 1000 per fixed 1h",
+		"uploads: 2 at once, lease 30s",
+		"<td>local</td>",
+		"<td>default (open)</td>")
+	if strings.Contains(p.body, " per </li>") || strings.Contains(p.body, "<td></td>") {
+		t.Errorf("a limit or failure mode is left blank:\n%s", p.body)
+	}
+	if n := strings.Count(p.body, "default (open)"); n != 3 {
+		t.Errorf("%d rules say the default failure mode, want the 3 stored without one", n)
+	}
 }

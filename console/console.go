@@ -178,6 +178,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/inspect/reset", c.signedIn(c.handleResetSubject))
 
 	mux.HandleFunc("GET "+Prefix+"envoy", c.signedIn(c.handleEnvoy))
+	mux.HandleFunc("GET "+Prefix+"audit", c.signedIn(c.handleAudit))
 	return secureHeaders(mux)
 }
 

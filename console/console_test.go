@@ -715,3 +715,59 @@ func TestRulesPageSaysEachLimitInWords(t *testing.T) {
 		t.Errorf("%d rules say the default failure mode, want the 3 stored without one", n)
 	}
 }
+
+// TestAuditPage: the operator sees every tenant's changes, filters them and
+// pages back with before; a tenant admin key sees its own tenant's only,
+// and asking for another's is refused; a bad filter is said in a sentence.
+func TestAuditPage(t *testing.T) {
+	s := newStack(t)
+	for _, name := range []string{"acme", "globex"} {
+		s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"`+name+`"}`)
+	}
+	// 60 rule changes of globex: more than one page of 50.
+	for i := range 60 {
+		s.apiCall("PUT", fmt.Sprintf("/v1/tenants/globex/rules/r%d", i), adminToken,
+			fmt.Sprintf(`{"route":"/x%d*","limits":[{"algorithm":"fixed_window","limit":5,"window":"1m"}]}`, i))
+	}
+	_, raw := s.apiCall("POST", "/v1/tenants/acme/keys", adminToken, `{"role":"admin"}`)
+	var key struct{ Secret string }
+	if err := json.Unmarshal([]byte(raw), &key); err != nil {
+		t.Fatal(err)
+	}
+
+	op := s.browser()
+	op.signIn(adminToken)
+	p := op.get("/console/audit")
+	must(t, "audit", p, http.StatusOK, `href="/console/audit" aria-current="page"`, `id="audit"`, "<td>key.create</td>", "<td>rule.create</td>", `id="audit-older"`)
+	if n := strings.Count(p.body, "<time "); n != 50 {
+		t.Errorf("first page shows %d entries, want 50", n)
+	}
+	next := regexp.MustCompile(`id="audit-older" href="/console/audit\?([^"]+)"`).FindStringSubmatch(p.body)
+	if next == nil || !strings.Contains(next[1], "before=") {
+		t.Fatalf("no link to older entries:\n%s", p.body)
+	}
+	older := op.get("/console/audit?" + strings.ReplaceAll(next[1], "&amp;", "&"))
+	must(t, "older", older, http.StatusOK, "tenant.create")
+	// 2 tenants, 60 rules and 1 key: 63 changes (and perhaps the admin
+	// token's), so the second page is the last.
+	if n := strings.Count(older.body, "<time "); n < 13 || n >= 50 || strings.Contains(older.body, `id="audit-older"`) {
+		t.Errorf("second page: %d entries, a link to more %v; want the last 13 or 14", n, strings.Contains(older.body, `id="audit-older"`))
+	}
+	filtered := op.get("/console/audit?tenant=acme&action=key.create")
+	must(t, "filtered", filtered, http.StatusOK, "key.create")
+	if strings.Contains(filtered.body, "<td>rule.create</td>") || strings.Count(filtered.body, "<time ") != 1 {
+		t.Errorf("the filter tenant=acme action=key.create shows other entries:\n%s", filtered.body)
+	}
+	must(t, "bad since", op.get("/console/audit?since=yesterday"), http.StatusBadRequest, `id="audit-error"`, "is not a time")
+
+	tenant := s.browser()
+	tenant.signIn(key.Secret)
+	own := tenant.get("/console/audit")
+	must(t, "tenant audit", own, http.StatusOK, "Changes to tenant acme", "key.create")
+	if strings.Contains(own.body, "globex") || strings.Contains(own.body, `id="audit-tenant"`) {
+		t.Errorf("a tenant key's audit page shows another tenant, or the tenant filter:\n%s", own.body)
+	}
+	if p := tenant.get("/console/audit?tenant=globex"); p.status != http.StatusForbidden {
+		t.Errorf("a tenant key asking for globex's audit: %d, want 403", p.status)
+	}
+}

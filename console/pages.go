@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered in layout.html.
-var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "error"}
+var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "audit", "error"}
 
 var funcs = template.FuncMap{
 	"pathEscape":  url.PathEscape,
@@ -64,7 +65,7 @@ type view struct {
 
 var titles = map[string]string{
 	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant", "confirm": "Confirm",
-	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "error": "Error",
+	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "error": "Error",
 }
 
 // render writes page name inside the layout.
@@ -852,4 +853,97 @@ func (c *Console) handleEnvoy(w http.ResponseWriter, r *http.Request, sess *sess
 		}
 	}
 	c.render(w, r, sess, http.StatusOK, "envoy", p)
+}
+
+// --- audit log
+
+// auditFilters are the query parameters of GET /v1/audit the audit page
+// passes on; "before" pages.
+var auditFilters = []string{"tenant", "actor", "action", "since", "until", "before"}
+
+// auditPageSize is how many entries one audit page shows.
+const auditPageSize = 50
+
+type auditPage struct {
+	Tenant, Actor, Action, Since, Until string
+	Entries                             []auditEntry
+	// Next links to the next (older) page, "" on the last.
+	Next     string
+	Filtered bool
+	Error    string
+}
+
+type auditEntry struct {
+	Time                  time.Time
+	Actor, Action, Target string
+	Tenant                string
+	// Before and After are the thing changed, indented JSON ("" where it
+	// did not exist).
+	Before, After string
+}
+
+func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request, sess *session) {
+	in := r.URL.Query()
+	p := auditPage{Tenant: in.Get("tenant"), Actor: in.Get("actor"), Action: in.Get("action"),
+		Since: in.Get("since"), Until: in.Get("until")}
+	q := url.Values{}
+	for _, name := range auditFilters {
+		if v := strings.TrimSpace(in.Get(name)); v != "" {
+			q.Set(name, v)
+			p.Filtered = p.Filtered || name != "before"
+		}
+	}
+	// The API scopes a tenant key to its own tenant, and refuses another.
+	ask := url.Values{"limit": {strconv.Itoa(auditPageSize)}}
+	for name, v := range q {
+		ask[name] = v
+	}
+	a := c.call(r, sess, http.MethodGet, "/v1/audit?"+ask.Encode(), nil)
+	if !a.ok() {
+		if a.Status != http.StatusBadRequest {
+			c.failed(w, r, sess, a)
+			return
+		}
+		p.Error = a.Message
+		c.render(w, r, sess, a.Status, "audit", p)
+		return
+	}
+	var body struct {
+		Entries []struct {
+			Time                  time.Time
+			Actor, Action, Target string
+			Tenant                *string
+			Before, After         json.RawMessage
+		}
+		NextBefore *int64 `json:"next_before"`
+	}
+	if err := a.decode(&body); err != nil {
+		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, e := range body.Entries {
+		out := auditEntry{Time: e.Time, Actor: e.Actor, Action: e.Action, Target: e.Target,
+			Before: indentJSON(e.Before), After: indentJSON(e.After)}
+		if e.Tenant != nil {
+			out.Tenant = *e.Tenant
+		}
+		p.Entries = append(p.Entries, out)
+	}
+	if body.NextBefore != nil {
+		q.Set("before", strconv.FormatInt(*body.NextBefore, 10))
+		p.Next = Prefix + "audit?" + q.Encode()
+	}
+	c.render(w, r, sess, http.StatusOK, "audit", p)
+}
+
+// indentJSON lays out a JSON document for reading; "" for null or none.
+func indentJSON(doc json.RawMessage) string {
+	if len(doc) == 0 || string(doc) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, doc, "", "  ") != nil {
+		return string(doc)
+	}
+	return b.String()
 }

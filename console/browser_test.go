@@ -196,18 +196,33 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("check after the reset: %d, want 200", status)
 	}
 
-	// 390 pixels wide: nothing wider than the screen.
-	const overflows = `document.documentElement.scrollWidth > window.innerWidth`
-	run("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#live")))
-	if eval[bool](t, ctx, "overflow", overflows) {
-		t.Error("the overview is wider than a 390-pixel screen")
+	// Every page at 1280 and 390 pixels wide: nothing wider than the
+	// screen, and every action either on screen or in a table that scrolls.
+	run("keys for the revoke link", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	keyPath := eval[string](t, ctx, "revoke link", `document.querySelector('a[href$="/revoke"]').getAttribute("href")`)
+	pages := []struct{ name, path, sel string }{
+		{"overview", "", "#live"},
+		{"tenants", "tenants", "#tenants"},
+		{"keys", "tenants/acme/keys", "#keys"},
+		{"rules", "tenants/acme/rules", "#rules"},
+		{"rule-form", "tenants/acme/rules/orders/edit", "#rule-route"},
+		{"inspect", "tenants/acme/inspect?rule=orders&subject=user-42", "#inspect-result"},
+		{"envoy", "envoy", "main"},
+		{"audit", "audit", "#audit"},
+		{"confirm-delete-tenant", "tenants/acme/delete", "#confirm"},
+		{"confirm-revoke-key", strings.TrimPrefix(keyPath, "/console/"), "#confirm-button"},
+		{"confirm-delete-rule", "tenants/acme/rules/orders/delete", "#confirm-button"},
 	}
-	shot("overview-390")
-	run("narrow rules", chromedp.Navigate(base+"tenants/acme/rules/orders/edit"), chromedp.WaitVisible(chromedp.CSS("#rule-route")))
-	if eval[bool](t, ctx, "overflow", overflows) {
-		t.Error("the rule form is wider than a 390-pixel screen")
+	for _, width := range []int64{1280, 390} {
+		run(fmt.Sprint("width ", width), chromedp.EmulateViewport(width, 844))
+		for _, pg := range pages {
+			run(pg.name, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(pg.sel)))
+			checkFits(t, ctx, fmt.Sprintf("%s at %d px", pg.name, width))
+			if width == 390 && (pg.name == "keys" || pg.name == "rules" || pg.name == "overview" || pg.name == "rule-form") {
+				shot(pg.name + "-390")
+			}
+		}
 	}
-	shot("rule-form-390")
 	run("wide again", chromedp.EmulateViewport(1280, 900))
 
 	if blocked := eval[string](t, ctx, "CSP violations", `sessionStorage.getItem("csp") || "[]"`); blocked != "[]" {
@@ -218,9 +233,42 @@ func TestBrowser(t *testing.T) {
 	run("sign out", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("form.signout button")),
 		chromedp.Click(chromedp.CSS("form.signout button")), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	waitText("signed out", "main", "You are signed out.")
+	for _, width := range []int64{390, 1280} {
+		run(fmt.Sprint("sign-in at ", width), chromedp.EmulateViewport(width, 844), chromedp.Navigate(base+"signin"),
+			chromedp.WaitVisible(chromedp.CSS("#secret")))
+		checkFits(t, ctx, fmt.Sprintf("sign-in at %d px", width))
+	}
 	run("after sign-out", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	if eval[bool](t, ctx, "no session", `!!document.querySelector("form.signout")`) {
 		t.Error("a page after sign-out shows a signed-in console")
+	}
+}
+
+// fitsScript reports, of the page shown, what does not fit the viewport:
+// the page scrolling sideways, or an action (button, button-styled link)
+// outside the viewport and not inside a container that scrolls sideways.
+const fitsScript = `(function () {
+	var out = [];
+	var se = document.scrollingElement;
+	if (se.scrollWidth > window.innerWidth) out.push("the page is " + se.scrollWidth + " px wide in a " + window.innerWidth + " px viewport");
+	document.querySelectorAll("button, a.button, a.danger, input[type=submit]").forEach(function (el) {
+		var r = el.getBoundingClientRect();
+		if (r.width === 0) return;
+		if (r.left >= 0 && r.right <= window.innerWidth + 0.5) return;
+		for (var p = el.parentElement; p; p = p.parentElement) {
+			var ox = getComputedStyle(p).overflowX;
+			if ((ox === "auto" || ox === "scroll") && p.scrollWidth > p.clientWidth) return;
+		}
+		out.push((el.innerText || el.value).trim() + " at x " + Math.round(r.left) + "-" + Math.round(r.right));
+	});
+	return out.join("; ");
+})()`
+
+// checkFits fails the test for what does not fit the page shown.
+func checkFits(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	if bad := eval[string](t, ctx, what, fitsScript); bad != "" {
+		t.Errorf("%s: %s", what, bad)
 	}
 }
 

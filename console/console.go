@@ -184,18 +184,21 @@ func (c *Console) Handler() http.Handler {
 
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/keys", c.signedIn(c.handleKeys))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/keys", c.signedIn(c.handleCreateKey))
+	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/keys/{id}/revoke", c.signedIn(c.handleConfirmRevokeKey))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/keys/{id}/revoke", c.signedIn(c.handleRevokeKey))
 
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules", c.signedIn(c.handleRules))
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/new", c.signedIn(c.handleRuleForm))
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/{name}/edit", c.signedIn(c.handleRuleForm))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/rules", c.signedIn(c.handleSaveRule))
+	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/{name}/delete", c.signedIn(c.handleConfirmDeleteRule))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/rules/{name}/delete", c.signedIn(c.handleDeleteRule))
 
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/inspect", c.signedIn(c.handleInspect))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/inspect/reset", c.signedIn(c.handleResetSubject))
 
 	mux.HandleFunc("GET "+Prefix+"envoy", c.signedIn(c.handleEnvoy))
+	mux.HandleFunc("GET "+Prefix+"audit", c.signedIn(c.handleAudit))
 	return secureHeaders(mux)
 }
 

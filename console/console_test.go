@@ -163,7 +163,7 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 	if p := b.post("/console/tenants/acme/rules", rule); p.status != http.StatusSeeOther {
 		t.Fatalf("save rule: %d\n%s", p.status, p.body)
 	}
-	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token_bucket 2")
+	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK, "Rule orders saved.", "<code>/orders*</code>", "burst: token bucket of 2, refill 0.001/s", "default (closed)")
 	must(t, "new rule under a taken name", b.post("/console/tenants/acme/rules", rule), http.StatusConflict,
 		`id="err-name"`, "already exists")
 	must(t, "edit form", b.get("/console/tenants/acme/rules/orders/edit"), http.StatusOK,
@@ -216,7 +216,19 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 
 	// Revoke, delete rule, delete tenant (with its confirmation).
 	keyID := regexp.MustCompile(`/keys/([^/"]+)/revoke`).FindStringSubmatch(b.get("/console/tenants/acme/keys").body)[1]
-	b.post("/console/tenants/acme/keys/"+keyID+"/revoke", nil)
+	must(t, "revoke confirmation", b.get("/console/tenants/acme/keys/"+keyID+"/revoke"), http.StatusOK,
+		"Revoke API key web", `name="confirm" value="yes"`, `id="confirm-button"`)
+	must(t, "revoke without confirmation", b.post("/console/tenants/acme/keys/"+keyID+"/revoke", nil),
+		http.StatusBadRequest, "Nothing was changed")
+	if status, _ := s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1","subject":"user-7"}`); status != http.StatusOK {
+		t.Fatalf("check after a revoke without its confirmation: %d, want 200 (the key still valid)", status)
+	}
+	must(t, "revoke with a wrong confirmation", b.post("/console/tenants/acme/keys/"+keyID+"/revoke", url.Values{"confirm": {"no"}}),
+		http.StatusBadRequest, "Nothing was changed")
+	p = b.post("/console/tenants/acme/keys/"+keyID+"/revoke", url.Values{"confirm": {"yes"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("confirmed revoke: %d\n%s", p.status, p.body)
+	}
 	if status, _ := s.apiCall("POST", "/v1/check", secret, `{"route":"/orders/1"}`); status != http.StatusUnauthorized {
 		t.Errorf("check with the revoked key: %d", status)
 	}
@@ -226,7 +238,15 @@ func TestOperatorManagesTenantsKeysAndRules(t *testing.T) {
 			t.Errorf("%s shows a zero date:\n%s", path, p.body)
 		}
 	}
-	b.post("/console/tenants/acme/rules/orders/delete", nil)
+	must(t, "delete rule confirmation", b.get("/console/tenants/acme/rules/orders/delete"), http.StatusOK,
+		"Delete rule orders", `name="confirm" value="yes"`)
+	must(t, "delete rule without confirmation", b.post("/console/tenants/acme/rules/orders/delete", nil),
+		http.StatusBadRequest, "Nothing was changed")
+	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusOK {
+		t.Fatalf("rule after a delete without its confirmation: %d, want it still there", status)
+	}
+	must(t, "confirm unknown rule", b.get("/console/tenants/acme/rules/nope/delete"), http.StatusNotFound)
+	b.post("/console/tenants/acme/rules/orders/delete", url.Values{"confirm": {"yes"}})
 	if status, _ := s.apiCall("GET", "/v1/tenants/acme/rules/orders", adminToken, ""); status != http.StatusNotFound {
 		t.Errorf("rule after delete: %d", status)
 	}
@@ -660,4 +680,94 @@ func (l *lineCounter) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n
+}
+
+// TestRulesPageSaysEachLimitInWords: every algorithm reads as a sentence
+// (a concurrency limit with its lease, not "2 per"), and a rule stored
+// without a failure mode names the instance's default.
+func TestRulesPageSaysEachLimitInWords(t *testing.T) {
+	s := newStackFull(t, false, "open", nil)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	for name, body := range map[string]string{
+		"bucket":   `{"route":"/a*","limits":[{"name":"burst","algorithm":"token_bucket","capacity":10,"refill_per_second":2.5}],"failure_mode":"local"}`,
+		"sliding":  `{"route":"/b*","limits":[{"name":"minute","algorithm":"sliding_window","limit":100,"window":"1m"}]}`,
+		"fixed":    `{"route":"/c*","limits":[{"name":"hour","algorithm":"fixed_window","limit":1000,"window":"1h"}]}`,
+		"inflight": `{"route":"/d*","limits":[{"name":"uploads","algorithm":"concurrency","limit":2,"ttl":"30s"}]}`,
+	} {
+		if status, raw := s.apiCall("PUT", "/v1/tenants/acme/rules/"+name, adminToken, body); status != http.StatusOK && status != http.StatusCreated {
+			t.Fatalf("put rule %s: %d %s", name, status, raw)
+		}
+	}
+	b := s.browser()
+	b.signIn(adminToken)
+	p := b.get("/console/tenants/acme/rules")
+	must(t, "rules", p, http.StatusOK,
+		"burst: token bucket of 10, refill 2.5/s",
+		"minute: 100 per sliding 1m",
+		"hour: 1000 per fixed 1h",
+		"uploads: 2 at once, lease 30s",
+		"<td>local</td>",
+		"<td>default (open)</td>")
+	if strings.Contains(p.body, " per </li>") || strings.Contains(p.body, "<td></td>") {
+		t.Errorf("a limit or failure mode is left blank:\n%s", p.body)
+	}
+	if n := strings.Count(p.body, "default (open)"); n != 3 {
+		t.Errorf("%d rules say the default failure mode, want the 3 stored without one", n)
+	}
+}
+
+// TestAuditPage: the operator sees every tenant's changes, filters them and
+// pages back with before; a tenant admin key sees its own tenant's only,
+// and asking for another's is refused; a bad filter is said in a sentence.
+func TestAuditPage(t *testing.T) {
+	s := newStack(t)
+	for _, name := range []string{"acme", "globex"} {
+		s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"`+name+`"}`)
+	}
+	// 60 rule changes of globex: more than one page of 50.
+	for i := range 60 {
+		s.apiCall("PUT", fmt.Sprintf("/v1/tenants/globex/rules/r%d", i), adminToken,
+			fmt.Sprintf(`{"route":"/x%d*","limits":[{"algorithm":"fixed_window","limit":5,"window":"1m"}]}`, i))
+	}
+	_, raw := s.apiCall("POST", "/v1/tenants/acme/keys", adminToken, `{"role":"admin"}`)
+	var key struct{ Secret string }
+	if err := json.Unmarshal([]byte(raw), &key); err != nil {
+		t.Fatal(err)
+	}
+
+	op := s.browser()
+	op.signIn(adminToken)
+	p := op.get("/console/audit")
+	must(t, "audit", p, http.StatusOK, `href="/console/audit" aria-current="page"`, `id="audit"`, "<td>key.create</td>", "<td>rule.create</td>", `id="audit-older"`)
+	if n := strings.Count(p.body, "<time "); n != 50 {
+		t.Errorf("first page shows %d entries, want 50", n)
+	}
+	next := regexp.MustCompile(`id="audit-older" href="/console/audit\?([^"]+)"`).FindStringSubmatch(p.body)
+	if next == nil || !strings.Contains(next[1], "before=") {
+		t.Fatalf("no link to older entries:\n%s", p.body)
+	}
+	older := op.get("/console/audit?" + strings.ReplaceAll(next[1], "&amp;", "&"))
+	must(t, "older", older, http.StatusOK, "tenant.create")
+	// 2 tenants, 60 rules and 1 key: 63 changes (and perhaps the admin
+	// token's), so the second page is the last.
+	if n := strings.Count(older.body, "<time "); n < 13 || n >= 50 || strings.Contains(older.body, `id="audit-older"`) {
+		t.Errorf("second page: %d entries, a link to more %v; want the last 13 or 14", n, strings.Contains(older.body, `id="audit-older"`))
+	}
+	filtered := op.get("/console/audit?tenant=acme&action=key.create")
+	must(t, "filtered", filtered, http.StatusOK, "key.create")
+	if strings.Contains(filtered.body, "<td>rule.create</td>") || strings.Count(filtered.body, "<time ") != 1 {
+		t.Errorf("the filter tenant=acme action=key.create shows other entries:\n%s", filtered.body)
+	}
+	must(t, "bad since", op.get("/console/audit?since=yesterday"), http.StatusBadRequest, `id="audit-error"`, "is not a time")
+
+	tenant := s.browser()
+	tenant.signIn(key.Secret)
+	own := tenant.get("/console/audit")
+	must(t, "tenant audit", own, http.StatusOK, "Changes to tenant acme", "key.create")
+	if strings.Contains(own.body, "globex") || strings.Contains(own.body, `id="audit-tenant"`) {
+		t.Errorf("a tenant key's audit page shows another tenant, or the tenant filter:\n%s", own.body)
+	}
+	if p := tenant.get("/console/audit?tenant=globex"); p.status != http.StatusForbidden {
+		t.Errorf("a tenant key asking for globex's audit: %d, want 403", p.status)
+	}
 }

@@ -39,6 +39,12 @@ func newStack(t *testing.T) *stack { return newStackWith(t, false, nil) }
 // newStackWith builds a stack served over TLS or not, whose console options
 // change may adjust.
 func newStackWith(t *testing.T, overTLS bool, change func(*console.Options)) *stack {
+	return newStackFull(t, overTLS, "", change)
+}
+
+// newStackFull is newStackWith whose API applies defaultMode to rules
+// stored without a failure mode ("" for the API's own default, closed).
+func newStackFull(t *testing.T, overTLS bool, defaultMode sluice.FailureMode, change func(*console.Options)) *stack {
 	t.Helper()
 	ctx := context.Background()
 	catalog, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"))
@@ -58,7 +64,8 @@ func newStackWith(t *testing.T, overTLS bool, change func(*console.Options)) *st
 	engine := check.New(store, check.Options{Metrics: m})
 	t.Cleanup(func() { engine.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine, Metrics: m, Logger: logger})
+	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine, Metrics: m, Logger: logger,
+		DefaultFailureMode: defaultMode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,9 @@ func (l *Live) Observe(labels metrics.Labels, subject string, outcome check.Outc
 	case check.Degraded:
 		c.Degraded++
 	}
-	if outcome == check.Denied || outcome == check.ShadowDenied {
+	// A shadow denial let the request through: it is counted above, but
+	// the top denied subjects are the ones really refused.
+	if outcome == check.Denied {
 		if len(subject) > maxSubjectShown {
 			subject = subject[:maxSubjectShown] + "…"
 		}

@@ -51,7 +51,8 @@ func TestLiveCountsPerRuleAndForgetsTheOldSeconds(t *testing.T) {
 		l.Observe(acme, "u1", check.Allowed)
 	}
 	l.Observe(acme, "u1", check.Denied)
-	l.Observe(acme, strings.Repeat("x", 500), check.ShadowDenied)
+	l.Observe(acme, strings.Repeat("x", 500), check.Denied)
+	l.Observe(acme, "shadowed", check.ShadowDenied)
 	l.Observe(other, "g", check.Degraded)
 
 	onlyAcme := func(lb metrics.Labels) bool { return lb.Tenant == "acme" }
@@ -59,12 +60,17 @@ func TestLiveCountsPerRuleAndForgetsTheOldSeconds(t *testing.T) {
 	if len(v) != 1 || v[0].Name() != "acme/orders" {
 		t.Fatalf("visible rules %+v", v)
 	}
-	want := outcomeCounts{Allowed: 3, Denied: 1, ShadowDenied: 1}
-	if v[0].Total != want || v[0].Series[len(v[0].Series)-1] != want || v[0].Rate != 0.5 {
-		t.Errorf("totals %+v, last step %+v, rate %v; want %+v and 0.5/s", v[0].Total, v[0].Series[len(v[0].Series)-1], v[0].Rate, want)
+	want := outcomeCounts{Allowed: 3, Denied: 2, ShadowDenied: 1}
+	if v[0].Total != want || v[0].Series[len(v[0].Series)-1] != want || v[0].Rate != 0.6 {
+		t.Errorf("totals %+v, last step %+v, rate %v; want %+v and 0.6/s", v[0].Total, v[0].Series[len(v[0].Series)-1], v[0].Rate, want)
 	}
 	if len(v[0].Top) != 2 || v[0].Top[0].Subject != "u1" || len([]rune(v[0].Top[1].Subject)) != maxSubjectShown+1 {
 		t.Errorf("top denied %+v", v[0].Top)
+	}
+	for _, h := range v[0].Top {
+		if h.Subject == "shadowed" {
+			t.Errorf("the top denied subjects count a shadow denial (the request was allowed): %+v", v[0].Top)
+		}
 	}
 
 	now = now.Add(20 * time.Second) // out of the rate, still in the window

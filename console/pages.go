@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,13 +22,14 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered in layout.html.
-var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "keys", "rules", "rule-form", "inspect", "envoy", "error"}
+var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "audit", "error"}
 
 var funcs = template.FuncMap{
 	"pathEscape":  url.PathEscape,
 	"queryEscape": url.QueryEscape,
 	"rate":        func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"add":         func(a, b int) int { return a + b },
+	"limitText":   limitText,
 	"ms": func(ms int64) string {
 		return (time.Duration(ms) * time.Millisecond).String()
 	},
@@ -62,13 +64,16 @@ type view struct {
 }
 
 var titles = map[string]string{
-	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant",
-	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "error": "Error",
+	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant", "confirm": "Confirm",
+	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "error": "Error",
 }
 
 // render writes page name inside the layout.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, sess *session, status int, name string, data any) {
 	v := view{Title: titles[name], Page: name, Data: data, Tenant: r.PathValue("tenant")}
+	if p, ok := data.(confirmAction); ok {
+		v.Title = p.Title
+	}
 	if sess != nil {
 		v.SignedIn, v.Operator, v.Own, v.CSRF = true, sess.caller.Operator, sess.caller.Tenant, sess.csrf
 		if v.Tenant == "" {
@@ -427,8 +432,75 @@ func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, sess *
 	http.Redirect(w, r, Prefix+"tenants/"+url.PathEscape(tenant)+"/keys", http.StatusSeeOther)
 }
 
+// confirmAction is a page that asks before a change that cannot be undone;
+// its form posts confirm=yes with the session's CSRF token.
+type confirmAction struct {
+	Title, Message, Button string
+	// Action is the form's target, Cancel where Cancel leads.
+	Action, Cancel string
+	Error          string
+}
+
+// confirmed reports whether a destructive post carries its confirmation.
+func confirmed(r *http.Request) bool { return r.PostFormValue("confirm") == "yes" }
+
+// notConfirmedMessage is shown on a confirmation page reached by a post
+// without its confirmation.
+const notConfirmedMessage = "Nothing was changed: confirm with the button below."
+
+// revokeConfirmation reads key id of tenant through the API (so a key the
+// user may not see is refused as the API refuses it) and returns the page
+// that asks before revoking it.
+func (c *Console) revokeConfirmation(w http.ResponseWriter, r *http.Request, sess *session) (confirmAction, bool) {
+	tenant, id := r.PathValue("tenant"), r.PathValue("id")
+	var body struct{ Keys []adminapi.Key }
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "keys"), &body) {
+		return confirmAction{}, false
+	}
+	for _, k := range body.Keys {
+		if k.ID != id {
+			continue
+		}
+		if k.RevokedAt != nil {
+			c.renderError(w, r, sess, http.StatusConflict, fmt.Sprintf("API key %s is already revoked.", id))
+			return confirmAction{}, false
+		}
+		name := k.Name
+		if name == "" {
+			name = id
+		}
+		keys := Prefix + "tenants/" + url.PathEscape(tenant) + "/keys"
+		return confirmAction{
+			Title: "Revoke API key " + name,
+			Message: fmt.Sprintf("Revoking API key %s (%s, role %s) of tenant %s refuses every client that uses it, at once.",
+				name, id, k.Role, tenant),
+			Button: "Revoke key " + name, Action: keys + "/" + url.PathEscape(id) + "/revoke", Cancel: keys,
+		}, true
+	}
+	c.renderError(w, r, sess, http.StatusNotFound, fmt.Sprintf("Tenant %s has no API key %s.", tenant, id))
+	return confirmAction{}, false
+}
+
+func (c *Console) handleConfirmRevokeKey(w http.ResponseWriter, r *http.Request, sess *session) {
+	if p, ok := c.revokeConfirmation(w, r, sess); ok {
+		c.renderConfirm(w, r, sess, http.StatusOK, p)
+	}
+}
+
+// renderConfirm shows a confirmation page, titled by what it asks.
+func (c *Console) renderConfirm(w http.ResponseWriter, r *http.Request, sess *session, status int, p confirmAction) {
+	c.render(w, r, sess, status, "confirm", p)
+}
+
 func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, id := r.PathValue("tenant"), r.PathValue("id")
+	if !confirmed(r) {
+		if p, ok := c.revokeConfirmation(w, r, sess); ok {
+			p.Error = notConfirmedMessage
+			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
+		}
+		return
+	}
 	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "keys", id), nil) {
 		return
 	}
@@ -446,14 +518,30 @@ func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *
 
 // --- rules
 
-type rulesPage struct{ Rules []adminapi.Rule }
+type rulesPage struct {
+	Rules []adminapi.Rule
+	// DefaultFailureMode is what this instance applies to a rule stored
+	// without a failure mode (--default-failure-mode).
+	DefaultFailureMode sluice.FailureMode
+}
+
+// limitText says a limit in words, as sluice.Limit's String does for every
+// algorithm ("orders: 2 at once, lease 30s"); a limit the API sent that
+// does not read back (it never should) is shown by its fields.
+func limitText(l adminapi.Limit) string {
+	lim, err := l.ToLimit()
+	if err != nil {
+		return fmt.Sprintf("%s: %s", l.Name, l.Algorithm)
+	}
+	return lim.String()
+}
 
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
 	var body struct{ Rules []adminapi.Rule }
 	if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules"), &body) {
 		return
 	}
-	c.render(w, r, sess, http.StatusOK, "rules", rulesPage{Rules: body.Rules})
+	c.render(w, r, sess, http.StatusOK, "rules", rulesPage{Rules: body.Rules, DefaultFailureMode: c.opts.API.DefaultFailureMode()})
 }
 
 // limitRows is how many limits the rule form offers.
@@ -637,8 +725,39 @@ func fieldOf(msg string, rows []limitRow) string {
 	return ""
 }
 
+// deleteRuleConfirmation reads the rule through the API (so one the user
+// may not see is refused as the API refuses it) and returns the page that
+// asks before deleting it.
+func (c *Console) deleteRuleConfirmation(w http.ResponseWriter, r *http.Request, sess *session) (confirmAction, bool) {
+	tenant, name := r.PathValue("tenant"), r.PathValue("name")
+	var rule adminapi.Rule
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", name), &rule) {
+		return confirmAction{}, false
+	}
+	rules := Prefix + "tenants/" + url.PathEscape(tenant) + "/rules"
+	return confirmAction{
+		Title: "Delete rule " + name,
+		Message: fmt.Sprintf("Deleting rule %s of tenant %s (route %s) stops limiting the requests it matches: they are allowed, or fall to another rule, at once.",
+			name, tenant, rule.Route),
+		Button: "Delete rule " + name, Action: rules + "/" + url.PathEscape(name) + "/delete", Cancel: rules,
+	}, true
+}
+
+func (c *Console) handleConfirmDeleteRule(w http.ResponseWriter, r *http.Request, sess *session) {
+	if p, ok := c.deleteRuleConfirmation(w, r, sess); ok {
+		c.renderConfirm(w, r, sess, http.StatusOK, p)
+	}
+}
+
 func (c *Console) handleDeleteRule(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, name := r.PathValue("tenant"), r.PathValue("name")
+	if !confirmed(r) {
+		if p, ok := c.deleteRuleConfirmation(w, r, sess); ok {
+			p.Error = notConfirmedMessage
+			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
+		}
+		return
+	}
 	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", name), nil) {
 		return
 	}
@@ -734,4 +853,97 @@ func (c *Console) handleEnvoy(w http.ResponseWriter, r *http.Request, sess *sess
 		}
 	}
 	c.render(w, r, sess, http.StatusOK, "envoy", p)
+}
+
+// --- audit log
+
+// auditFilters are the query parameters of GET /v1/audit the audit page
+// passes on; "before" pages.
+var auditFilters = []string{"tenant", "actor", "action", "since", "until", "before"}
+
+// auditPageSize is how many entries one audit page shows.
+const auditPageSize = 50
+
+type auditPage struct {
+	Tenant, Actor, Action, Since, Until string
+	Entries                             []auditEntry
+	// Next links to the next (older) page, "" on the last.
+	Next     string
+	Filtered bool
+	Error    string
+}
+
+type auditEntry struct {
+	Time                  time.Time
+	Actor, Action, Target string
+	Tenant                string
+	// Before and After are the thing changed, indented JSON ("" where it
+	// did not exist).
+	Before, After string
+}
+
+func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request, sess *session) {
+	in := r.URL.Query()
+	p := auditPage{Tenant: in.Get("tenant"), Actor: in.Get("actor"), Action: in.Get("action"),
+		Since: in.Get("since"), Until: in.Get("until")}
+	q := url.Values{}
+	for _, name := range auditFilters {
+		if v := strings.TrimSpace(in.Get(name)); v != "" {
+			q.Set(name, v)
+			p.Filtered = p.Filtered || name != "before"
+		}
+	}
+	// The API scopes a tenant key to its own tenant, and refuses another.
+	ask := url.Values{"limit": {strconv.Itoa(auditPageSize)}}
+	for name, v := range q {
+		ask[name] = v
+	}
+	a := c.call(r, sess, http.MethodGet, "/v1/audit?"+ask.Encode(), nil)
+	if !a.ok() {
+		if a.Status != http.StatusBadRequest {
+			c.failed(w, r, sess, a)
+			return
+		}
+		p.Error = a.Message
+		c.render(w, r, sess, a.Status, "audit", p)
+		return
+	}
+	var body struct {
+		Entries []struct {
+			Time                  time.Time
+			Actor, Action, Target string
+			Tenant                *string
+			Before, After         json.RawMessage
+		}
+		NextBefore *int64 `json:"next_before"`
+	}
+	if err := a.decode(&body); err != nil {
+		c.renderError(w, r, sess, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, e := range body.Entries {
+		out := auditEntry{Time: e.Time, Actor: e.Actor, Action: e.Action, Target: e.Target,
+			Before: indentJSON(e.Before), After: indentJSON(e.After)}
+		if e.Tenant != nil {
+			out.Tenant = *e.Tenant
+		}
+		p.Entries = append(p.Entries, out)
+	}
+	if body.NextBefore != nil {
+		q.Set("before", strconv.FormatInt(*body.NextBefore, 10))
+		p.Next = Prefix + "audit?" + q.Encode()
+	}
+	c.render(w, r, sess, http.StatusOK, "audit", p)
+}
+
+// indentJSON lays out a JSON document for reading; "" for null or none.
+func indentJSON(doc json.RawMessage) string {
+	if len(doc) == 0 || string(doc) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, doc, "", "  ") != nil {
+		return string(doc)
+	}
+	return b.String()
 }

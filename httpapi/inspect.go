@@ -34,6 +34,11 @@ func (a *API) AdminCaller(secret string) (Caller, error) {
 // serves checks from.
 func (a *API) CatalogVersion() int64 { return a.state.Load().snap.Version }
 
+// DefaultFailureMode is the failure mode this API applies to rules stored
+// without one (Options.DefaultFailureMode, closed unless set): the console
+// names it beside such rules.
+func (a *API) DefaultFailureMode() sluice.FailureMode { return a.defaultMode }
+
 // handlePeekSubject answers what a subject has left under each limit of a
 // rule: a check of cost 0, which consumes nothing. It is made on a rule of
 // its own, so it is neither counted in the metrics nor kept in the deny

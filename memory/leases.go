@@ -55,26 +55,10 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 		if attempt == 0 && s.reclaim(full, now) {
 			continue
 		}
-		s.refused.Add(1)
-		if s.onRefused != nil {
-			s.onRefused(req.Tenant)
-		}
+		s.refuse(full)
 		return sluice.LeaseGrant{}, full
 	}
-	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
-	for i, l := range req.Limits {
-		o := outcomes[i]
-		d.Limits[i] = sluice.LimitDecision{
-			Name:       l.Name,
-			Algorithm:  l.Algorithm,
-			Allowed:    o.allowed,
-			Limit:      l.Capacity,
-			Remaining:  o.remaining,
-			ResetAfter: time.Duration(o.resetAfter) * time.Millisecond,
-			RetryAfter: time.Duration(o.retryAfter) * time.Millisecond,
-			Window:     sluice.PolicyWindow(l),
-		}
-	}
+	d := sluice.Decision{Limits: limitDecisions(req.Limits, outcomes)}
 	d.Combine()
 	if !d.Allowed {
 		return sluice.LeaseGrant{Decision: d}, nil

@@ -402,10 +402,20 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 		return sluice.Decision{}, full
 	}
 
-	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits)), ExpiredLeases: expired}
-	for i, l := range req.Limits {
+	d := sluice.Decision{Limits: limitDecisions(req.Limits, outcomes), ExpiredLeases: expired}
+	d.Combine()
+	if d.Allowed && nonce != "" {
+		d.Hold = &sluice.Hold{ID: string(keys.tag()) + "." + nonce, ExpiresIn: req.HoldTTLOf()}
+	}
+	return d, nil
+}
+
+// limitDecisions is what a check's outcomes say about each of its limits.
+func limitDecisions(limits []sluice.Limit, outcomes []outcome) []sluice.LimitDecision {
+	out := make([]sluice.LimitDecision, len(limits))
+	for i, l := range limits {
 		o := outcomes[i]
-		d.Limits[i] = sluice.LimitDecision{
+		out[i] = sluice.LimitDecision{
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
 			Allowed:    o.allowed,
@@ -416,11 +426,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			Window:     sluice.PolicyWindow(l),
 		}
 	}
-	d.Combine()
-	if d.Allowed && nonce != "" {
-		d.Hold = &sluice.Hold{ID: string(keys.tag()) + "." + nonce, ExpiresIn: req.HoldTTLOf()}
-	}
-	return d, nil
+	return out
 }
 
 // decideLocked decides req and writes its counters, its leases and its hold

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -37,24 +36,9 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	if len(reply) != 4+4*len(req.Limits) {
 		return sluice.LeaseGrant{}, unavailable("lease", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
 	}
-	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
-	for i, l := range req.Limits {
-		var r [4]int64
-		for j := range r {
-			if r[j], err = replyInt(&reply[2+4*i+j]); err != nil {
-				return sluice.LeaseGrant{}, unavailable("lease", err)
-			}
-		}
-		d.Limits[i] = sluice.LimitDecision{
-			Name:       l.Name,
-			Algorithm:  l.Algorithm,
-			Allowed:    r[0] == 1,
-			Limit:      l.Capacity,
-			Remaining:  r[1],
-			ResetAfter: time.Duration(r[2]) * time.Millisecond,
-			RetryAfter: time.Duration(r[3]) * time.Millisecond,
-			Window:     sluice.PolicyWindow(l),
-		}
+	d := sluice.Decision{}
+	if d.Limits, err = limitDecisions(reply[2:], req.Limits); err != nil {
+		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
 	granted, err := replyInt(&reply[len(reply)-1])
 	if err != nil {

@@ -279,15 +279,34 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			return sluice.Decision{}, unavailable("check", err)
 		}
 	}
-	d := sluice.Decision{Limits: make([]sluice.LimitDecision, len(req.Limits))}
-	for i, l := range req.Limits {
+	d := sluice.Decision{}
+	if d.Limits, err = limitDecisions(reply[2:], req.Limits); err != nil {
+		return sluice.Decision{}, unavailable("check", err)
+	}
+	if d.ExpiredLeases, err = replyInt(&reply[len(reply)-1]); err != nil {
+		return sluice.Decision{}, unavailable("check", err)
+	}
+	d.Combine()
+	if d.Allowed {
+		d.Hold = hold
+	}
+	return d, nil
+}
+
+// limitDecisions decodes the script's four figures per limit (allowed,
+// remaining, reset after and retry after in ms), which every reply that
+// decides a check carries, starting at reply[0].
+func limitDecisions(reply []rueidis.RedisMessage, limits []sluice.Limit) ([]sluice.LimitDecision, error) {
+	out := make([]sluice.LimitDecision, len(limits))
+	for i, l := range limits {
 		var r [4]int64
 		for j := range r {
-			if r[j], err = replyInt(&reply[2+4*i+j]); err != nil {
-				return sluice.Decision{}, unavailable("check", err)
+			var err error
+			if r[j], err = replyInt(&reply[4*i+j]); err != nil {
+				return nil, err
 			}
 		}
-		d.Limits[i] = sluice.LimitDecision{
+		out[i] = sluice.LimitDecision{
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
 			Allowed:    r[0] == 1,
@@ -298,14 +317,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 			Window:     sluice.PolicyWindow(l),
 		}
 	}
-	if d.ExpiredLeases, err = replyInt(&reply[len(reply)-1]); err != nil {
-		return sluice.Decision{}, unavailable("check", err)
-	}
-	d.Combine()
-	if d.Allowed {
-		d.Hold = hold
-	}
-	return d, nil
+	return out, nil
 }
 
 // checkAllowed reports whether a check's reply is an allow: what consumed.

@@ -16,7 +16,8 @@ import (
 // Cluster failover) loses every count it took since its last replication,
 // and the promoted replica admits those units again. With ReplicaAcks N,
 // every script call that may write is sent together with WAIT N <timeout>,
-// pipelined in one DoMulti: rueidis sends a DoMulti holding a blocking
+// pipelined in one DoMulti (on a single Redis or Sentinel, batched with
+// other checks under one WAIT: see groupcommit.go): rueidis sends a DoMulti holding a blocking
 // command (WAIT is one) on one connection of its dedicated pool, and on a
 // Cluster every command of it to the master of the keys' slot, so the WAIT
 // counts the replicas that have this script's writes. A call that wrote and
@@ -75,7 +76,17 @@ func (s *Store) execScript(ctx context.Context, keys, args []string, mayWrite bo
 		return res[0], res[1]
 	}
 	b := s.client.B()
-	reply, acks := send(b.Evalsha().Sha1(checkSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	evalsha := b.Evalsha().Sha1(checkSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	var reply, acks rueidis.RedisResult
+	if s.commits != nil {
+		res, err := s.commits.do(ctx, evalsha)
+		if err != nil {
+			return nil, err
+		}
+		reply, acks, waitMS = res.reply, res.acks, res.waitMS
+	} else {
+		reply, acks = send(evalsha)
+	}
 	if re, ok := rueidis.IsRedisErr(reply.Error()); ok && re.IsNoScript() {
 		reply, acks = send(b.Eval().Script(checkSource).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}

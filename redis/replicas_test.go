@@ -205,3 +205,77 @@ func BenchmarkReplicaAcks(b *testing.B) {
 }
 
 var replicaAckRuns int
+
+// TestReplicaAcksUnderConcurrency: concurrent writing checks are committed
+// in batches with one WAIT each (groupcommit.go). With the replica up,
+// exactly the limit is admitted and every admission is on the replica;
+// with it stopped, every concurrent write fails and none is allowed, while
+// the denies among them are still answered.
+//
+// Without the WAIT in the batch, the stopped replica's run allows 75: the
+// test fails.
+func TestReplicaAcksUnderConcurrency(t *testing.T) {
+	primary := testenv.Redis(t)
+	replica := testenv.RedisReplica(t, primary)
+	store := openAcked(t, primary.URL(), 1, time.Second)
+	ctx := context.Background()
+	const limit, callers = 150, 400
+	limits := []sluice.Limit{sluice.FixedWindow(limit, time.Hour).Named("hourly")}
+	run := func(subject string) (allowed, denied int, errs []error) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				d, err := store.Check(ctx, sluice.Request{Tenant: "t", Rule: "r", Subject: subject, Limits: limits, Cost: 1})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case d.Allowed:
+					allowed++
+				default:
+					denied++
+				}
+			})
+		}
+		wg.Wait()
+		return allowed, denied, errs
+	}
+	allowed, denied, errs := run("up")
+	if len(errs) > 0 || allowed != limit || denied != callers-limit {
+		t.Fatalf("replica up: %d allowed, %d denied, errors %v; want %d and %d, none", allowed, denied, errs, limit, callers-limit)
+	}
+	// Every admitted count is on the replica once the WAITs answered.
+	replicaStore, err := sluiceredis.Open(replica.URL(), sluiceredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replicaStore.Close()
+	d, err := replicaStore.Check(ctx, sluice.Request{Tenant: "t", Rule: "r", Subject: "up", Limits: limits, Cost: 0})
+	if err != nil || d.Remaining != 0 {
+		t.Fatalf("the replica's count: %+v, %v; want none remaining", d, err)
+	}
+
+	// Half the quota spent with the replica up; the rest would be written
+	// with it stopped, and must all fail.
+	for range limit / 2 {
+		if d, err := store.Check(ctx, sluice.Request{Tenant: "t", Rule: "r", Subject: "down", Limits: limits, Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("spending half: %+v, %v", d, err)
+		}
+	}
+	replica.Pause()
+	defer replica.Resume()
+	// The calls that wrote (the primary counted them: their units stay
+	// spent) fail; once those have taken the rest, the others are denies.
+	allowed, denied, errs = run("down")
+	if allowed != 0 || len(errs) != limit-limit/2 || denied != callers-len(errs) {
+		t.Fatalf("replica stopped: %d allowed, %d denied, %d errors; want none allowed, %d failed and the rest denied",
+			allowed, denied, len(errs), limit-limit/2)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, sluiceredis.ErrTooFewReplicas) {
+			t.Fatalf("an unacknowledged write: want ErrStoreUnavailable and ErrTooFewReplicas, got %v", err)
+		}
+	}
+}

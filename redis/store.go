@@ -79,6 +79,9 @@ type Store struct {
 	owned  bool
 	slotState
 	replicas replicas
+	// commits batches replicated writes (see groupcommit.go); nil without
+	// replica acks, and on a Cluster.
+	commits *groupCommit
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -160,6 +163,8 @@ func New(client rueidis.Client, opts Options) *Store {
 	}
 	if client.Mode() == rueidis.ClientModeCluster {
 		s.startSlotMap()
+	} else if s.replicas.acks > 0 {
+		s.commits = newGroupCommit(client, s.replicas.acks, s.replicas.timeout)
 	}
 	return s
 }
@@ -241,6 +246,9 @@ func redactURL(raw string) string {
 // Close closes the connection if Open made it.
 func (s *Store) Close() error {
 	s.stopSlotMap()
+	if s.commits != nil {
+		s.commits.close()
+	}
 	if s.owned {
 		s.client.Close()
 	}

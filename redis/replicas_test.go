@@ -131,6 +131,13 @@ func TestReplicaAcksFailWritesNoReplicaHas(t *testing.T) {
 func BenchmarkReplicaAcks(b *testing.B) {
 	primary := testenv.Redis(b)
 	replica := testenv.RedisReplica(b, primary)
+	sentinel := testenv.RedisSentinel(b, primary, "mymaster")
+	// The same primary, reached directly and through Sentinel (which adds
+	// nothing per check once the client has the master's address).
+	deployments := []struct{ name, url string }{
+		{"primary", primary.URL()},
+		{"sentinel", "redis-sentinel://mymaster@" + sentinel.Addr + "/0"},
+	}
 	ctx := context.Background()
 	workloads := []struct {
 		name string
@@ -147,59 +154,61 @@ func BenchmarkReplicaAcks(b *testing.B) {
 		order = []int{1, 0}
 	}
 	replicaAckRuns++
-	for _, w := range workloads {
-		for _, acks := range order {
-			store, err := sluiceredis.Open(primary.URL(), sluiceredis.Options{ReplicaAcks: acks})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := store.Check(ctx, w.req); err != nil { // the deny's subject is spent
-				b.Fatal(err)
-			}
-			check := func(b *testing.B, lat *[]time.Duration) bool {
-				start := time.Now()
-				_, err := store.Check(ctx, w.req)
-				*lat = append(*lat, time.Since(start))
+	for _, dep := range deployments {
+		for _, w := range workloads {
+			for _, acks := range order {
+				store, err := sluiceredis.Open(dep.url, sluiceredis.Options{ReplicaAcks: acks})
 				if err != nil {
-					b.Error(err)
-					return false
+					b.Fatal(err)
 				}
-				return true
-			}
-			for _, par := range []int{1, 32} {
-				name := fmt.Sprintf("%s/acks=%d/serial", w.name, acks)
-				if par > 1 {
-					name = fmt.Sprintf("%s/acks=%d/parallel%d", w.name, acks, par*2)
+				if _, err := store.Check(ctx, w.req); err != nil { // the deny's subject is spent
+					b.Fatal(err)
 				}
-				b.Run(name, func(b *testing.B) {
-					var mu sync.Mutex
-					var all []time.Duration
-					done := measureCPU(b, primary)
-					replica0 := redisCPU(b, replica)
-					if par == 1 {
-						for b.Loop() && check(b, &all) {
-						}
-					} else {
-						b.SetParallelism(par)
-						b.RunParallel(func(pb *testing.PB) {
-							var lat []time.Duration
-							for pb.Next() && check(b, &lat) {
+				check := func(b *testing.B, lat *[]time.Duration) bool {
+					start := time.Now()
+					_, err := store.Check(ctx, w.req)
+					*lat = append(*lat, time.Since(start))
+					if err != nil {
+						b.Error(err)
+						return false
+					}
+					return true
+				}
+				for _, par := range []int{1, 32} {
+					name := fmt.Sprintf("%s/%s/acks=%d/serial", dep.name, w.name, acks)
+					if par > 1 {
+						name = fmt.Sprintf("%s/%s/acks=%d/parallel%d", dep.name, w.name, acks, par*2)
+					}
+					b.Run(name, func(b *testing.B) {
+						var mu sync.Mutex
+						var all []time.Duration
+						done := measureCPU(b, primary)
+						replica0 := redisCPU(b, replica)
+						if par == 1 {
+							for b.Loop() && check(b, &all) {
 							}
-							mu.Lock()
-							all = append(all, lat...)
-							mu.Unlock()
-						})
-					}
-					done()
-					b.ReportMetric(float64((redisCPU(b, replica)-replica0).Nanoseconds())/float64(b.N), "replica-cpu-ns/op")
-					slices.Sort(all)
-					if len(all) > 0 {
-						b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-						b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-					}
-				})
+						} else {
+							b.SetParallelism(par)
+							b.RunParallel(func(pb *testing.PB) {
+								var lat []time.Duration
+								for pb.Next() && check(b, &lat) {
+								}
+								mu.Lock()
+								all = append(all, lat...)
+								mu.Unlock()
+							})
+						}
+						done()
+						b.ReportMetric(float64((redisCPU(b, replica)-replica0).Nanoseconds())/float64(b.N), "replica-cpu-ns/op")
+						slices.Sort(all)
+						if len(all) > 0 {
+							b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+							b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+						}
+					})
+				}
+				store.Close()
 			}
-			store.Close()
 		}
 	}
 }

@@ -48,6 +48,15 @@ func Redis(t testing.TB) *RedisServer {
 	return startRedis(t, nil)
 }
 
+// RedisWith is Redis started with more redis-server arguments
+// ("--min-replicas-to-write", "1"), after the ones that keep it private.
+func RedisWith(t testing.TB, extra ...string) *RedisServer {
+	t.Helper()
+	skipShort(t, "a redis-server")
+	requireBinary(t, "redis-server", "redis-server")
+	return startRedis(t, func(string, int) ([]string, error) { return extra, nil })
+}
+
 // RedisTLSFiles are the PEM files of a redis-server's TLS listener.
 type RedisTLSFiles struct {
 	// Cert and Key are the server's certificate and key.

@@ -33,6 +33,9 @@ type SentinelOptions struct {
 	DownAfter, FailoverTimeout time.Duration
 	// Config are more lines of sentinel.conf ("bind 127.0.0.1 127.0.0.2").
 	Config []string
+	// MasterConfig are lines about the master set, which Sentinel reads
+	// only after its monitor line ("sentinel parallel-syncs mymaster 1").
+	MasterConfig []string
 }
 
 // RedisSentinelWith starts a private Redis Sentinel configured by opts and
@@ -70,6 +73,7 @@ func RedisSentinelWith(t testing.TB, opts SentinelOptions) *RedisServer {
 	if opts.FailoverTimeout > 0 {
 		lines = append(lines, fmt.Sprintf("sentinel failover-timeout %s %d", masterName, opts.FailoverTimeout.Milliseconds()))
 	}
+	lines = append(lines, opts.MasterConfig...)
 	body := strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatalf("testenv: %v", err)

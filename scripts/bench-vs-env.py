@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Cost per check, Sluice against envoyproxy/ratelimit, side by side in one run.
+
+    scripts/bench-vs-env.py [--reps 3] [--duration 10] [--concurrency 64]
+                            [--subjects 1000] ENV_BINARY
+
+Both services are started as /bin/ratelimit is started in ENV's own compose
+file: a binary named ratelimit, ENV's variables and nothing else (Sluice runs
+in ENV mode under that name), the same YAML, and one private redis-server,
+shared, so Redis's CPU per check is compared on the same process. The load
+is `sluice bench --target envoy` (the closed model: --concurrency callers back
+to back over shared gRPC connections), one service at a time, the order
+swapped every repetition, for two workloads:
+
+  allow  every check is allowed and counted (a limit that never runs out);
+  deny   every subject is spent first, so every check is an OVER_LIMIT.
+
+Per run, CPU is read from /proc/PID/stat (user + system) of the service and
+from the Redis's INFO cpu, before and after, and divided by the checks
+answered. Prints each run and then the medians per service and workload with
+the ratio Sluice / ENV. Needs Go (to build Sluice), redis-server and
+redis-cli. Used for BENCHMARKS.md, issue 29."""
+import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def proc_cpu(pid):
+    """User + system CPU seconds of pid."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), check=True,
+                          capture_output=True, text=True).stdout
+
+
+def redis_cpu(port):
+    info = dict(line.split(":", 1) for line in redis_cli(port, "INFO", "cpu").splitlines() if ":" in line)
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+CONFIG = """domain: bench
+descriptors:
+  - key: allow
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: deny
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"""
+
+
+def wait(url, proc, what):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit("%s exited with %s before answering %s" % (what, proc.returncode, url))
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except Exception:
+            time.sleep(0.1)
+    sys.exit("%s did not answer %s" % (what, url))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("env_binary")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10, help="seconds per measured run")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--subjects", type=int, default=1000)
+    args = ap.parse_args()
+    if not os.access(args.env_binary, os.X_OK):
+        sys.exit("%s is not an executable" % args.env_binary)
+
+    work = tempfile.mkdtemp(prefix="bench-vs-env-")
+    procs = []
+    try:
+        print("building sluice...", file=sys.stderr)
+        for name in ("sluice", "env"):
+            os.makedirs(os.path.join(work, name))
+        subprocess.run(["go", "build", "-o", os.path.join(work, "sluice", "ratelimit"), "./cmd/sluice"], cwd=ROOT, check=True)
+        bench = os.path.join(work, "sluice-bench")
+        shutil.copy(os.path.join(work, "sluice", "ratelimit"), bench)
+        shutil.copy(args.env_binary, os.path.join(work, "env", "ratelimit"))
+        os.makedirs(os.path.join(work, "config", "ratelimit", "config"))
+        with open(os.path.join(work, "config", "ratelimit", "config", "config.yaml"), "w") as f:
+            f.write(CONFIG)
+
+        redis_port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
+        procs.append(redis)
+        for _ in range(100):
+            try:
+                if redis_cli(redis_port, "PING").strip() == "PONG":
+                    break
+            except subprocess.CalledProcessError:
+                pass
+            time.sleep(0.05)
+
+        services = {}
+        for name in ("env", "sluice"):
+            http, grpc, debug = free_port(), free_port(), free_port()
+            env = {"PATH": "/usr/bin:/bin", "USE_STATSD": "false", "LOG_LEVEL": "warn",
+                   "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis_port,
+                   "RUNTIME_ROOT": os.path.join(work, "config"), "RUNTIME_SUBDIRECTORY": "ratelimit",
+                   "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+                   "HOST": "127.0.0.1", "PORT": str(http), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(grpc),
+                   "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": str(debug)}
+            p = subprocess.Popen([os.path.join(work, name, "ratelimit")], env=env, cwd=os.path.join(work, name),
+                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, name + ".log"), "w"))
+            procs.append(p)
+            wait("http://127.0.0.1:%d/healthcheck" % http, p, name)
+            services[name] = (p, grpc)
+
+        def run(name, workload):
+            p, grpc = services[name]
+            cmd = [bench, "bench", "--target", "envoy", "--grpc-addr", "127.0.0.1:%d" % grpc, "--domain", "bench",
+                   "--descriptor", workload, "--subject-key", workload, "--subjects", str(args.subjects),
+                   "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
+                   "--metrics-url", "none", "--reference", "", "--json"]
+            cpu0, r0 = proc_cpu(p.pid), redis_cpu(redis_port)
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            cpu1, r1 = proc_cpu(p.pid), redis_cpu(redis_port)
+            rep = json.loads(out)[0]  # the run; --reference "" leaves no reference
+            answered = rep["allowed"] + rep["denied"]
+            if answered == 0 or rep["failed"] or rep["shed"]:
+                sys.exit("%s %s: %d answered, %d failed, %d shed: %s" % (name, workload, answered, rep["failed"],
+                                                                         rep["shed"], rep.get("first_error", "")))
+            want_allowed = workload == "allow"
+            if (rep["denied"] > 0) == want_allowed:
+                sys.exit("%s %s: %d allowed, %d denied: not the workload" % (name, workload, rep["allowed"], rep["denied"]))
+            return {"server_us": (cpu1 - cpu0) / answered * 1e6, "redis_us": (r1 - r0) / answered * 1e6,
+                    "per_second": rep["per_second"], "p50_ms": rep["p50_ms"], "p99_ms": rep["p99_ms"]}
+
+        # Every deny subject spent once, on each service's own keys.
+        for name in services:
+            p, grpc = services[name]
+            subprocess.run([bench, "bench", "--target", "envoy", "--grpc-addr", "127.0.0.1:%d" % grpc,
+                            "--domain", "bench", "--descriptor", "deny", "--subject-key", "deny",
+                            "--subjects", str(args.subjects), "--concurrency", "8", "--duration", "3s",
+                            "--metrics-url", "none", "--reference", ""], check=True, capture_output=True)
+
+        results = {}
+        print("%-8s %-6s %3s %12s %12s %10s %8s %8s" % ("service", "load", "rep", "server µs", "redis µs", "checks/s", "p50 ms", "p99 ms"))
+        for rep in range(args.reps):
+            order = ["env", "sluice"] if rep % 2 == 0 else ["sluice", "env"]
+            for workload in ("allow", "deny"):
+                for name in order:
+                    r = run(name, workload)
+                    results.setdefault((name, workload), []).append(r)
+                    print("%-8s %-6s %3d %12.1f %12.1f %10.0f %8.2f %8.2f" % (name, workload, rep + 1, r["server_us"],
+                          r["redis_us"], r["per_second"], r["p50_ms"], r["p99_ms"]), flush=True)
+
+        print("\nmedians of %d runs (ratios Sluice / ENV):" % args.reps)
+        for workload in ("allow", "deny"):
+            med = {name: {k: statistics.median(r[k] for r in results[(name, workload)]) for k in results[(name, workload)][0]}
+                   for name in ("env", "sluice")}
+            e, s = med["env"], med["sluice"]
+            print("%-6s server CPU/check: ENV %.1f µs, Sluice %.1f µs (%.2fx); Redis CPU/check: ENV %.1f µs, Sluice %.1f µs (%.2fx); "
+                  "p99: ENV %.2f ms, Sluice %.2f ms (%.2fx); throughput %.2fx" % (
+                      workload, e["server_us"], s["server_us"], s["server_us"] / e["server_us"], e["redis_us"], s["redis_us"],
+                      s["redis_us"] / e["redis_us"] if e["redis_us"] else float("nan"), e["p99_ms"], s["p99_ms"],
+                      s["p99_ms"] / e["p99_ms"], s["per_second"] / e["per_second"]))
+        allow_s = statistics.median(r["server_us"] for r in results[("sluice", "allow")])
+        deny_s = statistics.median(r["server_us"] for r in results[("sluice", "deny")])
+        print("Sluice deny / allow server CPU: %.2fx" % (deny_s / allow_s))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

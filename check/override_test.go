@@ -127,3 +127,36 @@ func TestExpiredOverrideStopsOnEveryEngine(t *testing.T) {
 		t.Fatalf("checks before expiry per engine: %v; the machine was too slow to see the override apply", before)
 	}
 }
+
+// BenchmarkCheckResolution: a check through a plan and an override against
+// a plain check of the same limits, on the memory store, allowed each time.
+func BenchmarkCheckResolution(b *testing.B) {
+	e := check.New(newMemory(b), check.Options{})
+	b.Cleanup(func() { e.Close() })
+	limits := hourly(1 << 40)
+	overrides := []sluice.Override{
+		{Name: "vips", Subjects: []string{"vip-*"}, Limits: hourly(1 << 40)},
+		{Name: "one", Subjects: []string{"acme-corp"}, Limits: hourly(1 << 40)},
+	}
+	plain := e.NewRule(metrics.Labels{}, check.Rule{Namespace: "acme", Name: "plain", Limits: limits})
+	resolved := e.NewRule(metrics.Labels{}, check.Rule{Namespace: "acme", Name: "resolved", Limits: limits,
+		Plans: sluice.Plans{"pro": hourly(1 << 40)}, Overrides: sluice.NewOverrideMatcher(overrides)})
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		q    check.Query
+	}{
+		{"plain", check.Query{Rule: plain, Subject: "vip-7", Cost: 1}},
+		{"plan", check.Query{Rule: resolved, Subject: "someone", Cost: 1, Plan: "pro"}},
+		{"override", check.Query{Rule: resolved, Subject: "vip-7", Cost: 1, Plan: "pro"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := e.Check(ctx, c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -160,3 +160,21 @@ func BenchmarkCheckResolution(b *testing.B) {
 		})
 	}
 }
+
+// TestDenyCacheKeepsPlansApart: a deny taken under the free plan is not the
+// answer to the same subject's check under pro, whose limit has room.
+func TestDenyCacheKeepsPlansApart(t *testing.T) {
+	e := check.New(newMemory(t), check.Options{})
+	t.Cleanup(func() { e.Close() })
+	r := e.NewRule(metrics.Labels{}, check.Rule{Namespace: "acme", Name: "api", Limits: hourly(1),
+		Plans: sluice.Plans{"free": hourly(1), "pro": hourly(3)}})
+	free := check.Query{Rule: r, Subject: "cust", Cost: 1, Plan: "free"}
+	if got, last := admitted(t, e, free, 3); got != 1 || !last.Cached {
+		t.Fatalf("free admitted %d (last %+v); want 1 and the last deny from the cache", got, last)
+	}
+	pro := free
+	pro.Plan = "pro"
+	if got, last := admitted(t, e, pro, 3); got != 2 || last.Plan != "pro" {
+		t.Fatalf("pro after free's deny admitted %d (%+v); want the 2 left of 3", got, last)
+	}
+}

@@ -162,6 +162,12 @@ type Rule struct {
 	Namespace string
 	Name      string
 	Limits    []sluice.Limit
+	// Plans are named limit sets a check may choose with Query.Plan, and
+	// Overrides give matching subjects other limits (exact over longest
+	// prefix, expired ones skipped at check time); see sluice.ResolveLimits.
+	// A change to either is a new *Rule, like any rule change.
+	Plans     sluice.Plans
+	Overrides *sluice.OverrideMatcher
 	// Mode is the failure policy; "" fails closed.
 	Mode sluice.FailureMode
 	// Shadow rules are checked and counted but never deny.
@@ -215,6 +221,9 @@ type Query struct {
 	// CacheSubject, which must determine Limits given Rule.
 	Limits       []sluice.Limit
 	CacheSubject string
+	// Plan names one of Rule.Plans ("": the rule's own limits); an unknown
+	// plan is sluice.ErrInvalid naming the plans there are.
+	Plan string
 	// Reserve makes Cost an estimate to settle later, and HoldTTL, when
 	// set, is the TTL of the hold the check takes (see holds.go).
 	Reserve bool
@@ -259,6 +268,10 @@ type Result struct {
 	Shadowed bool
 	// Cached says the deny came from the deny cache, without a store call.
 	Cached bool
+	// Plan and Override name the plan and the override whose limits were
+	// checked, "" for none.
+	Plan     string
+	Override string
 }
 
 // Pass reports whether the request may go on: Decision.Allowed.
@@ -291,8 +304,20 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	}
 	r := q.Rule
 	limits := q.Limits
+	var resolved *sluice.Resolution
 	if limits == nil {
 		limits = r.Limits
+		if q.Plan != "" || r.Overrides != nil || len(r.Plans) > 0 {
+			now := q.Now
+			if now.IsZero() {
+				now = e.clock()
+			}
+			rs, err := sluice.ResolveLimits(r.Limits, r.Plans, q.Plan, r.Overrides, q.Subject, now)
+			if err != nil {
+				return e.fail(r, q.Start, metrics.ResultError, err)
+			}
+			resolved, limits = &rs, rs.Limits
+		}
 	}
 	req := sluice.Request{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject, Limits: limits, Cost: q.Cost, Now: q.Now,
 		Reserve: q.Reserve, HoldTTL: q.HoldTTL}
@@ -306,9 +331,13 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	if q.Limits != nil {
 		cacheSubject = q.CacheSubject
 	}
-	if d, ok := e.deny.lookup(r, cacheSubject, q.Cost, e.clock()); ok {
+	var want []sluice.Limit
+	if resolved != nil {
+		want = limits
+	}
+	if d, ok := e.deny.lookupFor(r, cacheSubject, q.Cost, e.clock(), want); ok {
 		e.metrics.DenyCacheHit()
-		return e.finish(r, q.Start, Result{Decision: d, Cached: true}), nil
+		return e.named(e.finish(r, q.Start, Result{Decision: d, Cached: true}), resolved), nil
 	}
 
 	nsInFlight := r.inFlight
@@ -349,7 +378,15 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		e.deny.forget(r.Namespace, r.Name, cacheSubject)
 	}
 	e.countLeases(r, req, d)
-	return e.finish(r, q.Start, Result{Decision: d}), nil
+	return e.named(e.finish(r, q.Start, Result{Decision: d}), resolved), nil
+}
+
+// named sets the plan and override of res from what resolution chose.
+func (e *Engine) named(res Result, rs *sluice.Resolution) Result {
+	if rs != nil {
+		res.Plan, res.Override = rs.Plan, rs.Override
+	}
+	return res
 }
 
 // namespaceCount returns the count of namespace's checks waiting for the

@@ -108,6 +108,14 @@ func (c *denyCache) shard(k denyKey) *denyShard {
 // lookup returns the remembered deny for a check of cost under rule, adjusted
 // to now, if one still applies.
 func (c *denyCache) lookup(rule *Rule, subject string, cost int64, now time.Time) (sluice.Decision, bool) {
+	return c.lookupFor(rule, subject, cost, now, nil)
+}
+
+// lookupFor is lookup for a check whose limits were chosen per subject (a
+// plan or an override): want, when set, is that limit set, and an entry
+// remembered under another set (another plan, an override since expired)
+// is stale.
+func (c *denyCache) lookupFor(rule *Rule, subject string, cost int64, now time.Time, want []sluice.Limit) (sluice.Decision, bool) {
 	if c.perShard == 0 || cost <= 0 {
 		return sluice.Decision{}, false
 	}
@@ -115,7 +123,7 @@ func (c *denyCache) lookup(rule *Rule, subject string, cost int64, now time.Time
 	sh := c.shard(k)
 	sh.mu.Lock()
 	e, ok := sh.entries[k]
-	if ok && (e.rule != rule || !now.Before(e.until) || cost < e.cost || c.mark(rule, e.subject, e.limits) != e.mark) {
+	if ok && (e.rule != rule || want != nil && !sameLimitSet(e.limits, want) || !now.Before(e.until) || cost < e.cost || c.mark(rule, e.subject, e.limits) != e.mark) {
 		// Stale, or a cost the deny does not cover: that check goes to
 		// the store and may be admitted, after which the entry's figures
 		// would be wrong.
@@ -388,3 +396,9 @@ func ceilDiv(a, b int64) int64 {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// sameLimitSet reports whether a and b are the same slice: resolved limit
+// sets come from the rule, its plans or its overrides, never copied.
+func sameLimitSet(a, b []sluice.Limit) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

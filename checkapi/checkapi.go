@@ -28,6 +28,9 @@ type Request struct {
 	// Reserve asks for the cost to be held as an estimate, to settle later;
 	// false (absent) takes it for good.
 	Reserve bool `json:"reserve,omitempty"`
+	// Plan names one of the rule's plans; "" (absent) checks the rule's
+	// own limits. An unknown plan is 400 invalid_request.
+	Plan string `json:"plan,omitempty"`
 }
 
 // CostOrDefault is the cost the request asks for: 1 when it names none.

@@ -57,6 +57,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"check_huge_cost", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": 1e30}`, 400, "invalid_request"},
 		{"check_cost_that_can_never_fit", "POST", "/v1/check", "key", `{"route": "/api/payments", "cost": 11}`, 400, "invalid_request"},
 		{"check_oversized_subject", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "` + strings.Repeat("s", 1100) + `"}`, 400, "invalid_request"},
+		{"check_plan_on_rule_without_plans", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "u", "plan": "pro"}`, 400, "invalid_request"},
+		{"check_oversized_plan", "POST", "/v1/check", "key", `{"route": "/api/payments", "plan": "` + strings.Repeat("p", 65) + `"}`, 400, "invalid_request"},
 		{"check_route_wrong_type", "POST", "/v1/check", "key", `{"route": 17}`, 400, "invalid_request"},
 		{"check_field_in_other_case", "POST", "/v1/check", "key", `{"ROUTE": "/api/payments"}`, 400, "unknown_field"},
 		{"check_duplicate_field", "POST", "/v1/check", "key", `{"route": "/api/payments", "subject": "a", "subject": "b"}`, 400, "duplicate_field"},

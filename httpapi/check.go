@@ -137,7 +137,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
 		return
 	}
-	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Reserve: req.Reserve, Start: start})
+	res, err := a.engine.Check(r.Context(), check.Query{Rule: rule.check, Subject: req.Subject, Cost: cost, Reserve: req.Reserve, Plan: req.Plan, Start: start})
 	if err != nil {
 		a.failCheck(w, r, grant.Tenant, rule.Name, err)
 		return
@@ -201,6 +201,8 @@ func validateCheck(req checkapi.Request) *apiError {
 		return badRequest("Field \"subject\" is %d bytes long; at most %d are allowed.", len(req.Subject), MaxRequestSubjectBytes)
 	case req.Cost != nil && *req.Cost < 0:
 		return badRequest("Field \"cost\" must not be negative, got %d.", *req.Cost)
+	case len(req.Plan) > 64:
+		return badRequest("Field \"plan\" is %d bytes long; plan names are at most 64.", len(req.Plan))
 	}
 	return nil
 }

@@ -196,3 +196,22 @@ func TestUsageRefusesBadRange(t *testing.T) {
 		})
 	}
 }
+
+// TestCountingDoesNotAllocate: the check path's part is allocation-free.
+func TestCountingDoesNotAllocate(t *testing.T) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	if n := testing.AllocsPerRun(1000, func() { c.Add(usage.Allowed, 1) }); n != 0 {
+		t.Errorf("Counters.Add allocates %v times per call", n)
+	}
+}
+
+// BenchmarkCountersAdd: one add from every core at once on one rule.
+func BenchmarkCountersAdd(b *testing.B) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Add(usage.Allowed, 1)
+		}
+	})
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/usage"
 )
 
 // ErrOverloaded is returned for a check refused because this process is past
@@ -81,6 +82,9 @@ type Options struct {
 	// TracerProvider, if set, gives every check a span (see trace.go);
 	// nil leaves tracing off and costs the check path nothing.
 	TracerProvider trace.TracerProvider
+	// Usage, if set, keeps per-minute rollups of every rule's decisions
+	// (see package usage); nil costs the check path one nil check.
+	Usage *usage.Recorder
 }
 
 // Engine decides checks for every face over one store. It is safe for
@@ -101,6 +105,7 @@ type Engine struct {
 	resetEpoch atomic.Uint64
 	observer   engineObserver
 	tracer     trace.Tracer // nil: tracing off
+	usage      *usage.Recorder
 }
 
 // New returns an Engine over store. Close releases its fallback store.
@@ -141,6 +146,7 @@ func New(store sluice.Store, opts Options) *Engine {
 		maxInFlight:     maxInFlight,
 		maxPerNamespace: perNamespace,
 		tracer:          newTracer(opts.TracerProvider),
+		usage:           opts.Usage,
 	}
 }
 
@@ -178,6 +184,7 @@ type Rule struct {
 	// inFlight counts the checks of the rule's namespace waiting for the
 	// store (shared by the namespace's rules; nil: looked up per check).
 	inFlight *atomic.Int64
+	usage    *usage.Counters // nil: no rollups
 }
 
 // NewRule returns r ready to check, counted under labels.
@@ -188,6 +195,7 @@ func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
 	r.series = e.metrics.Series(labels)
 	r.labels = labels
 	r.inFlight = e.namespaceCount(r.Namespace)
+	r.usage = e.usage.Counters(r.Namespace, r.Name)
 	return &r
 }
 
@@ -283,6 +291,9 @@ func (r Result) Pass() bool { return r.Decision.Allowed }
 // closed, and the caller's own context error when it gave up.
 func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
 	res, err := e.decide(ctx, q)
+	if err == nil && q.Rule.usage != nil && res.Outcome == Allowed {
+		q.Rule.usage.Add(usage.Units, q.Cost)
+	}
 	if o := e.observer.fn.Load(); o != nil && err == nil && q.Rule.series != nil {
 		(*o)(q.Rule.series.Labels(), q.Subject, res.Outcome)
 	}
@@ -431,6 +442,9 @@ func (e *Engine) shed(ctx context.Context, r *Rule, q Query, req sluice.Request)
 func (e *Engine) fail(r *Rule, start time.Time, result string, err error) (Result, error) {
 	r.series.Count(result)
 	r.series.ObserveCheck(time.Since(start))
+	if result == metrics.ResultShed {
+		r.usage.Add(usage.Shed, 1)
+	}
 	return Result{}, err
 }
 
@@ -442,12 +456,16 @@ func (e *Engine) finish(r *Rule, start time.Time, res Result) Result {
 	switch {
 	case d.Degraded:
 		res.Outcome, result = Degraded, metrics.ResultDegraded
+		r.usage.Add(usage.Degraded, 1)
 	case d.Allowed:
 		res.Outcome, result = Allowed, metrics.ResultAllowed
+		r.usage.Add(usage.Allowed, 1)
 	case r.Shadow:
 		res.Outcome, result = ShadowDenied, metrics.ResultShadowDenied
+		r.usage.Add(usage.ShadowDenied, 1)
 	default:
 		res.Outcome, result = Denied, metrics.ResultDenied
+		r.usage.Add(usage.Denied, 1)
 	}
 	if !d.Allowed && r.Shadow {
 		res.Decision.Allowed, res.Shadowed = true, true

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicelabs/sluice/internal/tlsconfig"
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/usage"
 )
 
 // serveConfig is everything sluice serve is configured with.
@@ -135,6 +136,9 @@ type serveConfig struct {
 	AdminWriteLimit string
 	// AuditRetention is how long audit entries are kept (a period or off).
 	AuditRetention string
+	// UsageFlush is how often per-minute usage rollups are written to the
+	// catalog database (0: no rollups).
+	UsageFlush time.Duration
 	// ConsoleSignInFailures limits failed sign-ins per client address
 	// (LIMIT/WINDOW); TrustedProxies may report that address.
 	ConsoleSignInFailures string
@@ -217,6 +221,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.DurationVar(&cfg.UsageFlush, "usage-flush", time.Minute, "how often each instance writes its per-minute usage rollups (decisions per tenant, rule and minute) to the catalog database, in one transaction (0: keep no rollups)")
 	f.StringVar(&cfg.AuditRetention, "audit-retention", defaultAuditRetention, "how long audit log entries are kept, e.g. 180d or 52w; older ones are deleted in the background, in small batches (off: keep every entry)")
 	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
@@ -461,7 +466,14 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	if cfg.wrapStore != nil {
 		store = cfg.wrapStore(store)
 	}
-	engine := s.newEngine(store, m, traces)
+	var rollups *usage.Recorder
+	if cfg.UsageFlush < 0 {
+		return nil, fmt.Errorf("--usage-flush must be a positive duration, or 0 to keep no rollups; got %s", cfg.UsageFlush)
+	}
+	if cfg.UsageFlush > 0 && !cfg.EnvoyMode {
+		rollups = usage.NewRecorder(usage.Options{})
+	}
+	engine := s.newEngine(store, m, traces, rollups)
 	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	s.onClose(func() error { stopRun(); return nil })
@@ -486,6 +498,11 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		go func() { watchDone <- api.Run(runCtx) }()
 		if retention, _ := cfg.auditRetention(); retention > 0 {
 			go catalog.RunAuditRetention(runCtx, retention, s.log)
+		}
+		if w, ok := catalog.(usage.Writer); ok && rollups != nil {
+			go rollups.Run(runCtx, w, cfg.UsageFlush, func(err error) {
+				s.log.Warn("usage rollups not stored; they wait in a bounded buffer", "err", err, "pending_rows", rollups.Pending(), "dropped_rows", rollups.Dropped())
+			})
 		}
 	}
 
@@ -696,7 +713,7 @@ func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToke
 
 // newEngine is the one engine for the store, shared by every face: one
 // breaker, one deny cache, one count of checks in flight.
-func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *processTracing) *check.Engine {
+func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *processTracing, rollups *usage.Recorder) *check.Engine {
 	engine := check.New(store, check.Options{
 		Guard: guard.Options{
 			Timeout: s.cfg.StoreTimeout,
@@ -709,6 +726,7 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 		MaxInFlight:             s.cfg.MaxInFlight,
 		MaxInFlightPerNamespace: s.cfg.MaxInFlightPerTenant,
 		TracerProvider:          traces.TracerProvider(),
+		Usage:                   rollups,
 	})
 	s.onClose(engine.Close)
 	return engine

@@ -1,0 +1,254 @@
+// Package usage keeps per-minute rollups of the check engine's decisions
+// per (namespace, rule) and hands them to a database in batches.
+//
+// The check path only bumps Counters: atomic adds on one of several
+// cache-line-padded shards picked at random, so cores rarely share a line
+// and nothing allocates. A Recorder turns the counters into Rows once a
+// minute (the delta since the last roll) and a Writer stores them, one
+// batch per flush. Rows wait in a bounded buffer while the Writer fails:
+// the oldest are dropped and counted, so a database outage never slows a
+// check and costs only memory up to the bound.
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind is one counted quantity of a rule's minute.
+type Kind int
+
+// The kinds counted per (namespace, rule, minute).
+const (
+	Allowed Kind = iota
+	Denied
+	ShadowDenied
+	Degraded
+	Shed
+	Units // cost spent by allowed checks
+	numKinds
+)
+
+// shards spreads a rule's counters over several cache lines: enough that
+// concurrent checks of one rule on different cores seldom meet.
+const shards = 16
+
+type shard struct {
+	n [numKinds]atomic.Int64
+	_ [64 - (int(numKinds)*8)%64]byte // own cache line
+}
+
+// Counters count one rule's decisions. A nil *Counters counts nothing, so
+// an engine without usage pays one nil check.
+type Counters struct{ shards [shards]shard }
+
+// Add adds n to kind. It is safe for concurrent use and does not allocate.
+func (c *Counters) Add(kind Kind, n int64) {
+	if c == nil || n == 0 {
+		return
+	}
+	// rand.Uint32 reads the runtime's per-thread generator: no shared state.
+	c.shards[rand.Uint32()%shards].n[kind].Add(n)
+}
+
+func (c *Counters) sum() (out [numKinds]int64) {
+	for i := range c.shards {
+		for k := range out {
+			out[k] += c.shards[i].n[k].Load()
+		}
+	}
+	return out
+}
+
+// Row is one (namespace, rule, minute)'s counts.
+type Row struct {
+	Namespace, Rule                                      string
+	Minute                                               time.Time // start of the minute, UTC
+	Allowed, Denied, ShadowDenied, Degraded, Shed, Units int64
+}
+
+func (r *Row) set(v [numKinds]int64) {
+	r.Allowed, r.Denied, r.ShadowDenied = v[Allowed], v[Denied], v[ShadowDenied]
+	r.Degraded, r.Shed, r.Units = v[Degraded], v[Shed], v[Units]
+}
+
+// Writer stores a batch of rows, adding them to what is stored (several
+// instances write the same minutes), in one transaction.
+type Writer interface {
+	AddUsage(ctx context.Context, rows []Row) error
+}
+
+// DefaultMaxRows bounds the rows waiting for the Writer: a day of minutes
+// of ~70 rules.
+const DefaultMaxRows = 100_000
+
+// Options configure a Recorder.
+type Options struct {
+	// MaxRows bounds the rows waiting for the Writer (default
+	// DefaultMaxRows); past it the oldest are dropped and counted.
+	MaxRows int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Dropped, if set, is told of every row dropped (a metric).
+	Dropped func(n int)
+}
+
+type ruleKey struct{ namespace, rule string }
+
+type entry struct {
+	c    *Counters
+	last [numKinds]int64 // sum at the last roll
+}
+
+// Recorder owns the Counters of every rule and their pending rows. It is
+// safe for concurrent use.
+type Recorder struct {
+	opts    Options
+	mu      sync.Mutex
+	rules   map[ruleKey]*entry
+	pending []Row
+	dropped atomic.Int64
+}
+
+// NewRecorder returns a Recorder.
+func NewRecorder(opts Options) *Recorder {
+	if opts.MaxRows <= 0 {
+		opts.MaxRows = DefaultMaxRows
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Recorder{opts: opts, rules: make(map[ruleKey]*entry)}
+}
+
+// Counters returns the Counters of (namespace, rule), the same ones for as
+// long as the Recorder lives, so a rule re-made on a catalog change goes on
+// counting where it was. A nil Recorder returns nil.
+func (r *Recorder) Counters(namespace, rule string) *Counters {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := ruleKey{namespace, rule}
+	e, ok := r.rules[k]
+	if !ok {
+		e = &entry{c: new(Counters)}
+		r.rules[k] = e
+	}
+	return e.c
+}
+
+// Roll turns what was counted since the last roll into rows of minute
+// (truncated to the minute) waiting for the next Flush.
+func (r *Recorder) Roll(minute time.Time) {
+	minute = minute.UTC().Truncate(time.Minute)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, e := range r.rules {
+		now := e.c.sum()
+		var delta [numKinds]int64
+		zero := true
+		for i := range now {
+			delta[i] = now[i] - e.last[i]
+			zero = zero && delta[i] == 0
+		}
+		e.last = now
+		if zero {
+			continue
+		}
+		row := Row{Namespace: k.namespace, Rule: k.rule, Minute: minute}
+		row.set(delta)
+		r.pending = append(r.pending, row)
+	}
+	r.trim()
+}
+
+// trim drops the oldest pending rows past the bound. r.mu is held.
+func (r *Recorder) trim() {
+	over := len(r.pending) - r.opts.MaxRows
+	if over <= 0 {
+		return
+	}
+	r.pending = append(r.pending[:0], r.pending[over:]...)
+	r.dropped.Add(int64(over))
+	if r.opts.Dropped != nil {
+		r.opts.Dropped(over)
+	}
+}
+
+// Pending returns the number of rows waiting for the Writer.
+func (r *Recorder) Pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending)
+}
+
+// Dropped returns the number of rows dropped since the Recorder was made.
+func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
+
+// Flush writes the pending rows in one batch. On failure they stay pending
+// (within the bound) for the next Flush.
+func (r *Recorder) Flush(ctx context.Context, w Writer) error {
+	r.mu.Lock()
+	batch := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	err := w.AddUsage(ctx, batch)
+	if err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	// Older first, so trim drops the oldest.
+	r.pending = append(batch, r.pending...)
+	r.trim()
+	r.mu.Unlock()
+	return fmt.Errorf("usage: store %d rollup rows: %w", len(batch), err)
+}
+
+// Run rolls at every minute boundary and flushes every interval until ctx
+// ends, then rolls the minute under way and flushes once more (with a
+// short deadline of its own). Failed flushes are reported to report (nil:
+// ignored) and retried at the next.
+func (r *Recorder) Run(ctx context.Context, w Writer, interval time.Duration, report func(error)) error {
+	if interval <= 0 {
+		return errors.New("usage: the flush interval must be positive")
+	}
+	if report == nil {
+		report = func(error) {}
+	}
+	flush := time.NewTicker(interval)
+	defer flush.Stop()
+	for {
+		now := r.opts.Now()
+		next := now.Truncate(time.Minute).Add(time.Minute)
+		roll := time.NewTimer(next.Sub(now))
+		select {
+		case <-ctx.Done():
+			roll.Stop()
+			r.Roll(r.opts.Now())
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := r.Flush(fctx, w); err != nil {
+				report(err)
+			}
+			cancel()
+			return nil
+		case <-roll.C:
+			// The counts since the last roll belong to the minute that ended.
+			r.Roll(next.Add(-time.Minute))
+		case <-flush.C:
+			roll.Stop()
+			if err := r.Flush(ctx, w); err != nil {
+				report(err)
+			}
+		}
+	}
+}

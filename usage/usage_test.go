@@ -1,0 +1,217 @@
+package usage_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/memory"
+	"github.com/sluicelabs/sluice/metrics"
+	"github.com/sluicelabs/sluice/postgres"
+	"github.com/sluicelabs/sluice/sqlite"
+	"github.com/sluicelabs/sluice/usage"
+)
+
+// store is what the tests need of a catalog: migrate, add and read usage.
+type store interface {
+	Migrate(ctx context.Context) error
+	usage.Writer
+	Usage(ctx context.Context, namespace, rule string, from, to time.Time) ([]usage.Row, error)
+	Close() error
+}
+
+// dialects open instances of one database of each kind; each call is
+// another instance, as another process would be.
+func dialects(t *testing.T) map[string]func(t *testing.T) store {
+	dir := t.TempDir()
+	var pgDSN string
+	var once sync.Once
+	return map[string]func(t *testing.T) store{
+		"sqlite": func(t *testing.T) store {
+			c, err := sqlite.Open(t.Context(), filepath.Join(dir, "catalog.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+		"postgres": func(t *testing.T) store {
+			once.Do(func() { pgDSN = testenv.Postgres(t) })
+			c, err := postgres.Open(t.Context(), pgDSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+	}
+}
+
+func hourly(n int64) []sluice.Limit {
+	return []sluice.Limit{sluice.FixedWindow(n, time.Hour).Named("hour")}
+}
+
+// TestExactSumsAcrossInstances: three engines, each with its own Recorder
+// and catalog instance, check one known load against one shared store; the
+// database's rows are the exact sums of the load, per rule and outcome.
+func TestExactSumsAcrossInstances(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			shared := memory.New(memory.Options{})
+			t.Cleanup(func() { shared.Close() })
+			const (
+				instances = 3
+				limit     = 7  // per subject and hour
+				perEngine = 10 // checks per subject and engine
+				subjects  = 4
+				cost      = 2
+			)
+			minute := time.Date(2026, 12, 2, 12, 30, 0, 0, time.UTC)
+			var wg sync.WaitGroup
+			for i := range instances {
+				cat := open(t)
+				if err := cat.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				rec := usage.NewRecorder(usage.Options{})
+				e := check.New(shared, check.Options{Usage: rec})
+				t.Cleanup(func() { e.Close() })
+				enforced := e.NewRule(metrics.Labels{Tenant: "acme", Rule: "api"}, check.Rule{Namespace: "acme", Name: "api", Limits: hourly(limit * cost)})
+				shadow := e.NewRule(metrics.Labels{Tenant: "acme", Rule: "trial"}, check.Rule{Namespace: "acme", Name: "trial", Limits: hourly(limit * cost), Shadow: true})
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for s := range subjects {
+						for range perEngine {
+							for _, r := range []*check.Rule{enforced, shadow} {
+								if _, err := e.Check(ctx, check.Query{Rule: r, Subject: fmt.Sprint("user-", s), Cost: cost}); err != nil {
+									t.Errorf("instance %d: %v", i, err)
+								}
+							}
+						}
+					}
+					rec.Roll(minute)
+					if err := rec.Flush(ctx, cat); err != nil {
+						t.Errorf("instance %d: %v", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+			rows, err := open(t).Usage(ctx, "acme", "", minute, minute.Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := int64(instances * perEngine * subjects)
+			allowed := int64(limit * subjects)
+			want := []usage.Row{
+				{Namespace: "acme", Rule: "api", Minute: minute, Allowed: allowed, Denied: total - allowed, Units: allowed * cost},
+				{Namespace: "acme", Rule: "trial", Minute: minute, Allowed: allowed, ShadowDenied: total - allowed, Units: allowed * cost},
+			}
+			if fmt.Sprint(rows) != fmt.Sprint(want) {
+				t.Errorf("stored rollups:\n got %v\nwant %v", rows, want)
+			}
+		})
+	}
+}
+
+// TestOutageDropsOnlyPastTheBound: while the database cannot be written,
+// every check is still answered, rolls wait in the buffer up to MaxRows,
+// the oldest past it are dropped and counted, and the rest land once a
+// database is back.
+func TestOutageDropsOnlyPastTheBound(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			dead := open(t)
+			if err := dead.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			dead.Close() // the outage: every write fails
+			const maxRows, minutes = 5, 8
+			rec := usage.NewRecorder(usage.Options{MaxRows: maxRows})
+			m := memory.New(memory.Options{})
+			t.Cleanup(func() { m.Close() })
+			e := check.New(m, check.Options{Usage: rec})
+			t.Cleanup(func() { e.Close() })
+			r := e.NewRule(metrics.Labels{Tenant: "acme", Rule: "api"}, check.Rule{Namespace: "acme", Name: "api", Limits: hourly(1000)})
+			start := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+			for i := range minutes {
+				for range i + 1 { // minute i has i+1 checks
+					res, err := e.Check(ctx, check.Query{Rule: r, Subject: "u", Cost: 1})
+					if err != nil || !res.Pass() {
+						t.Fatalf("check during the outage: %v, %v", res, err)
+					}
+				}
+				rec.Roll(start.Add(time.Duration(i) * time.Minute))
+				if err := rec.Flush(ctx, dead); err == nil {
+					t.Fatal("flush to a closed database succeeded")
+				}
+			}
+			if got := rec.Dropped(); got != minutes-maxRows {
+				t.Errorf("dropped %d rows, want %d", got, minutes-maxRows)
+			}
+			back := open(t)
+			if err := rec.Flush(ctx, back); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := back.Usage(ctx, "acme", "api", start, start.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != maxRows {
+				t.Fatalf("stored %d minutes, want the newest %d: %v", len(rows), maxRows, rows)
+			}
+			for j, row := range rows {
+				i := minutes - maxRows + j
+				if !row.Minute.Equal(start.Add(time.Duration(i)*time.Minute)) || row.Allowed != int64(i+1) {
+					t.Errorf("row %d: %v, want minute %d with %d allowed", j, row, i, i+1)
+				}
+			}
+		})
+	}
+}
+
+// TestUsageRefusesBadRange: a query with from not before to is refused.
+func TestUsageRefusesBadRange(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			c := open(t)
+			if err := c.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			if _, err := c.Usage(t.Context(), "acme", "", now, now); err == nil {
+				t.Error("empty range accepted")
+			}
+			if _, err := c.Usage(t.Context(), "", "", now, now.Add(time.Hour)); err == nil {
+				t.Error("missing namespace accepted")
+			}
+		})
+	}
+}
+
+// TestCountingDoesNotAllocate: the check path's part is allocation-free.
+func TestCountingDoesNotAllocate(t *testing.T) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	if n := testing.AllocsPerRun(1000, func() { c.Add(usage.Allowed, 1) }); n != 0 {
+		t.Errorf("Counters.Add allocates %v times per call", n)
+	}
+}
+
+// BenchmarkCountersAdd: one add from every core at once on one rule.
+func BenchmarkCountersAdd(b *testing.B) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Add(usage.Allowed, 1)
+		}
+	})
+}

@@ -23,6 +23,7 @@ type store interface {
 	Migrate(ctx context.Context) error
 	usage.Writer
 	Usage(ctx context.Context, namespace, rule string, from, to time.Time) ([]usage.Row, error)
+	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
 	Close() error
 }
 
@@ -192,6 +193,60 @@ func TestUsageRefusesBadRange(t *testing.T) {
 			}
 			if _, err := c.Usage(t.Context(), "", "", now, now.Add(time.Hour)); err == nil {
 				t.Error("missing namespace accepted")
+			}
+		})
+	}
+}
+
+// TestPruneUsageDeletesOnlyOlderMinutes: retention deletes the minutes
+// before its bound, of every namespace and rule, in batches, and keeps the
+// rest whole.
+func TestPruneUsageDeletesOnlyOlderMinutes(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			c := open(t)
+			if err := c.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ns := "prune-" + name
+			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			var rows []usage.Row
+			for i := range 10 {
+				for _, rule := range []string{"a", "b"} {
+					rows = append(rows, usage.Row{Namespace: ns, Rule: rule, Minute: base.Add(time.Duration(i) * time.Minute), Allowed: int64(i + 1)})
+				}
+			}
+			if err := c.AddUsage(t.Context(), rows); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.PruneUsage(t.Context(), base, 0); err == nil {
+				t.Error("a batch of 0 accepted")
+			}
+			// Minutes 0-5 go, in batches of at most 2 minutes.
+			bound := base.Add(6 * time.Minute)
+			var deleted int64
+			for range 10 {
+				n, err := c.PruneUsage(t.Context(), bound, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n > 4 {
+					t.Fatalf("one batch of 2 minutes deleted %d rows", n)
+				}
+				deleted += n
+				if n == 0 {
+					break
+				}
+			}
+			if deleted != 12 {
+				t.Errorf("deleted %d rows, want the 12 of minutes 0-5", deleted)
+			}
+			left, err := c.Usage(t.Context(), ns, "", base, base.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) != 8 || !left[0].Minute.Equal(bound) || left[0].Allowed != 7 {
+				t.Fatalf("left %+v, want minutes 6-9 of both rules", left)
 			}
 		})
 	}

@@ -84,5 +84,10 @@ func TestServePrunesTheAuditLogPastItsRetention(t *testing.T) {
 		if _, err := startService(context.Background(), cfg, &testenv.Buffer{}); err == nil || !strings.Contains(err.Error(), "--audit-retention") {
 			t.Errorf("--audit-retention %q: %v", bad, err)
 		}
+		cfg = base
+		cfg.UsageRetention = bad
+		if _, err := startService(context.Background(), cfg, &testenv.Buffer{}); err == nil || !strings.Contains(err.Error(), "--usage-retention") {
+			t.Errorf("--usage-retention %q: %v", bad, err)
+		}
 	}
 }

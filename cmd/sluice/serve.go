@@ -136,6 +136,8 @@ type serveConfig struct {
 	AdminWriteLimit string
 	// AuditRetention is how long audit entries are kept (a period or off).
 	AuditRetention string
+	// UsageRetention is how long usage rollups are kept (a period or off).
+	UsageRetention string
 	// UsageFlush is how often per-minute usage rollups are written to the
 	// catalog database (0: no rollups).
 	UsageFlush time.Duration
@@ -221,6 +223,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "memory store (no --redis): most counters held (each lease set and hold record counts as one); a check that needs one more gets its rule's failure mode")
 	f.IntVar(&cfg.MemoryMaxKeysPerTenant, "memory-max-keys-per-tenant", 0, "memory store: most counters (lease sets and hold records included) of one tenant, so a flood of subjects cannot crowd out the others (default --memory-max-keys/10)")
 	f.DurationVar(&cfg.AdminTimeout, "admin-timeout", httpapi.DefaultAdminTimeout, "deadline of each admin call; past it, or with the catalog unreachable, the call answers 503 catalog_unavailable")
+	f.StringVar(&cfg.UsageRetention, "usage-retention", defaultUsageRetention, "how long usage rollups are kept, e.g. 30d; older minutes are deleted in the background, in small batches (off: keep every minute)")
 	f.DurationVar(&cfg.UsageFlush, "usage-flush", time.Minute, "how often each instance writes its per-minute usage rollups (decisions per tenant, rule and minute) to the catalog database, in one transaction (0: keep no rollups)")
 	f.StringVar(&cfg.AuditRetention, "audit-retention", defaultAuditRetention, "how long audit log entries are kept, e.g. 180d or 52w; older ones are deleted in the background, in small batches (off: keep every entry)")
 	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
@@ -378,6 +381,9 @@ func (cfg serveConfig) validate() error {
 	if _, _, err := cfg.adminWriteLimit(); err != nil {
 		return err
 	}
+	if _, err := cfg.usageRetention(); err != nil {
+		return err
+	}
 	if _, err := cfg.auditRetention(); err != nil {
 		return err
 	}
@@ -498,6 +504,13 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 		go func() { watchDone <- api.Run(runCtx) }()
 		if retention, _ := cfg.auditRetention(); retention > 0 {
 			go catalog.RunAuditRetention(runCtx, retention, s.log)
+		}
+		if pruner, ok := catalog.(interface {
+			RunUsageRetention(context.Context, time.Duration, *slog.Logger)
+		}); ok && rollups != nil {
+			if retention, _ := cfg.usageRetention(); retention > 0 {
+				go pruner.RunUsageRetention(runCtx, retention, s.log)
+			}
 		}
 		if w, ok := catalog.(usage.Writer); ok && rollups != nil {
 			go rollups.Run(runCtx, w, cfg.UsageFlush, func(err error) {

@@ -12,3 +12,5 @@ CREATE TABLE usage_minutes (
     units         BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, rule, minute_ms)
 );
+-- Retention deletes by age across every rule.
+CREATE INDEX usage_minutes_minute ON usage_minutes (minute_ms);

@@ -190,6 +190,15 @@ const (
 // background of a serving process, until ctx ends. A failed round is
 // logged and retried at the next.
 func (c *Catalog) RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
+	runRetention(ctx, "audit log", retention, c.PruneAudit, log)
+}
+
+// runRetention calls prune for what is older than retention, batch after
+// batch, at once and then every auditPruneInterval, until ctx ends: the
+// background deletion of the audit log and of the usage rollups. A failed
+// round is logged and retried at the next.
+func runRetention(ctx context.Context, what string, retention time.Duration,
+	prune func(ctx context.Context, before time.Time, limit int) (int64, error), log *slog.Logger) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -201,11 +210,11 @@ func (c *Catalog) RunAuditRetention(ctx context.Context, retention time.Duration
 		before := time.Now().Add(-retention)
 		var total int64
 		for {
-			n, err := c.PruneAudit(ctx, before, auditPruneBatch)
+			n, err := prune(ctx, before, auditPruneBatch)
 			total += n
 			if err != nil {
 				if ctx.Err() == nil {
-					log.Warn("audit log pruning failed; retried at the next round", "error", err, "pruned", total)
+					log.Warn(what+" pruning failed; retried at the next round", "error", err, "pruned", total)
 				}
 				break
 			}
@@ -219,7 +228,7 @@ func (c *Catalog) RunAuditRetention(ctx context.Context, retention time.Duration
 			}
 		}
 		if total > 0 {
-			log.Info("audit log pruned", "entries", total, "older_than", before.UTC().Format(time.RFC3339))
+			log.Info(what+" pruned", "rows", total, "older_than", before.UTC().Format(time.RFC3339))
 		}
 		timer.Reset(auditPruneInterval)
 	}

@@ -3,6 +3,7 @@ package sqlcatalog
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -67,4 +68,27 @@ func (c *Catalog) Usage(ctx context.Context, namespace, rule string, from, to ti
 		out = append(out, r)
 	}
 	return out, fail("read usage", rows.Err())
+}
+
+// PruneUsage deletes the stored minutes before before, at most about limit
+// rows a call (every row of the oldest limit minutes' rules), and returns
+// how many it deleted: one short statement, as PruneAudit.
+func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("prune usage rollups: batch size must be positive, got %d: %w", limit, sluice.ErrInvalid)
+	}
+	res, err := c.write.ExecContext(ctx, `DELETE FROM usage_minutes WHERE minute_ms < $1 AND minute_ms IN
+		(SELECT minute_ms FROM usage_minutes WHERE minute_ms < $1 ORDER BY minute_ms LIMIT $2)`,
+		before.UnixMilli(), limit)
+	if err != nil {
+		return 0, fail("prune usage rollups", c.markReadOnly(err))
+	}
+	n, err := res.RowsAffected()
+	return n, fail("prune usage rollups", err)
+}
+
+// RunUsageRetention deletes the stored minutes older than retention, in the
+// background of a serving process, until ctx ends.
+func (c *Catalog) RunUsageRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
+	runRetention(ctx, "usage rollups", retention, c.PruneUsage, log)
 }

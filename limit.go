@@ -62,7 +62,6 @@ type Limit struct {
 // LeaseAuto is the Limit.Lease that opts a limit in to quota leasing.
 const LeaseAuto = "auto"
 
-
 // TokenBucket returns a token-bucket limit: a bucket of capacity tokens,
 // initially full, refilled continuously at refillPerSecond tokens per second.
 func TokenBucket(capacity int64, refillPerSecond float64) Limit {

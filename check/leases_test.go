@@ -269,3 +269,41 @@ func TestLeaseOnlyWhenEveryLimitOptsIn(t *testing.T) {
 		t.Fatal("a rule that does not lease leased")
 	}
 }
+
+// failingLeaser fails every lease call as an unreachable store would.
+type failingLeaser struct{ countingLeaser }
+
+func (s *failingLeaser) Lease(context.Context, sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	s.leases.Add(1)
+	return sluice.LeaseGrant{}, sluice.ErrStoreUnavailable
+}
+
+// TestLeaseFallsBackToDirectChecks: a store that does not lease, or whose
+// lease calls fail, has every check of a leasing rule decided directly, and
+// exactly.
+func TestLeaseFallsBackToDirectChecks(t *testing.T) {
+	limits := auto(sluice.FixedWindow(40, time.Hour).Named("l"))
+	for name, store := range map[string]sluice.Store{
+		"not_a_leaser":  &gateStore{Store: newMemory(t)},
+		"lease_failing": &failingLeaser{countingLeaser{Leaser: newMemory(t)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := check.New(store, check.Options{LeaseHotRate: 1})
+			t.Cleanup(func() { e.Close() })
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: "t", Name: "r", Limits: limits})
+			admitted := 0
+			for range 50 {
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Pass() {
+					admitted++
+				}
+			}
+			if admitted != 40 {
+				t.Fatalf("admitted %d of a limit of 40", admitted)
+			}
+		})
+	}
+}

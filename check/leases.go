@@ -411,6 +411,12 @@ func (e *Engine) endLease(le *leaseEntry) {
 // dropLeases forgets, and returns the units of, every entry match selects.
 func (e *Engine) dropLeases(match func(le *leaseEntry) bool) {
 	l := e.leases
+	l.mu.RLock()
+	none := len(l.entries) == 0
+	l.mu.RUnlock()
+	if none {
+		return // the common case, on every reset and settle
+	}
 	l.mu.Lock()
 	var gone []*leaseEntry
 	for k, le := range l.entries {

@@ -6,7 +6,7 @@ import (
 )
 
 // Leases are the store's half of quota leasing (issue 22): the foundation
-// the check engine will build on. No face reaches them yet.
+// the check engine builds on (package check, leases.go).
 
 // MaxLeaseWant bounds LeaseRequest.Want. With at most MaxLeaseHolders
 // demands per key, the proportional share's products stay below 2^52, which

@@ -52,7 +52,15 @@ type Limit struct {
 	// TTL is a concurrency limit's lease time: a lease not released or
 	// extended by then is freed (see Concurrency).
 	TTL time.Duration
+	// Lease, when LeaseAuto, lets the check engine serve the limit from
+	// quota leases while one of its keys is hot at an instance (see
+	// leases.go); "" never leases. Only rate limits lease. A rule leases
+	// only if every limit of it says LeaseAuto.
+	Lease string
 }
+
+// LeaseAuto is the Limit.Lease that opts a limit in to quota leasing.
+const LeaseAuto = "auto"
 
 // TokenBucket returns a token-bucket limit: a bucket of capacity tokens,
 // initially full, refilled continuously at refillPerSecond tokens per second.
@@ -109,6 +117,15 @@ func validLimitName(name string) bool {
 func (l Limit) Validate() error {
 	if !validLimitName(l.Name) {
 		return invalidf("limit name %q must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", l.Name)
+	}
+	switch l.Lease {
+	case "":
+	case LeaseAuto:
+		if l.Algorithm == AlgorithmConcurrency {
+			return invalidf("limit %q: a concurrency limit never leases; lease \"auto\" is for token_bucket, sliding_window and fixed_window limits", l.Name)
+		}
+	default:
+		return invalidf("limit %q: lease must be \"auto\" or absent, got %q", l.Name, truncate(l.Lease, 64))
 	}
 	switch l.Algorithm {
 	case AlgorithmTokenBucket:

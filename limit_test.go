@@ -239,3 +239,24 @@ func TestValidateLimitsReportsTheFirstProblem(t *testing.T) {
 		t.Fatalf("duplicate at the end: got %v", err)
 	}
 }
+
+// TestLimitLeaseValidated: lease "auto" is for rate limits only, and no
+// other value is accepted.
+func TestLimitLeaseValidated(t *testing.T) {
+	for _, l := range []sluice.Limit{sluice.TokenBucket(10, 1), sluice.SlidingWindow(10, time.Minute), sluice.FixedWindow(10, time.Minute)} {
+		l.Lease = sluice.LeaseAuto
+		if err := l.Validate(); err != nil {
+			t.Errorf("%s with lease auto: %v", l.Algorithm, err)
+		}
+	}
+	c := sluice.Concurrency(5, time.Second)
+	c.Lease = sluice.LeaseAuto
+	if err := c.Validate(); !errors.Is(err, sluice.ErrInvalid) || !strings.Contains(err.Error(), "never leases") {
+		t.Errorf("concurrency with lease auto: %v", err)
+	}
+	bad := sluice.PerSecond(5)
+	bad.Lease = "always"
+	if err := bad.Validate(); !errors.Is(err, sluice.ErrInvalid) || !strings.Contains(err.Error(), `lease must be "auto"`) {
+		t.Errorf("lease always: %v", err)
+	}
+}

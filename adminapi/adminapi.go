@@ -80,11 +80,14 @@ type Limit struct {
 	Window          string   `json:"window,omitempty" yaml:"window,omitempty"`
 	// TTL is a concurrency limit's lease time (with Limit).
 	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
+	// Lease "auto" lets the limit be served from quota leases while a key
+	// is hot (rate limits only; see sluice.Limit.Lease).
+	Lease string `json:"lease,omitempty" yaml:"lease,omitempty"`
 }
 
 // NewLimit spells l for the API: every field of its algorithm.
 func NewLimit(l sluice.Limit) Limit {
-	out := Limit{Name: l.Name, Algorithm: string(l.Algorithm)}
+	out := Limit{Name: l.Name, Algorithm: string(l.Algorithm), Lease: l.Lease}
 	capacity := l.Capacity
 	switch l.Algorithm {
 	case sluice.AlgorithmTokenBucket:
@@ -102,7 +105,7 @@ func NewLimit(l sluice.Limit) Limit {
 // Fields of another algorithm are refused, so a typo cannot be ignored.
 // Errors wrap sluice.ErrInvalid.
 func (j Limit) ToLimit() (sluice.Limit, error) {
-	l := sluice.Limit{Name: j.Name, Algorithm: sluice.Algorithm(j.Algorithm)}
+	l := sluice.Limit{Name: j.Name, Algorithm: sluice.Algorithm(j.Algorithm), Lease: j.Lease}
 	if l.Name == "" {
 		l.Name = j.Algorithm
 	}

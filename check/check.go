@@ -28,6 +28,7 @@ package check
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,23 @@ type Options struct {
 	// Clock is the deny cache's clock (default time.Now). Tests that give
 	// the store a clock give the engine the same one.
 	Clock func() time.Time
+	// LeaseHotRate is the checks per second of one (rule, subject) at this
+	// instance from which the key is leased, for rules whose limits opt in
+	// (see leases.go; default DefaultLeaseHotRate; negative: never lease).
+	LeaseHotRate int
+	// LeaseTTL is a lease's TTL (default DefaultLeaseTTL); leases are sized
+	// to the demand seen over it.
+	LeaseTTL time.Duration
+	// LeaseCoolAfter is how long a leased key goes without a check before
+	// its lease is returned (default 250ms, at most half LeaseTTL).
+	LeaseCoolAfter time.Duration
+	// MaxLeasedKeys bounds the keys leased at once (default
+	// DefaultMaxLeasedKeys); past it hot keys are checked directly.
+	MaxLeasedKeys int
+	// MaxLeaseUnits caps one lease's want (default DefaultMaxLeaseUnits).
+	MaxLeaseUnits int64
+	// LeaseHolder names this instance to the store (default: random).
+	LeaseHolder string
 	// TracerProvider, if set, gives every check a span (see trace.go);
 	// nil leaves tracing off and costs the check path nothing.
 	TracerProvider trace.TracerProvider
@@ -106,6 +124,7 @@ type Engine struct {
 	observer   engineObserver
 	tracer     trace.Tracer // nil: tracing off
 	usage      *usage.Recorder
+	leases     *leasing
 }
 
 // New returns an Engine over store. Close releases its fallback store.
@@ -147,12 +166,17 @@ func New(store sluice.Store, opts Options) *Engine {
 		maxPerNamespace: perNamespace,
 		tracer:          newTracer(opts.TracerProvider),
 		usage:           opts.Usage,
+		leases:          newLeasing(opts, g.Leases()),
 	}
 }
 
 // Close releases the Engine's fallback store, if one was made. It does not
 // close the store, which the caller owns.
-func (e *Engine) Close() error { return e.guard.Close() }
+// Held quota leases are returned first.
+func (e *Engine) Close() error {
+	e.closeLeases()
+	return e.guard.Close()
+}
 
 // BreakerState returns the store breaker's state: "closed", "open" or
 // "half-open".
@@ -185,6 +209,10 @@ type Rule struct {
 	// store (shared by the namespace's rules; nil: looked up per check).
 	inFlight *atomic.Int64
 	usage    *usage.Counters // nil: no rollups
+	// leases: the rule's checks may be served from quota leases (every
+	// limit opted in); leaseSalt spreads its keys in the hotness table.
+	leases    bool
+	leaseSalt uint64
 }
 
 // NewRule returns r ready to check, counted under labels.
@@ -196,6 +224,8 @@ func (e *Engine) NewRule(labels metrics.Labels, r Rule) *Rule {
 	r.labels = labels
 	r.inFlight = e.namespaceCount(r.Namespace)
 	r.usage = e.usage.Counters(r.Namespace, r.Name)
+	r.leases = e.leases.on && ruleLeases(r.Limits)
+	r.leaseSalt = maphash.String(e.leases.seed, r.Namespace+"\x00"+r.Name)
 	return &r
 }
 
@@ -351,6 +381,23 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.named(e.finish(r, q.Start, Result{Decision: d, Cached: true}), resolved), nil
 	}
 
+	// A hot key of a leasing rule: from the units in hand, in process. Not
+	// for a rule with plans or overrides: a lease is of one limit set, and
+	// a subject's set can change between its checks (another plan named,
+	// an override applied or expired).
+	var lease *leaseEntry
+	if r.leases && resolved == nil && q.Limits == nil && !q.Reserve && q.Cost > 0 {
+		if lease = e.leases.hot(e, r, q.Subject, e.clock()); lease != nil {
+			lease.mu.Lock()
+			d, ok := lease.take(q.Cost, e.clock())
+			lease.mu.Unlock()
+			if ok {
+				e.metrics.QuotaLeaseSaved()
+				return e.finish(r, q.Start, Result{Decision: d}), nil
+			}
+		}
+	}
+
 	nsInFlight := r.inFlight
 	if nsInFlight == nil {
 		nsInFlight = e.namespaceCount(r.Namespace)
@@ -369,7 +416,15 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 	admits := e.deny.mark(r, q.Subject, limits)
 	sentAt := e.clock()
 	storeStart := tr.start()
-	d, err := e.guard.Check(ctx, req, r.Mode)
+	var d sluice.Decision
+	var err error
+	leased := false
+	if lease != nil {
+		d, leased, err = e.leaseCheck(ctx, lease, q, limits)
+	}
+	if !leased && err == nil {
+		d, err = e.guard.Check(ctx, req, r.Mode)
+	}
 	tr.stored(storeStart)
 	nsInFlight.Add(-1)
 	e.inFlight.Add(-1)
@@ -493,12 +548,21 @@ func (e *Engine) Reset(ctx context.Context, r *Rule, subject string) error {
 func (e *Engine) ForgetSubject(namespace, rule, subject string) {
 	e.resetEpoch.Add(1)
 	e.deny.forget(namespace, rule, subject)
+	e.dropLeases(func(le *leaseEntry) bool {
+		return le.rule.Namespace == namespace && le.rule.Name == rule && le.subject == subject
+	})
 }
 
 // ForgetRule drops the deny-cache entries of a rule, or of every rule of a
 // namespace when rule is "" (a deleted rule or tenant: entries of a changed
 // rule are dropped by its new identity anyway).
-func (e *Engine) ForgetRule(namespace, rule string) { e.deny.forgetRule(namespace, rule) }
+// Their quota leases are returned.
+func (e *Engine) ForgetRule(namespace, rule string) {
+	e.deny.forgetRule(namespace, rule)
+	e.dropLeases(func(le *leaseEntry) bool {
+		return le.rule.Namespace == namespace && (rule == "" || le.rule.Name == rule)
+	})
+}
 
 // DenyCacheLen returns the number of entries in the deny cache.
 func (e *Engine) DenyCacheLen() int { return e.deny.len() }

@@ -197,7 +197,7 @@ func (r *Rule) shown(limit string) *Rule {
 }
 
 // The YAML schema: envoyproxy/ratelimit's, plus Sluice's extensions
-// (algorithm, burst, unit_multiplier, failure_mode, all_or_nothing).
+// (algorithm, burst, unit_multiplier, failure_mode, all_or_nothing, lease).
 type yamlDomain struct {
 	Domain       string           `yaml:"domain"`
 	Descriptors  []yamlDescriptor `yaml:"descriptors"`
@@ -244,6 +244,9 @@ type yamlRateLimit struct {
 	Algorithm       string         `yaml:"algorithm"`
 	Burst           *int64         `yaml:"burst"`
 	FailureMode     string         `yaml:"failure_mode"`
+	// Lease "auto" lets the limit be served from quota leases while a key
+	// is hot (see sluice.Limit.Lease).
+	Lease string `yaml:"lease"`
 }
 
 type yamlReplaces struct {
@@ -666,6 +669,9 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 	if !algorithm.Valid() {
 		return nil, fmt.Errorf("rate_limit algorithm %q is not one of fixed_window, sliding_window, token_bucket", y.Algorithm)
 	}
+	if y.Lease != "" && y.Lease != sluice.LeaseAuto {
+		return nil, fmt.Errorf("rate_limit lease must be \"auto\" or absent, got %q", y.Lease)
+	}
 	if y.Burst != nil && algorithm != sluice.AlgorithmTokenBucket {
 		return nil, fmt.Errorf("rate_limit burst applies only to algorithm: token_bucket, not %s", algorithm)
 	}
@@ -694,6 +700,7 @@ func newRule(n *node, y *yamlRateLimit, d *Domain) (*Rule, error) {
 		refill := float64(r.RequestsPerUnit) / window.Seconds()
 		r.Limit = sluice.TokenBucket(capacity, refill).Named(limitName)
 	}
+	r.Limit.Lease = y.Lease
 	if err := r.Limit.Validate(); err != nil {
 		return nil, fmt.Errorf("rate_limit: %w", err)
 	}

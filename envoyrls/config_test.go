@@ -106,6 +106,7 @@ func TestRuleLimits(t *testing.T) {
 		{"sliding_window", "unit: hour\n      requests_per_unit: 100\n      algorithm: sliding_window", sluice.SlidingWindow(100, time.Hour).Named("per_hour")},
 		{"token_bucket_default_burst", "unit: second\n      requests_per_unit: 5\n      algorithm: token_bucket", sluice.TokenBucket(5, 5).Named("per_second")},
 		{"token_bucket_burst", "unit: minute\n      requests_per_unit: 60\n      algorithm: token_bucket\n      burst: 20", sluice.TokenBucket(20, 1).Named("per_minute")},
+		{"lease_auto", "unit: second\n      requests_per_unit: 1000\n      lease: auto", leasedLimit(sluice.FixedWindow(1000, time.Second).Named("per_second"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,6 +143,7 @@ func TestConfigErrors(t *testing.T) {
 		{"duplicate_nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n      - key: k", "a.k is defined twice"},
 		{"bad_algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}", "leaky"},
 		{"burst_without_token_bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}", "burst"},
+		{"lease_not_auto", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, lease: always}", `lease must be "auto"`},
 		{"bad_failure_mode", "domain: d\nfailure_mode: maybe\ndescriptors: []", "maybe"},
 		{"share_threshold_not_wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true", "share_threshold"},
 		{"negative_requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}", "line 4"},
@@ -505,4 +507,9 @@ descriptors:
 			t.Errorf("%q matched %+v (ok %v); want the rule of %d at path %q", c.entries, m.Rule, ok, c.rate, c.path)
 		}
 	}
+}
+
+func leasedLimit(l sluice.Limit) sluice.Limit {
+	l.Lease = sluice.LeaseAuto
+	return l
 }

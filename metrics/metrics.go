@@ -82,6 +82,7 @@ type Metrics struct {
 	budgetRefused prometheus.Counter
 	watchErrors   prometheus.Counter
 	holds         holdMetrics
+	quotaLeases   quotaLeaseMetrics
 	envoyLoads    envoyLoadMetrics
 	// reg is where collectors made later (SnapshotAge) are registered.
 	reg prometheus.Registerer
@@ -153,6 +154,7 @@ func NewWithOptions(reg prometheus.Registerer, opts Options) *Metrics {
 		}),
 	}
 	m.holds = newHoldMetrics(reg)
+	m.quotaLeases = newQuotaLeaseMetrics(reg)
 	m.envoyLoads = newEnvoyLoadMetrics(reg)
 	if reg == nil {
 		return m

@@ -234,7 +234,7 @@ func testAuditKeepsEveryLimitField(t *testing.T, c Catalog, _ Open) {
 	limits := []sluice.Limit{
 		sluice.TokenBucket(10, 2.5).Named("burst"),
 		sluice.SlidingWindow(600, time.Minute).Named("minute"),
-		sluice.FixedWindow(1000, 24*time.Hour).Named("day"),
+		leased(sluice.FixedWindow(1000, 24*time.Hour).Named("day")),
 		sluice.Concurrency(5, 30*time.Second).Named("inflight"),
 	}
 	// Every field of a limit is set by one of them, so a field added to

@@ -313,9 +313,9 @@ func testRules(t *testing.T, c Catalog, _ Open) {
 	ctx := t.Context()
 	must(c.CreateTenant(ctx, "acme"))(t)
 	orders := rule("acme", "orders", "/api/orders*",
-		sluice.TokenBucket(100, 0.5).Named("burst"),
+		leased(sluice.TokenBucket(100, 0.5).Named("burst")),
 		sluice.SlidingWindow(600, time.Minute).Named("minute"),
-		sluice.FixedWindow(10000, 24*time.Hour).Named("day"))
+		leased(sluice.FixedWindow(10000, 24*time.Hour).Named("day")))
 	stored := must(c.PutRule(ctx, orders))(t)
 	// No failure mode is stored as none, so the serving instance's
 	// --default-failure-mode decides, whoever wrote the rule.
@@ -344,6 +344,12 @@ func testRules(t *testing.T, c Catalog, _ Open) {
 	if rules := must(c.Rules(ctx, "acme"))(t); len(rules) != 1 {
 		t.Fatalf("Rules after delete = %+v", rules)
 	}
+}
+
+// leased is l opted in to quota leases, which the catalog keeps.
+func leased(l sluice.Limit) sluice.Limit {
+	l.Lease = sluice.LeaseAuto
+	return l
 }
 
 func assertRule(t *testing.T, got, want sluice.Rule) {

@@ -266,9 +266,9 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 			return record{}, err
 		}
 		for i, l := range r.Limits {
-			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, sluice.WindowColumn(l).Milliseconds())
+			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms, lease)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, sluice.WindowColumn(l).Milliseconds(), l.Lease)
 			if err != nil {
 				return record{}, err
 			}
@@ -304,7 +304,7 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 	for i, r := range rules {
 		index[ruleKey{r.Tenant, r.Name}] = i
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT tenant, rule, name, algorithm, capacity, refill_per_second, window_ms FROM rule_limits
+	rows, err = tx.QueryContext(ctx, `SELECT tenant, rule, name, algorithm, capacity, refill_per_second, window_ms, lease FROM rule_limits
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR rule = $2) ORDER BY tenant, rule, ordinal`, tenant, name)
 	if err != nil {
 		return nil, err
@@ -314,7 +314,7 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 		var tenant, rule, name, algorithm string
 		var l sluice.Limit
 		var windowMs int64
-		if err := rows.Scan(&tenant, &rule, &name, &algorithm, &l.Capacity, &l.RefillPerSecond, &windowMs); err != nil {
+		if err := rows.Scan(&tenant, &rule, &name, &algorithm, &l.Capacity, &l.RefillPerSecond, &windowMs, &l.Lease); err != nil {
 			return nil, err
 		}
 		l.Name, l.Algorithm = name, sluice.Algorithm(algorithm)

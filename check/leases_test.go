@@ -1,0 +1,309 @@
+package check_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/metrics"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
+)
+
+// countingLeaser counts a leasing store's calls.
+type countingLeaser struct {
+	sluice.Leaser
+	checks, leases, returns atomic.Int64
+}
+
+func (s *countingLeaser) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	s.checks.Add(1)
+	return s.Leaser.Check(ctx, req)
+}
+
+func (s *countingLeaser) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	s.leases.Add(1)
+	return s.Leaser.Lease(ctx, req)
+}
+
+func (s *countingLeaser) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice.LeaseReturnResult, error) {
+	s.returns.Add(1)
+	return s.Leaser.ReturnLease(ctx, ret)
+}
+
+// leaseStores are the real stores leasing is tested against.
+func leaseStores(t *testing.T) map[string]func(t *testing.T) sluice.Leaser {
+	return map[string]func(t *testing.T) sluice.Leaser{
+		"memory": func(t *testing.T) sluice.Leaser { return newMemory(t) },
+		"redis": func(t *testing.T) sluice.Leaser {
+			store, err := sluiceredis.Open(testenv.Redis(t).URL(), sluiceredis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			return store
+		},
+	}
+}
+
+func auto(limits ...sluice.Limit) []sluice.Limit {
+	for i := range limits {
+		limits[i].Lease = sluice.LeaseAuto
+	}
+	return limits
+}
+
+// remaining peeks at the store's units left for subject (a check of cost
+// 0 takes nothing).
+func remaining(t *testing.T, store sluice.Store, ns, rule, subject string, limits []sluice.Limit) int64 {
+	t.Helper()
+	d, err := store.Check(context.Background(), sluice.Request{Tenant: ns, Rule: rule, Subject: subject, Limits: limits, Cost: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+// TestLeaseAdmitsExactlyTheLimit: two engines (two instances) on one store,
+// many goroutines each hammering one hot leased key until the store denies
+// them: together they admit exactly the limit, counted here, never one
+// more, while most checks are decided in process.
+func TestLeaseAdmitsExactlyTheLimit(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		for _, limit := range []sluice.Limit{sluice.FixedWindow(1500, time.Hour), sluice.SlidingWindow(1500, time.Hour)} {
+			t.Run(name+"/"+string(limit.Algorithm), func(t *testing.T) {
+				store := &countingLeaser{Leaser: open(t)}
+				ns := fmt.Sprintf("lease-exact-%d", time.Now().UnixNano())
+				limits := auto(limit.Named("l"))
+				var admitted, checks atomic.Int64
+				var wg sync.WaitGroup
+				for i := range 2 {
+					reg := prometheus.NewRegistry()
+					e := check.New(store, check.Options{Metrics: metrics.New(reg), LeaseHotRate: 5, LeaseTTL: 2 * time.Second,
+						LeaseHolder: fmt.Sprintf("instance-%d", i)})
+					t.Cleanup(func() { e.Close() })
+					rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+					for range 16 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for {
+								checks.Add(1)
+								res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "hot", Cost: 1})
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if !res.Pass() {
+									return
+								}
+								admitted.Add(1)
+							}
+						}()
+					}
+				}
+				wg.Wait()
+				if got := admitted.Load(); got != 1500 {
+					t.Fatalf("admitted %d checks of a limit of 1500", got)
+				}
+				calls := store.checks.Load() + store.leases.Load()
+				if calls*4 > checks.Load() {
+					t.Errorf("%d store calls for %d checks: leases saved too few", calls, checks.Load())
+				}
+			})
+		}
+	}
+}
+
+// TestLeaseCoolDownReturnsUnits: a key that stops being checked gives its
+// unused units back, and the store counts them as never used.
+func TestLeaseCoolDownReturnsUnits(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := &countingLeaser{Leaser: open(t)}
+			reg := prometheus.NewRegistry()
+			m := metrics.New(reg)
+			e := check.New(store, check.Options{Metrics: m, LeaseHotRate: 10, LeaseTTL: 5 * time.Second,
+				LeaseCoolAfter: 50 * time.Millisecond})
+			t.Cleanup(func() { e.Close() })
+			ns := fmt.Sprintf("lease-cool-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(1000, time.Hour).Named("l"))
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			for range 30 {
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil || !res.Pass() {
+					t.Fatal(res, err)
+				}
+			}
+			if store.leases.Load() == 0 || e.LeasedKeys() != 1 {
+				t.Fatalf("%d lease calls, %d leased keys: the key never leased", store.leases.Load(), e.LeasedKeys())
+			}
+			if left := remaining(t, store, ns, "r", "s", limits); left >= 970 {
+				t.Fatalf("store has %d left while a lease is held: nothing was leased", left)
+			}
+			testenv.Eventually(t, 10*time.Second, "the cooled key's lease is returned", func() bool {
+				return e.LeasedKeys() == 0 && store.returns.Load() > 0
+			})
+			if left := remaining(t, store, ns, "r", "s", limits); left != 970 {
+				t.Fatalf("store has %d left after the lease came back, want 1000-30 = 970", left)
+			}
+			if got := testutil.ToFloat64(gauge(t, reg, "sluice_quota_leased_keys")); got != 0 {
+				t.Errorf("sluice_quota_leased_keys = %v after cool-down", got)
+			}
+		})
+	}
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: "x"}, func() float64 {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			})
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return nil
+}
+
+// TestLeaseDenyComesFromStore: once another holder took what is left, the
+// leased key's next check asks the store and is denied with its figures.
+func TestLeaseDenyComesFromStore(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := &countingLeaser{Leaser: open(t)}
+			e := check.New(store, check.Options{LeaseHotRate: 1, LeaseTTL: 5 * time.Second, MaxLeaseUnits: 3})
+			t.Cleanup(func() { e.Close() })
+			ns := fmt.Sprintf("lease-deny-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(10, time.Hour).Named("l"))
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+			if err != nil || !res.Pass() {
+				t.Fatal(res, err)
+			}
+			// Someone else takes the rest of the limit.
+			if d, err := store.Leaser.Check(context.Background(), sluice.Request{Tenant: ns, Rule: "r", Subject: "s", Limits: limits, Cost: 7}); err != nil || !d.Allowed {
+				t.Fatal(d, err)
+			}
+			// The lease's 2 units in hand are admitted in process...
+			for range 2 {
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil || !res.Pass() {
+					t.Fatal(res, err)
+				}
+			}
+			// ...then the store denies, with its retry time.
+			before := store.leases.Load() + store.checks.Load()
+			res, err = e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Pass() || res.Cached || res.Decision.RetryAfter <= 0 || res.Decision.Remaining != 0 {
+				t.Fatalf("after the limit: %+v, want the store's deny", res)
+			}
+			if store.leases.Load()+store.checks.Load() == before {
+				t.Fatal("the deny was decided without asking the store")
+			}
+		})
+	}
+}
+
+// TestLeaseForgetRuleReturnsUnits: a changed or deleted rule's lease goes
+// back to the store at once.
+func TestLeaseForgetRuleReturnsUnits(t *testing.T) {
+	store := &countingLeaser{Leaser: newMemory(t)}
+	e := check.New(store, check.Options{LeaseHotRate: 1, LeaseTTL: time.Minute, LeaseCoolAfter: time.Minute})
+	t.Cleanup(func() { e.Close() })
+	limits := auto(sluice.FixedWindow(1000, time.Hour).Named("l"))
+	rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: "t", Name: "r", Limits: limits})
+	for range 5 {
+		if res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1}); err != nil || !res.Pass() {
+			t.Fatal(res, err)
+		}
+	}
+	if e.LeasedKeys() != 1 || remaining(t, store, "t", "r", "s", limits) >= 995 {
+		t.Fatal("the key did not lease")
+	}
+	e.ForgetRule("t", "r")
+	if e.LeasedKeys() != 0 {
+		t.Fatal("ForgetRule kept the lease")
+	}
+	if left := remaining(t, store, "t", "r", "s", limits); left != 995 {
+		t.Fatalf("store has %d left after ForgetRule, want 995", left)
+	}
+}
+
+// TestLeaseOnlyWhenEveryLimitOptsIn: a rule with one limit not opted in,
+// or a rule with none, checks the store on every check, as before.
+func TestLeaseOnlyWhenEveryLimitOptsIn(t *testing.T) {
+	store := &countingLeaser{Leaser: newMemory(t)}
+	e := check.New(store, check.Options{LeaseHotRate: 1})
+	t.Cleanup(func() { e.Close() })
+	mixed := append(auto(sluice.FixedWindow(1000, time.Hour).Named("a")), sluice.FixedWindow(1000, time.Hour).Named("b"))
+	for name, limits := range map[string][]sluice.Limit{"mixed": mixed, "none": hourly(1000)} {
+		rule := e.NewRule(metrics.Labels{Source: "test", Rule: name}, check.Rule{Namespace: "t", Name: name, Limits: limits})
+		before := store.checks.Load()
+		for range 50 {
+			if res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1}); err != nil || !res.Pass() {
+				t.Fatal(res, err)
+			}
+		}
+		if got := store.checks.Load() - before; got != 50 || store.leases.Load() != 0 {
+			t.Fatalf("%s: %d store checks and %d leases for 50 checks, want 50 and 0", name, got, store.leases.Load())
+		}
+	}
+	if e.LeasedKeys() != 0 {
+		t.Fatal("a rule that does not lease leased")
+	}
+}
+
+// failingLeaser fails every lease call as an unreachable store would.
+type failingLeaser struct{ countingLeaser }
+
+func (s *failingLeaser) Lease(context.Context, sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	s.leases.Add(1)
+	return sluice.LeaseGrant{}, sluice.ErrStoreUnavailable
+}
+
+// TestLeaseFallsBackToDirectChecks: a store that does not lease, or whose
+// lease calls fail, has every check of a leasing rule decided directly, and
+// exactly.
+func TestLeaseFallsBackToDirectChecks(t *testing.T) {
+	limits := auto(sluice.FixedWindow(40, time.Hour).Named("l"))
+	for name, store := range map[string]sluice.Store{
+		"not_a_leaser":  &gateStore{Store: newMemory(t)},
+		"lease_failing": &failingLeaser{countingLeaser{Leaser: newMemory(t)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := check.New(store, check.Options{LeaseHotRate: 1})
+			t.Cleanup(func() { e.Close() })
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: "t", Name: "r", Limits: limits})
+			admitted := 0
+			for range 50 {
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Pass() {
+					admitted++
+				}
+			}
+			if admitted != 40 {
+				t.Fatalf("admitted %d of a limit of 40", admitted)
+			}
+		})
+	}
+}

@@ -1,0 +1,76 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Quota lease unit outcomes, the values of sluice_quota_lease_units_total's
+// "how" label.
+const (
+	QuotaUnitsGranted  = "granted"  // leased from the store
+	QuotaUnitsReturned = "returned" // given back unused
+	QuotaUnitsExpired  = "expired"  // unused when the lease ran out: stay consumed
+)
+
+// quotaLeaseMetrics count this instance's quota leases (issue 22): not the
+// concurrency-limit leases of holds.go.
+type quotaLeaseMetrics struct {
+	keys  prometheus.Gauge
+	units *prometheus.CounterVec
+	saved prometheus.Counter
+	// granted, returned, expired are units' children, resolved once.
+	granted, returned, expired prometheus.Counter
+}
+
+func newQuotaLeaseMetrics(reg prometheus.Registerer) quotaLeaseMetrics {
+	q := quotaLeaseMetrics{
+		keys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_quota_leased_keys",
+			Help: "Keys (rule and subject) this instance holds a quota lease for: hot keys decided in process from leased units.",
+		}),
+		units: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_lease_units_total",
+			Help: "Quota lease units, by how: granted by the store, returned unused, or expired (unused when the lease ran out, so they stay consumed).",
+		}, []string{"how"}),
+		saved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_quota_lease_store_calls_saved_total",
+			Help: "Checks decided in process from a quota lease, each a store call saved.",
+		}),
+	}
+	if reg != nil {
+		q.keys = register(reg, q.keys)
+		q.units = register(reg, q.units)
+		q.saved = register(reg, q.saved)
+	}
+	q.granted = q.units.WithLabelValues(QuotaUnitsGranted)
+	q.returned = q.units.WithLabelValues(QuotaUnitsReturned)
+	q.expired = q.units.WithLabelValues(QuotaUnitsExpired)
+	return q
+}
+
+// QuotaLeasedKeys moves the count of leased keys by delta.
+func (m *Metrics) QuotaLeasedKeys(delta int) {
+	if m != nil {
+		m.quotaLeases.keys.Add(float64(delta))
+	}
+}
+
+// QuotaLeaseUnits counts n lease units ended or granted how.
+func (m *Metrics) QuotaLeaseUnits(how string, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	switch how {
+	case QuotaUnitsGranted:
+		m.quotaLeases.granted.Add(float64(n))
+	case QuotaUnitsReturned:
+		m.quotaLeases.returned.Add(float64(n))
+	default:
+		m.quotaLeases.expired.Add(float64(n))
+	}
+}
+
+// QuotaLeaseSaved counts a check decided from a lease without a store call.
+func (m *Metrics) QuotaLeaseSaved() {
+	if m != nil {
+		m.quotaLeases.saved.Inc()
+	}
+}

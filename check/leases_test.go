@@ -247,14 +247,19 @@ func TestLeaseForgetRuleReturnsUnits(t *testing.T) {
 }
 
 // TestLeaseOnlyWhenEveryLimitOptsIn: a rule with one limit not opted in,
-// or a rule with none, checks the store on every check, as before.
+// or a rule with none, checks the store on every check, as before; so does
+// a rule with plans, whose subjects' limit sets can change between checks.
 func TestLeaseOnlyWhenEveryLimitOptsIn(t *testing.T) {
 	store := &countingLeaser{Leaser: newMemory(t)}
 	e := check.New(store, check.Options{LeaseHotRate: 1})
 	t.Cleanup(func() { e.Close() })
 	mixed := append(auto(sluice.FixedWindow(1000, time.Hour).Named("a")), sluice.FixedWindow(1000, time.Hour).Named("b"))
-	for name, limits := range map[string][]sluice.Limit{"mixed": mixed, "none": hourly(1000)} {
-		rule := e.NewRule(metrics.Labels{Source: "test", Rule: name}, check.Rule{Namespace: "t", Name: name, Limits: limits})
+	for name, limits := range map[string][]sluice.Limit{"mixed": mixed, "none": hourly(1000), "plans": auto(sluice.FixedWindow(1000, time.Hour).Named("a"))} {
+		r := check.Rule{Namespace: "t", Name: name, Limits: limits}
+		if name == "plans" {
+			r.Plans = sluice.Plans{"pro": auto(sluice.FixedWindow(2000, time.Hour).Named("a"))}
+		}
+		rule := e.NewRule(metrics.Labels{Source: "test", Rule: name}, r)
 		before := store.checks.Load()
 		for range 50 {
 			if res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1}); err != nil || !res.Pass() {

@@ -190,14 +190,15 @@ const (
 // background of a serving process, until ctx ends. A failed round is
 // logged and retried at the next.
 func (c *Catalog) RunAuditRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
-	runRetention(ctx, "audit log", retention, c.PruneAudit, log)
+	runRetention(ctx, "audit log", "entries", retention, c.PruneAudit, log)
 }
 
 // runRetention calls prune for what is older than retention, batch after
 // batch, at once and then every auditPruneInterval, until ctx ends: the
 // background deletion of the audit log and of the usage rollups. A failed
-// round is logged and retried at the next.
-func runRetention(ctx context.Context, what string, retention time.Duration,
+// round is logged and retried at the next; a round's count is logged under
+// unit ("entries", "rows").
+func runRetention(ctx context.Context, what, unit string, retention time.Duration,
 	prune func(ctx context.Context, before time.Time, limit int) (int64, error), log *slog.Logger) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -228,7 +229,7 @@ func runRetention(ctx context.Context, what string, retention time.Duration,
 			}
 		}
 		if total > 0 {
-			log.Info(what+" pruned", "rows", total, "older_than", before.UTC().Format(time.RFC3339))
+			log.Info(what+" pruned", unit, total, "older_than", before.UTC().Format(time.RFC3339))
 		}
 		timer.Reset(auditPruneInterval)
 	}

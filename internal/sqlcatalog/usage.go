@@ -90,5 +90,5 @@ func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (
 // RunUsageRetention deletes the stored minutes older than retention, in the
 // background of a serving process, until ctx ends.
 func (c *Catalog) RunUsageRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
-	runRetention(ctx, "usage rollups", retention, c.PruneUsage, log)
+	runRetention(ctx, "usage rollups", "rows", retention, c.PruneUsage, log)
 }

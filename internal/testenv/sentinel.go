@@ -60,26 +60,35 @@ func RedisSentinelWith(t testing.TB, opts SentinelOptions) *RedisServer {
 			t.Errorf("testenv: cleanup of sentinel %s: %v", s.Addr, err)
 		}
 	})
-	port := FreePort(t)
 	// Sentinel rewrites its config file, so it must be a writable file of
 	// its own.
 	conf := filepath.Join(dir, "sentinel.conf")
-	lines := []string{fmt.Sprintf("port %d", port), "bind 127.0.0.1", "dir " + dir}
-	lines = append(lines, opts.Config...)
-	lines = append(lines, fmt.Sprintf("sentinel monitor %s %s %s %d", masterName, masterHost, masterPort, quorum))
-	if opts.DownAfter > 0 {
-		lines = append(lines, fmt.Sprintf("sentinel down-after-milliseconds %s %d", masterName, opts.DownAfter.Milliseconds()))
+	// Another process can take the port between FreePort and the bind (on
+	// any address the Config binds too), so a bind failure means "pick
+	// another port", as in startRedis.
+	var p *proc
+	var err error
+	for range 5 {
+		port := FreePort(t)
+		lines := []string{fmt.Sprintf("port %d", port), "bind 127.0.0.1", "dir " + dir}
+		lines = append(lines, opts.Config...)
+		lines = append(lines, fmt.Sprintf("sentinel monitor %s %s %s %d", masterName, masterHost, masterPort, quorum))
+		if opts.DownAfter > 0 {
+			lines = append(lines, fmt.Sprintf("sentinel down-after-milliseconds %s %d", masterName, opts.DownAfter.Milliseconds()))
+		}
+		if opts.FailoverTimeout > 0 {
+			lines = append(lines, fmt.Sprintf("sentinel failover-timeout %s %d", masterName, opts.FailoverTimeout.Milliseconds()))
+		}
+		lines = append(lines, opts.MasterConfig...)
+		body := strings.Join(lines, "\n") + "\n"
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		s.Port, s.Addr, s.args = port, "127.0.0.1:"+strconv.Itoa(port), []string{conf, "--sentinel"}
+		if p, err = s.launch(); err == nil || !isAddrInUse(err) {
+			break
+		}
 	}
-	if opts.FailoverTimeout > 0 {
-		lines = append(lines, fmt.Sprintf("sentinel failover-timeout %s %d", masterName, opts.FailoverTimeout.Milliseconds()))
-	}
-	lines = append(lines, opts.MasterConfig...)
-	body := strings.Join(lines, "\n") + "\n"
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	s.Port, s.Addr, s.args = port, "127.0.0.1:"+strconv.Itoa(port), []string{conf, "--sentinel"}
-	p, err := s.launch()
 	if err != nil {
 		t.Fatalf("testenv: starting redis sentinel on %s: %v\n%s", s.Addr, err, logTail(s.logPath))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicelabs/sluice/internal/migrations"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	"github.com/sluicelabs/sluice/sqlite"
+	"github.com/sluicelabs/sluice/usage"
 )
 
 func TestCatalogContract(t *testing.T) {
@@ -252,4 +253,71 @@ func openMigrated(t *testing.T, path string) *sqlite.Catalog {
 // and refuses every change with sluice.ErrCatalogReadOnly.
 func TestReadOnlyCatalog(t *testing.T) {
 	catalogtest.RunReadOnly(t, catalogtest.ReadOnlySQLite(t, catalogtest.SeedTenant(t)))
+}
+
+// Upgrading to usage series keeps the rollups stored before: each minute
+// as it was, and the hours and days summed from them.
+func TestUpgradeKeepsUsageRollups(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	steps, err := migrations.For(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	// The catalog as 0008 (per-minute rows keyed by text) left it.
+	for _, s := range steps {
+		if s.Version > 8 {
+			break
+		}
+		if _, err := db.ExecContext(ctx, s.SQL); err != nil {
+			t.Fatalf("step %d: %v", s.Version, err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO schema_migrations VALUES ($1, $2, 0)", s.Version, s.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := time.Date(2026, 12, 1, 23, 59, 0, 0, time.UTC) // the last minute of a day, then the next day's first
+	for i, ns := range []string{"acme@1", "acme@1", "beta@2"} {
+		minute := base.Add(time.Duration(i%2) * time.Minute)
+		if _, err := db.ExecContext(ctx, `INSERT INTO usage_minutes (namespace, rule, minute_ms, allowed, denied, units)
+			VALUES ($1, 'api', $2, $3, 1, $4)`, ns, minute.UnixMilli(), 10*(i+1), 20*(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := openMigrated(t, path)
+	read := func(ns string, step usage.Step) string {
+		rows, err := c.ReadUsage(ctx, usage.Query{Namespace: ns, Step: step, From: base.Add(-24 * time.Hour), To: base.Add(24 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, fmt.Sprintf("%s %s %d/%d/%d", r.Start.Format("01-02T15:04"), r.Rule, r.Allowed, r.Denied, r.Units))
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, c := range []struct {
+		ns   string
+		step usage.Step
+		want string
+	}{
+		{"acme@1", usage.StepMinute, "12-01T23:59 api 10/1/20, 12-02T00:00 api 20/1/40"},
+		{"acme@1", usage.StepHour, "12-01T23:00 api 10/1/20, 12-02T00:00 api 20/1/40"},
+		{"acme@1", usage.StepDay, "12-01T00:00 api 10/1/20, 12-02T00:00 api 20/1/40"},
+		{"beta@2", usage.StepDay, "12-01T00:00 api 30/1/60"},
+	} {
+		if got := read(c.ns, c.step); got != c.want {
+			t.Errorf("%s by %s after the upgrade: %s; want %s", c.ns, c.step, got, c.want)
+		}
+	}
 }

@@ -65,10 +65,12 @@ func (c *Counters) sum() (out [numKinds]int64) {
 	return out
 }
 
-// Row is one (namespace, rule, minute)'s counts.
+// Row is the counts of one (namespace, rule) over one period: a minute
+// when written, the query's step when read.
 type Row struct {
-	Namespace, Rule                                      string
-	Minute                                               time.Time // start of the minute, UTC
+	Namespace, Rule string
+	// Start is when the period starts, UTC.
+	Start                                                time.Time
 	Allowed, Denied, ShadowDenied, Degraded, Shed, Units int64
 }
 
@@ -162,7 +164,7 @@ func (r *Recorder) Roll(minute time.Time) {
 		if zero {
 			continue
 		}
-		row := Row{Namespace: k.namespace, Rule: k.rule, Minute: minute}
+		row := Row{Namespace: k.namespace, Rule: k.rule, Start: minute}
 		row.set(delta)
 		r.pending = append(r.pending, row)
 	}

@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -22,7 +23,7 @@ import (
 type store interface {
 	Migrate(ctx context.Context) error
 	usage.Writer
-	Usage(ctx context.Context, namespace, rule string, from, to time.Time) ([]usage.Row, error)
+	usage.Reader
 	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
 	Close() error
 }
@@ -52,6 +53,11 @@ func dialects(t *testing.T) map[string]func(t *testing.T) store {
 			return c
 		},
 	}
+}
+
+// minutes reads the stored minutes of [from, to).
+func readMinutes(t *testing.T, c usage.Reader, namespace, rule string, from, to time.Time) ([]usage.Row, error) {
+	return c.ReadUsage(t.Context(), usage.Query{Namespace: namespace, Rule: rule, Step: usage.StepMinute, From: from, To: to})
 }
 
 func hourly(n int64) []sluice.Limit {
@@ -105,15 +111,15 @@ func TestExactSumsAcrossInstances(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			rows, err := open(t).Usage(ctx, "acme", "", minute, minute.Add(time.Minute))
+			rows, err := readMinutes(t, open(t), "acme", "", minute, minute.Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
 			total := int64(instances * perEngine * subjects)
 			allowed := int64(limit * subjects)
 			want := []usage.Row{
-				{Namespace: "acme", Rule: "api", Minute: minute, Allowed: allowed, Denied: total - allowed, Units: allowed * cost},
-				{Namespace: "acme", Rule: "trial", Minute: minute, Allowed: allowed, ShadowDenied: total - allowed, Units: allowed * cost},
+				{Namespace: "acme", Rule: "api", Start: minute, Allowed: allowed, Denied: total - allowed, Units: allowed * cost},
+				{Namespace: "acme", Rule: "trial", Start: minute, Allowed: allowed, ShadowDenied: total - allowed, Units: allowed * cost},
 			}
 			if fmt.Sprint(rows) != fmt.Sprint(want) {
 				t.Errorf("stored rollups:\n got %v\nwant %v", rows, want)
@@ -162,7 +168,7 @@ func TestOutageDropsOnlyPastTheBound(t *testing.T) {
 			if err := rec.Flush(ctx, back); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := back.Usage(ctx, "acme", "api", start, start.Add(time.Hour))
+			rows, err := readMinutes(t, back, "acme", "api", start, start.Add(time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +177,7 @@ func TestOutageDropsOnlyPastTheBound(t *testing.T) {
 			}
 			for j, row := range rows {
 				i := minutes - maxRows + j
-				if !row.Minute.Equal(start.Add(time.Duration(i)*time.Minute)) || row.Allowed != int64(i+1) {
+				if !row.Start.Equal(start.Add(time.Duration(i)*time.Minute)) || row.Allowed != int64(i+1) {
 					t.Errorf("row %d: %v, want minute %d with %d allowed", j, row, i, i+1)
 				}
 			}
@@ -188,10 +194,10 @@ func TestUsageRefusesBadRange(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := time.Now()
-			if _, err := c.Usage(t.Context(), "acme", "", now, now); err == nil {
+			if _, err := readMinutes(t, c, "acme", "", now, now); err == nil {
 				t.Error("empty range accepted")
 			}
-			if _, err := c.Usage(t.Context(), "", "", now, now.Add(time.Hour)); err == nil {
+			if _, err := readMinutes(t, c, "", "", now, now.Add(time.Hour)); err == nil {
 				t.Error("missing namespace accepted")
 			}
 		})
@@ -213,7 +219,7 @@ func TestPruneUsageDeletesOnlyOlderMinutes(t *testing.T) {
 			var rows []usage.Row
 			for i := range 10 {
 				for _, rule := range []string{"a", "b"} {
-					rows = append(rows, usage.Row{Namespace: ns, Rule: rule, Minute: base.Add(time.Duration(i) * time.Minute), Allowed: int64(i + 1)})
+					rows = append(rows, usage.Row{Namespace: ns, Rule: rule, Start: base.Add(time.Duration(i) * time.Minute), Allowed: int64(i + 1)})
 				}
 			}
 			if err := c.AddUsage(t.Context(), rows); err != nil {
@@ -222,7 +228,8 @@ func TestPruneUsageDeletesOnlyOlderMinutes(t *testing.T) {
 			if _, err := c.PruneUsage(t.Context(), base, 0); err == nil {
 				t.Error("a batch of 0 accepted")
 			}
-			// Minutes 0-5 go, in batches of at most 2 minutes.
+			// Minutes 0-5 go, in batches of at most 2 rows; their hour and day
+			// (kept far longer) stay.
 			bound := base.Add(6 * time.Minute)
 			var deleted int64
 			for range 10 {
@@ -230,8 +237,8 @@ func TestPruneUsageDeletesOnlyOlderMinutes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if n > 4 {
-					t.Fatalf("one batch of 2 minutes deleted %d rows", n)
+				if n > 2 {
+					t.Fatalf("one batch of 2 rows deleted %d", n)
 				}
 				deleted += n
 				if n == 0 {
@@ -241,11 +248,11 @@ func TestPruneUsageDeletesOnlyOlderMinutes(t *testing.T) {
 			if deleted != 12 {
 				t.Errorf("deleted %d rows, want the 12 of minutes 0-5", deleted)
 			}
-			left, err := c.Usage(t.Context(), ns, "", base, base.Add(time.Hour))
+			left, err := readMinutes(t, c, ns, "", base, base.Add(time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(left) != 8 || !left[0].Minute.Equal(bound) || left[0].Allowed != 7 {
+			if len(left) != 8 || !left[0].Start.Equal(bound) || left[0].Allowed != 7 {
 				t.Fatalf("left %+v, want minutes 6-9 of both rules", left)
 			}
 		})
@@ -269,4 +276,63 @@ func BenchmarkCountersAdd(b *testing.B) {
 			c.Add(usage.Allowed, 1)
 		}
 	})
+}
+
+// TestStepsAreExactSums: minutes written by two instances over three hours
+// of two days read back at every step as the exact sums of their periods,
+// and a query that spans too many periods, or names no step, is refused.
+func TestStepsAreExactSums(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			ns := "steps-" + name
+			base := time.Date(2026, 3, 1, 22, 58, 0, 0, time.UTC) // 22:58, 23:xx, then 00:xx the next day
+			var wantHours = map[time.Time]int64{}
+			var wantDays = map[time.Time]int64{}
+			var total int64
+			for i := range 2 {
+				c := open(t)
+				if err := c.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				var rows []usage.Row
+				for m := range 70 {
+					start := base.Add(time.Duration(m) * time.Minute)
+					n := int64(m + i + 1)
+					rows = append(rows, usage.Row{Namespace: ns, Rule: "api", Start: start, Allowed: n, Denied: 1, Units: 2 * n})
+					wantHours[start.Truncate(time.Hour)] += n
+					wantDays[start.Truncate(24*time.Hour)] += n
+					total += n
+				}
+				if err := c.AddUsage(ctx, rows); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := open(t)
+			for step, want := range map[usage.Step]map[time.Time]int64{usage.StepHour: wantHours, usage.StepDay: wantDays} {
+				rows, err := c.ReadUsage(ctx, usage.Query{Namespace: ns, Rule: "api", Step: step, From: base, To: base.Add(70 * time.Minute)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sum int64
+				for _, r := range rows {
+					if r.Allowed != want[r.Start] || r.Units != 2*r.Allowed || r.Rule != "api" {
+						t.Errorf("%s %s: %+v, want allowed %d", step, r.Start, r, want[r.Start])
+					}
+					sum += r.Allowed
+				}
+				if len(rows) != len(want) || sum != total {
+					t.Errorf("%s: %d rows summing %d, want %d summing %d", step, len(rows), sum, len(want), total)
+				}
+			}
+			for _, q := range []usage.Query{
+				{Namespace: ns, Step: usage.StepMinute, From: base, To: base.Add(8 * 24 * time.Hour)},
+				{Namespace: ns, Step: "week", From: base, To: base.Add(time.Hour)},
+			} {
+				if _, err := c.ReadUsage(ctx, q); !errors.Is(err, sluice.ErrInvalid) {
+					t.Errorf("%+v: got %v, want an invalid query", q, err)
+				}
+			}
+		})
+	}
 }

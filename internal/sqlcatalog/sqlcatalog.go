@@ -73,6 +73,8 @@ type Catalog struct {
 	close   sync.Once
 	now     func() time.Time
 	caps    sluice.TenantCaps
+	// usageSeries caches usage_series ids (usage.go).
+	usageSeries seriesIDs
 
 	reportMu sync.Mutex
 	watchLog *slog.Logger

@@ -1,94 +1,264 @@
 package sqlcatalog
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/usage"
 )
 
-// AddUsage adds rows to the stored rollups in one transaction: a minute
-// another instance wrote already gets the sums.
+// Rollups are stored at three steps (usage_by_minute, _hour, _day), keyed
+// by a series id that stands for (namespace, rule), and a period start in
+// minutes since 1970 UTC: small integer keys keep a rule's day of minutes
+// under 200 KB.
+var usageTables = []struct {
+	name string
+	step usage.Step
+}{{"usage_by_minute", usage.StepMinute}, {"usage_by_hour", usage.StepHour}, {"usage_by_day", usage.StepDay}}
+
+func usageTable(step usage.Step) string {
+	for _, t := range usageTables {
+		if t.step == step {
+			return t.name
+		}
+	}
+	return ""
+}
+
+type usageSeries struct{ namespace, rule string }
+
+// usagePeriod is one row's key: a series and its period's first minute.
+type usagePeriod struct {
+	series int64
+	start  int64 // minutes since 1970 UTC
+}
+
+type usageCounts [6]int64
+
+func (c *usageCounts) add(r usage.Row) {
+	c[0] += r.Allowed
+	c[1] += r.Denied
+	c[2] += r.ShadowDenied
+	c[3] += r.Degraded
+	c[4] += r.Shed
+	c[5] += r.Units
+}
+
+// seriesIDs caches the id of every series this process has stored: a series
+// is never deleted, so an id once committed stays right.
+type seriesIDs struct {
+	mu  sync.Mutex
+	ids map[usageSeries]int64
+}
+
+func (s *seriesIDs) get(k usageSeries) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.ids[k]
+	return id, ok
+}
+
+func (s *seriesIDs) put(m map[usageSeries]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = make(map[usageSeries]int64)
+	}
+	for k, id := range m {
+		s.ids[k] = id
+	}
+}
+
+// AddUsage adds rows (each a minute's counts) to the stored rollups of
+// every step in one transaction: a period another instance wrote already
+// gets the sums. Rows are written in key order, so instances flushing at
+// once lock them in the same order and never deadlock.
 func (c *Catalog) AddUsage(ctx context.Context, rows []usage.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
 	tx, err := c.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fail("store usage", c.markReadOnly(err))
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage_minutes
-		(namespace, rule, minute_ms, allowed, denied, shadow_denied, degraded, shed, units)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (namespace, rule, minute_ms) DO UPDATE SET
-		allowed = usage_minutes.allowed + excluded.allowed,
-		denied = usage_minutes.denied + excluded.denied,
-		shadow_denied = usage_minutes.shadow_denied + excluded.shadow_denied,
-		degraded = usage_minutes.degraded + excluded.degraded,
-		shed = usage_minutes.shed + excluded.shed,
-		units = usage_minutes.units + excluded.units`)
+	ids, created, err := c.usageSeriesIDs(ctx, tx, rows)
 	if err != nil {
-		return fail("store usage", err)
+		return fail("store usage", c.markReadOnly(err))
 	}
-	defer stmt.Close()
-	for _, r := range rows {
-		if _, err := stmt.ExecContext(ctx, r.Namespace, r.Rule, r.Minute.UnixMilli(),
-			r.Allowed, r.Denied, r.ShadowDenied, r.Degraded, r.Shed, r.Units); err != nil {
-			return fail("store usage", c.markReadOnly(err))
+	for _, t := range usageTables {
+		step := int64(t.step.Duration() / time.Minute)
+		sums := make(map[usagePeriod]*usageCounts)
+		for _, r := range rows {
+			k := usagePeriod{ids[usageSeries{r.Namespace, r.Rule}], r.Start.Unix() / 60 / step * step}
+			if sums[k] == nil {
+				sums[k] = new(usageCounts)
+			}
+			sums[k].add(r)
 		}
+		keys := make([]usagePeriod, 0, len(sums))
+		for k := range sums {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b usagePeriod) int {
+			return cmp.Or(cmp.Compare(a.series, b.series), cmp.Compare(a.start, b.start))
+		})
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO `+t.name+`
+			(series, start, allowed, denied, shadow_denied, degraded, shed, units)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (series, start) DO UPDATE SET
+			allowed = `+t.name+`.allowed + excluded.allowed,
+			denied = `+t.name+`.denied + excluded.denied,
+			shadow_denied = `+t.name+`.shadow_denied + excluded.shadow_denied,
+			degraded = `+t.name+`.degraded + excluded.degraded,
+			shed = `+t.name+`.shed + excluded.shed,
+			units = `+t.name+`.units + excluded.units`)
+		if err != nil {
+			return fail("store usage", err)
+		}
+		for _, k := range keys {
+			v := sums[k]
+			if _, err := stmt.ExecContext(ctx, k.series, k.start, v[0], v[1], v[2], v[3], v[4], v[5]); err != nil {
+				stmt.Close()
+				return fail("store usage", c.markReadOnly(err))
+			}
+		}
+		stmt.Close()
 	}
-	return fail("store usage", c.markReadOnly(tx.Commit()))
+	if err := tx.Commit(); err != nil {
+		return fail("store usage", c.markReadOnly(err))
+	}
+	c.usageSeries.put(created)
+	return nil
 }
 
-// Usage returns the stored minutes of namespace's rule (every rule when
-// rule is "") in [from, to), oldest first.
-func (c *Catalog) Usage(ctx context.Context, namespace, rule string, from, to time.Time) ([]usage.Row, error) {
-	if namespace == "" {
-		return nil, fmt.Errorf("read usage: the namespace (tenant or domain) is required: %w", sluice.ErrInvalid)
+// usageSeriesIDs returns the id of every series of rows, creating those
+// not stored yet inside tx; created holds the ones not cached before, to be
+// cached once tx commits.
+func (c *Catalog) usageSeriesIDs(ctx context.Context, tx *sql.Tx, rows []usage.Row) (ids, created map[usageSeries]int64, err error) {
+	ids = make(map[usageSeries]int64)
+	var missing []usageSeries
+	for _, r := range rows {
+		k := usageSeries{r.Namespace, r.Rule}
+		if _, seen := ids[k]; seen {
+			continue
+		}
+		id, ok := c.usageSeries.get(k)
+		ids[k] = id
+		if !ok {
+			missing = append(missing, k)
+		}
 	}
-	if !from.Before(to) {
-		return nil, fmt.Errorf("read usage: from (%s) must be before to (%s): %w", from.Format(time.RFC3339), to.Format(time.RFC3339), sluice.ErrInvalid)
+	if len(missing) == 0 {
+		return ids, nil, nil
 	}
-	rows, err := c.read.QueryContext(ctx, `SELECT namespace, rule, minute_ms, allowed, denied, shadow_denied, degraded, shed, units
-		FROM usage_minutes WHERE namespace = $1 AND ($2 = '' OR rule = $2) AND minute_ms >= $3 AND minute_ms < $4
-		ORDER BY minute_ms, rule`+c.dialect.ByteOrder, namespace, rule, from.UnixMilli(), to.UnixMilli())
+	slices.SortFunc(missing, func(a, b usageSeries) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.rule, b.rule))
+	})
+	created = make(map[usageSeries]int64, len(missing))
+	for _, k := range missing {
+		// DO UPDATE (a no-op) rather than DO NOTHING, so that RETURNING
+		// answers for a series another instance created first.
+		var id int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO usage_series (namespace, rule) VALUES ($1, $2)
+			ON CONFLICT (namespace, rule) DO UPDATE SET rule = excluded.rule RETURNING id`, k.namespace, k.rule).Scan(&id); err != nil {
+			return nil, nil, err
+		}
+		ids[k], created[k] = id, id
+	}
+	return ids, created, nil
+}
+
+// ReadUsage returns the stored rollups q selects, oldest first.
+func (c *Catalog) ReadUsage(ctx context.Context, q usage.Query) ([]usage.Row, error) {
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("read usage: %s: %w", err.Error(), sluice.ErrInvalid)
+	}
+	from, to := q.Bounds()
+	rows, err := c.read.QueryContext(ctx, `SELECT s.rule, u.start, u.allowed, u.denied, u.shadow_denied, u.degraded, u.shed, u.units
+		FROM `+usageTable(q.Step)+` u JOIN usage_series s ON s.id = u.series
+		WHERE s.namespace = $1 AND ($2 = '' OR s.rule = $2) AND u.start >= $3 AND u.start < $4
+		ORDER BY u.start, s.rule`+c.dialect.ByteOrder, q.Namespace, q.Rule, from.Unix()/60, to.Unix()/60)
 	if err != nil {
 		return nil, fail("read usage", err)
 	}
 	defer rows.Close()
 	var out []usage.Row
 	for rows.Next() {
-		var r usage.Row
-		var ms int64
-		if err := rows.Scan(&r.Namespace, &r.Rule, &ms, &r.Allowed, &r.Denied, &r.ShadowDenied, &r.Degraded, &r.Shed, &r.Units); err != nil {
+		r := usage.Row{Namespace: q.Namespace}
+		var start int64
+		if err := rows.Scan(&r.Rule, &start, &r.Allowed, &r.Denied, &r.ShadowDenied, &r.Degraded, &r.Shed, &r.Units); err != nil {
 			return nil, fail("read usage", err)
 		}
-		r.Minute = time.UnixMilli(ms).UTC()
+		r.Start = time.Unix(start*60, 0).UTC()
 		out = append(out, r)
 	}
 	return out, fail("read usage", rows.Err())
 }
 
-// PruneUsage deletes the stored minutes before before, at most about limit
-// rows a call (every row of the oldest limit minutes' rules), and returns
-// how many it deleted: one short statement, as PruneAudit.
+// PruneUsage deletes the stored minutes that start before before, and the
+// hours and days older than usage.HoursKept and usage.DaysKept (or than
+// before, if that is older still), at most about limit rows a call, and
+// returns how many it deleted. Each statement deletes one series' oldest
+// rows along its primary key, so no index on time alone is needed.
 func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("prune usage rollups: batch size must be positive, got %d: %w", limit, sluice.ErrInvalid)
 	}
-	res, err := c.write.ExecContext(ctx, `DELETE FROM usage_minutes WHERE minute_ms < $1 AND minute_ms IN
-		(SELECT minute_ms FROM usage_minutes WHERE minute_ms < $1 ORDER BY minute_ms LIMIT $2)`,
-		before.UnixMilli(), limit)
-	if err != nil {
-		return 0, fail("prune usage rollups", c.markReadOnly(err))
+	now := c.now()
+	cutoffs := map[string]time.Time{
+		"usage_by_minute": before,
+		"usage_by_hour":   earlier(before, now.Add(-usage.HoursKept)),
+		"usage_by_day":    earlier(before, now.Add(-usage.DaysKept)),
 	}
-	n, err := res.RowsAffected()
-	return n, fail("prune usage rollups", err)
+	series, err := c.read.QueryContext(ctx, `SELECT id FROM usage_series ORDER BY id`)
+	ids, err := collect(series, err, func(r scanner) (int64, error) {
+		var id int64
+		return id, r.Scan(&id)
+	})
+	if err != nil {
+		return 0, fail("prune usage rollups", err)
+	}
+	var deleted int64
+	for _, id := range ids {
+		for _, t := range usageTables {
+			left := int64(limit) - deleted
+			if left <= 0 {
+				return deleted, nil
+			}
+			res, err := c.write.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE series = $1 AND start IN
+				(SELECT start FROM `+t.name+` WHERE series = $1 AND start < $2 ORDER BY start LIMIT $3)`,
+				id, cutoffs[t.name].Unix()/60, left)
+			if err != nil {
+				return deleted, fail("prune usage rollups", c.markReadOnly(err))
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return deleted, fail("prune usage rollups", err)
+			}
+			deleted += n
+		}
+	}
+	return deleted, nil
 }
 
-// RunUsageRetention deletes the stored minutes older than retention, in the
-// background of a serving process, until ctx ends.
+// RunUsageRetention deletes the stored minutes older than retention (and
+// hours and days past what they are kept for), in the background of a
+// serving process, until ctx ends.
 func (c *Catalog) RunUsageRetention(ctx context.Context, retention time.Duration, log *slog.Logger) {
 	runRetention(ctx, "usage rollups", "rows", retention, c.PruneUsage, log)
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -1,0 +1,95 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Step is the length of the periods a Query sums rows over.
+type Step string
+
+// The steps rollups are kept at: every flush adds to all three, so each is
+// an exact sum on its own, and each is kept for its own time (see the
+// Kept constants).
+const (
+	StepMinute Step = "minute"
+	StepHour   Step = "hour"
+	StepDay    Step = "day"
+)
+
+// Duration returns the step's length, or 0 for an unknown step.
+func (s Step) Duration() time.Duration {
+	switch s {
+	case StepMinute:
+		return time.Minute
+	case StepHour:
+		return time.Hour
+	case StepDay:
+		return 24 * time.Hour
+	}
+	return 0
+}
+
+// How long hours and days are kept: minutes for the configured retention
+// (--usage-retention), hours and days longer so history survives at a
+// coarser step. A retention longer than these keeps them as long.
+const (
+	HoursKept = 400 * 24 * time.Hour
+	DaysKept  = 10 * 365 * 24 * time.Hour
+)
+
+// MaxPoints bounds the periods one Query may span: a week of minutes.
+const MaxPoints = 7 * 24 * 60
+
+// Query selects stored rollups: one namespace's rule (every rule when Rule
+// is ""), periods of Step starting in [From, To), both truncated to Step.
+type Query struct {
+	Namespace, Rule string
+	Step            Step
+	From, To        time.Time
+}
+
+// Validate reports what is wrong with q, in a sentence a user understands.
+func (q Query) Validate() error {
+	if q.Namespace == "" {
+		return errors.New("the namespace (tenant or domain) is required")
+	}
+	d := q.Step.Duration()
+	if d == 0 {
+		return fmt.Errorf("step %q is not one of minute, hour or day", q.Step)
+	}
+	if !q.From.Before(q.To) {
+		return fmt.Errorf("from (%s) must be before to (%s)",
+			q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339))
+	}
+	from, to := q.Bounds()
+	if n := to.Sub(from) / d; n > MaxPoints {
+		return fmt.Errorf("from %s to %s is %d %ss, more than the %d one query may span; use a larger step or a shorter range",
+			from.Format(time.RFC3339), to.Format(time.RFC3339), n, q.Step, MaxPoints)
+	}
+	return nil
+}
+
+// Bounds returns From and To truncated to the step, in UTC. To is rounded
+// up, so the period under way is included.
+func (q Query) Bounds() (from, to time.Time) {
+	d := q.Step.Duration()
+	if d == 0 {
+		return q.From.UTC(), q.To.UTC()
+	}
+	from = q.From.UTC().Truncate(d)
+	to = q.To.UTC().Truncate(d)
+	if to.Before(q.To) {
+		to = to.Add(d)
+	}
+	return from, to
+}
+
+// Reader reads stored rollups.
+type Reader interface {
+	// ReadUsage returns the rows q selects, oldest first, rules in byte
+	// order within a period. Periods with nothing counted have no row.
+	ReadUsage(ctx context.Context, q Query) ([]Row, error)
+}

@@ -132,7 +132,20 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request, operatorOnly bool, f
 		w.WriteHeader(status)
 		return
 	}
+	if raw, ok := body.(rawBody); ok {
+		w.Header().Set("Content-Type", raw.contentType)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(status)
+		_, _ = w.Write(raw.data)
+		return
+	}
 	writeJSON(w, status, body)
+}
+
+// rawBody is an admin answer that is not JSON (a CSV export).
+type rawBody struct {
+	contentType string
+	data        []byte
 }
 
 // validatePath checks the values of an admin call's path: the names are

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/postgres"
+	"github.com/sluicelabs/sluice/usage"
 )
 
 const testAdminToken = "test-admin-token-0123456789"
@@ -47,7 +48,8 @@ type harnessOptions struct {
 	// catalog, if set, is used as it is (holding testAdminToken's hash)
 	// instead of a fresh PostgreSQL one.
 	catalog    sluice.Catalog
-	writeProbe time.Duration // Options.WriteProbeInterval
+	writeProbe time.Duration   // Options.WriteProbeInterval
+	usage      *usage.Recorder // the engine's rollups; default none
 }
 
 func newPostgresCatalog(t *testing.T, dsn string) *postgres.Catalog {
@@ -90,7 +92,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	engine := check.New(store, check.Options{Guard: o.guard, Metrics: m})
+	engine := check.New(store, check.Options{Guard: o.guard, Metrics: m, Usage: o.usage})
 	t.Cleanup(func() { engine.Close() })
 	api, err := New(ctx, Options{
 		Catalog:            catalog,
@@ -168,7 +170,7 @@ func (h *harness) do(method, path, auth string, body any) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	out := response{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	if len(raw) > 0 {
+	if len(raw) > 0 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") {
 		if err := json.Unmarshal(raw, &out.body); err != nil {
 			h.t.Fatalf("%s %s: answer is not JSON: %q", method, path, raw)
 		}

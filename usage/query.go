@@ -40,6 +40,20 @@ const (
 	DaysKept  = 10 * 365 * 24 * time.Hour
 )
 
+// DefaultSpan is the range read when a query gives no start: an hour of
+// minutes, a day of hours, 30 days of days (0 for an unknown step).
+func DefaultSpan(s Step) time.Duration {
+	switch s {
+	case StepMinute:
+		return time.Hour
+	case StepHour:
+		return 24 * time.Hour
+	case StepDay:
+		return 30 * 24 * time.Hour
+	}
+	return 0
+}
+
 // MaxPoints bounds the periods one Query may span: a week of minutes.
 const MaxPoints = 7 * 24 * 60
 

@@ -478,6 +478,7 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 	}
 	if cfg.UsageFlush > 0 && !cfg.EnvoyMode {
 		rollups = usage.NewRecorder(usage.Options{})
+		m.UsageRollups(rollups.Pending, rollups.Dropped)
 	}
 	engine := s.newEngine(store, m, traces, rollups)
 	metricsHandler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})

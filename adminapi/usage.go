@@ -1,0 +1,62 @@
+package adminapi
+
+import (
+	"bytes"
+	"encoding/csv"
+	"strconv"
+	"time"
+
+	"github.com/sluicelabs/sluice/usage"
+)
+
+// UsageRow is one period of a rule's usage in GET /v1/tenants/{t}/usage.
+type UsageRow struct {
+	Rule         string    `json:"rule" yaml:"rule"`
+	Start        time.Time `json:"start" yaml:"start"`
+	Allowed      int64     `json:"allowed" yaml:"allowed"`
+	Denied       int64     `json:"denied" yaml:"denied"`
+	ShadowDenied int64     `json:"shadow_denied" yaml:"shadow_denied"`
+	Degraded     int64     `json:"degraded" yaml:"degraded"`
+	Shed         int64     `json:"shed" yaml:"shed"`
+	Units        int64     `json:"units" yaml:"units"`
+}
+
+// Usage is a tenant's usage history over a range: the answer of GET
+// /v1/tenants/{t}/usage.
+type Usage struct {
+	Tenant string `json:"tenant" yaml:"tenant"`
+	// Rule is the rule asked for; nil for every rule.
+	Rule *string    `json:"rule" yaml:"rule"`
+	Step string     `json:"step" yaml:"step"`
+	From time.Time  `json:"from" yaml:"from"`
+	To   time.Time  `json:"to" yaml:"to"`
+	Rows []UsageRow `json:"rows" yaml:"rows"`
+}
+
+// NewUsage is the answer for tenant's rows read with q.
+func NewUsage(tenant string, q usage.Query, rows []usage.Row) Usage {
+	from, to := q.Bounds()
+	u := Usage{Tenant: tenant, Step: string(q.Step), From: from, To: to, Rows: make([]UsageRow, 0, len(rows))}
+	if q.Rule != "" {
+		rule := q.Rule
+		u.Rule = &rule
+	}
+	for _, r := range rows {
+		u.Rows = append(u.Rows, UsageRow{Rule: r.Rule, Start: r.Start.UTC(), Allowed: r.Allowed, Denied: r.Denied,
+			ShadowDenied: r.ShadowDenied, Degraded: r.Degraded, Shed: r.Shed, Units: r.Units})
+	}
+	return u
+}
+
+// CSV writes the rows as CSV, with a header line naming the columns.
+func (u Usage) CSV() []byte {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	_ = w.Write([]string{"start", "rule", "allowed", "denied", "shadow_denied", "degraded", "shed", "units"})
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	for _, r := range u.Rows {
+		_ = w.Write([]string{r.Start.Format(time.RFC3339), r.Rule, n(r.Allowed), n(r.Denied), n(r.ShadowDenied), n(r.Degraded), n(r.Shed), n(r.Units)})
+	}
+	w.Flush()
+	return buf.Bytes()
+}

@@ -60,3 +60,49 @@ func (u Usage) CSV() []byte {
 	w.Flush()
 	return buf.Bytes()
 }
+
+// TopSubject is one of a rule's heaviest subjects in GET
+// /v1/tenants/{t}/usage/top.
+type TopSubject struct {
+	Rule    string `json:"rule" yaml:"rule"`
+	Subject string `json:"subject" yaml:"subject"`
+	Denied  int64  `json:"denied" yaml:"denied"`
+	Units   int64  `json:"units" yaml:"units"`
+}
+
+// TopSubjects is the answer of GET /v1/tenants/{t}/usage/top.
+type TopSubjects struct {
+	Tenant string `json:"tenant" yaml:"tenant"`
+	// Rule is the rule asked for; nil for every rule.
+	Rule     *string      `json:"rule" yaml:"rule"`
+	By       string       `json:"by" yaml:"by"`
+	From     time.Time    `json:"from" yaml:"from"`
+	To       time.Time    `json:"to" yaml:"to"`
+	Subjects []TopSubject `json:"subjects" yaml:"subjects"`
+}
+
+// NewTopSubjects is the answer for tenant's subjects read with q.
+func NewTopSubjects(tenant string, q usage.TopQuery, subjects []usage.TopSubject) TopSubjects {
+	from, to := q.Bounds()
+	out := TopSubjects{Tenant: tenant, By: string(q.By), From: from, To: to, Subjects: make([]TopSubject, 0, len(subjects))}
+	if q.Rule != "" {
+		rule := q.Rule
+		out.Rule = &rule
+	}
+	for _, s := range subjects {
+		out.Subjects = append(out.Subjects, TopSubject{Rule: s.Rule, Subject: s.Subject, Denied: s.Denied, Units: s.Units})
+	}
+	return out
+}
+
+// CSV writes the subjects as CSV, with a header line naming the columns.
+func (t TopSubjects) CSV() []byte {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	_ = w.Write([]string{"rule", "subject", "denied", "units"})
+	for _, s := range t.Subjects {
+		_ = w.Write([]string{s.Rule, s.Subject, strconv.FormatInt(s.Denied, 10), strconv.FormatInt(s.Units, 10)})
+	}
+	w.Flush()
+	return buf.Bytes()
+}

@@ -321,8 +321,18 @@ func (r Result) Pass() bool { return r.Decision.Allowed }
 // closed, and the caller's own context error when it gave up.
 func (e *Engine) Check(ctx context.Context, q Query) (Result, error) {
 	res, err := e.decide(ctx, q)
-	if err == nil && q.Rule.usage != nil && res.Outcome == Allowed {
-		q.Rule.usage.Add(usage.Units, q.Cost)
+	if err == nil && q.Rule.usage != nil {
+		switch res.Outcome {
+		case Allowed:
+			q.Rule.usage.Add(usage.Units, q.Cost)
+			if q.Subject != "" {
+				q.Rule.usage.Subject(q.Subject, false, q.Cost)
+			}
+		case Denied:
+			if q.Subject != "" {
+				q.Rule.usage.Subject(q.Subject, true, 0)
+			}
+		}
 	}
 	if o := e.observer.fn.Load(); o != nil && err == nil && q.Rule.series != nil {
 		(*o)(q.Rule.series.Labels(), q.Subject, res.Outcome)

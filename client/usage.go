@@ -62,3 +62,43 @@ func PrintUsage(w io.Writer, rows []UsageRow) {
 	}
 	tw.Flush()
 }
+
+// TopSubjects and TopSubject are a tenant's heaviest subjects as the server
+// answers them.
+type (
+	TopSubjects = adminapi.TopSubjects
+	TopSubject  = adminapi.TopSubject
+)
+
+// TopQuery selects a tenant's heaviest subjects: Rule ("" every rule), By
+// ("denied" or "units"; "" denied), From and To (zero: the last hour up to
+// now), Limit (0: the server's default, 20).
+type TopQuery struct {
+	Rule, By string
+	From, To time.Time
+	Limit    int
+}
+
+// TopSubjects reads a tenant's heaviest subjects.
+func (a *Admin) TopSubjects(ctx context.Context, tenant string, q TopQuery) (TopSubjects, error) {
+	v := UsageQuery{Rule: q.Rule, From: q.From, To: q.To}.values()
+	if q.By != "" {
+		v.Set("by", q.By)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var t TopSubjects
+	err := a.doQuery(ctx, http.MethodGet, []string{"tenants", tenant, "usage", "top"}, v, nil, &t)
+	return t, err
+}
+
+// PrintTopSubjects writes subjects as a table.
+func PrintTopSubjects(w io.Writer, subjects []TopSubject) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tSUBJECT\tDENIED\tUNITS")
+	for _, s := range subjects {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", s.Rule, s.Subject, s.Denied, s.Units)
+	}
+	tw.Flush()
+}

@@ -343,6 +343,7 @@ func (a *API) routes() []route {
 
 		{"GET /v1/audit", a.handleAudit},
 		{"GET /v1/tenants/{tenant}/usage", a.handleUsage},
+		{"GET /v1/tenants/{tenant}/usage/top", a.handleTopSubjects},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
 
 		{"GET /healthz", a.handleHealth},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,20 +20,16 @@ import (
 // (a tenant deleted and created again starts with no history).
 func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
-		reader, ok := a.catalog.(usage.Reader)
-		if !ok {
-			return 0, nil, &apiError{http.StatusNotFound, "not_found", "This catalog keeps no usage history."}
-		}
 		q, asCSV, aerr := usageQuery(r, time.Now())
 		if aerr != nil {
 			return 0, nil, aerr
 		}
 		tenantName := r.PathValue("tenant")
-		tenant, err := a.catalog.Tenant(ctx, tenantName)
+		reader, namespace, err := a.usageOf(ctx, tenantName)
 		if err != nil {
 			return 0, nil, err
 		}
-		q.Namespace = tenant.CounterNamespace()
+		q.Namespace = namespace
 		rows, err := reader.ReadUsage(ctx, q)
 		if err != nil {
 			return 0, nil, err
@@ -45,6 +42,83 @@ func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// usageOf returns the catalog's usage reader and the namespace tenant's
+// history is kept under: that of the tenant as it is now.
+func (a *API) usageOf(ctx context.Context, tenant string) (usage.Reader, string, error) {
+	reader, ok := a.catalog.(usage.Reader)
+	if !ok {
+		return nil, "", &apiError{http.StatusNotFound, "not_found", "This catalog keeps no usage history."}
+	}
+	t, err := a.catalog.Tenant(ctx, tenant)
+	if err != nil {
+		return nil, "", err
+	}
+	return reader, t.CounterNamespace(), nil
+}
+
+// handleTopSubjects answers a tenant's heaviest subjects over a range of
+// hours, by denials or by units, summed over the instances that counted
+// them (see usage.TopSubject for what the figures are).
+func (a *API) handleTopSubjects(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		q, asCSV, aerr := topQuery(r, time.Now())
+		if aerr != nil {
+			return 0, nil, aerr
+		}
+		tenantName := r.PathValue("tenant")
+		reader, namespace, err := a.usageOf(ctx, tenantName)
+		if err != nil {
+			return 0, nil, err
+		}
+		q.Namespace = namespace
+		subjects, err := reader.ReadTop(ctx, q)
+		if err != nil {
+			return 0, nil, err
+		}
+		body := adminapi.NewTopSubjects(tenantName, q, subjects)
+		if asCSV {
+			return http.StatusOK, rawBody{"text/csv; charset=utf-8", body.CSV()}, nil
+		}
+		return http.StatusOK, body, nil
+	})
+}
+
+// topQuery reads GET .../usage/top's query parameters: rule, by (denied
+// or units; default denied), from and to (RFC 3339; default the hour under
+// way and the one before it), limit (default usage.TopN), format.
+func topQuery(r *http.Request, now time.Time) (usage.TopQuery, bool, *apiError) {
+	v := r.URL.Query()
+	if aerr := onlyParams(v, "GET .../usage/top", "rule", "by", "from", "to", "limit", "format"); aerr != nil {
+		return usage.TopQuery{}, false, aerr
+	}
+	q := usage.TopQuery{Rule: v.Get("rule"), By: usage.By(v.Get("by")), To: now, Limit: usage.TopN}
+	switch q.By {
+	case "":
+		q.By = usage.ByDenied
+	case usage.ByDenied, usage.ByUnits:
+	default:
+		return q, false, badRequest("by=%q is not denied or units.", q.By)
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > usage.MaxTopLimit {
+			return q, false, badRequest("limit=%q must be a whole number between 1 and %d.", s, usage.MaxTopLimit)
+		}
+		q.Limit = n
+	}
+	common, asCSV, aerr := rangeParams(r, v, q.Rule, time.Hour, now)
+	if aerr != nil {
+		return q, false, aerr
+	}
+	q.From, q.To = common.From, common.To
+	probe := q
+	probe.Namespace = "-"
+	if err := probe.Validate(); err != nil {
+		return q, false, badRequest("%s", sentence(err.Error()))
+	}
+	return q, asCSV, nil
+}
+
 // usageQuery reads GET .../usage's query parameters: rule, step (minute,
 // hour or day; default minute), from and to (RFC 3339; default the last
 // hour, day or 30 days up to now, by step), format (json or csv).
@@ -53,17 +127,36 @@ func usageQuery(r *http.Request, now time.Time) (usage.Query, bool, *apiError) {
 	if aerr := onlyParams(v, "GET .../usage", "rule", "step", "from", "to", "format"); aerr != nil {
 		return usage.Query{}, false, aerr
 	}
-	q := usage.Query{Rule: v.Get("rule"), Step: usage.Step(v.Get("step")), To: now}
-	if q.Rule != "" {
-		if err := sluice.RuleName(q.Rule).Validate(); err != nil {
-			return q, false, badRequest("rule=%q: %s", q.Rule, sentence(err.Error()))
-		}
-	}
+	q := usage.Query{Step: usage.Step(v.Get("step"))}
 	if q.Step == "" {
 		q.Step = usage.StepMinute
 	}
 	if q.Step.Duration() == 0 {
 		return q, false, badRequest("step=%q is not one of minute, hour or day.", q.Step)
+	}
+	common, asCSV, aerr := rangeParams(r, v, v.Get("rule"), usage.DefaultSpan(q.Step), now)
+	if aerr != nil {
+		return q, false, aerr
+	}
+	q.Rule, q.From, q.To = v.Get("rule"), common.From, common.To
+	// The namespace is filled in by the caller; validate the rest now.
+	probe := q
+	probe.Namespace = "-"
+	if err := probe.Validate(); err != nil {
+		return q, false, badRequest("%s", sentence(err.Error()))
+	}
+	return q, asCSV, nil
+}
+
+// rangeParams reads the parameters the usage calls share: rule (checked),
+// from and to (RFC 3339; to defaults to now, from to span before it) and
+// format (json or csv, or Accept: text/csv).
+func rangeParams(r *http.Request, v url.Values, rule string, span time.Duration, now time.Time) (usage.Query, bool, *apiError) {
+	q := usage.Query{To: now}
+	if rule != "" {
+		if err := sluice.RuleName(rule).Validate(); err != nil {
+			return q, false, badRequest("rule=%q: %s", rule, sentence(err.Error()))
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -78,7 +171,7 @@ func usageQuery(r *http.Request, now time.Time) (usage.Query, bool, *apiError) {
 		}
 	}
 	if v.Get("from") == "" {
-		q.From = q.To.Add(-usage.DefaultSpan(q.Step))
+		q.From = q.To.Add(-span)
 	}
 	asCSV := strings.Contains(r.Header.Get("Accept"), "text/csv")
 	switch v.Get("format") {
@@ -89,12 +182,6 @@ func usageQuery(r *http.Request, now time.Time) (usage.Query, bool, *apiError) {
 		asCSV = false
 	default:
 		return q, false, badRequest("format=%q is not json or csv.", v.Get("format"))
-	}
-	// The namespace is filled in by the caller; validate the rest now.
-	probe := q
-	probe.Namespace = "-"
-	if err := probe.Validate(); err != nil {
-		return q, false, badRequest("%s", sentence(err.Error()))
 	}
 	return q, asCSV, nil
 }

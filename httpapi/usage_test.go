@@ -87,3 +87,55 @@ func TestUsageHistory(t *testing.T) {
 		t.Errorf("the tenant made again: %s", r.raw)
 	}
 }
+
+// TestTopSubjectsAPI: the heaviest subjects counted by the engine, read
+// through GET /v1/tenants/{t}/usage/top by denials and by units, as JSON
+// and CSV, within the tenant only; bad queries are refused.
+func TestTopSubjectsAPI(t *testing.T) {
+	rec := usage.NewRecorder(usage.Options{})
+	h := newHarness(t, harnessOptions{usage: rec})
+	for _, tenant := range []string{"acme", "beta"} {
+		h.createTenant(tenant)
+		h.putRule(tenant, "api", map[string]any{"route": "/api*", "limits": []any{
+			map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": 10, "window": "1h"}}})
+	}
+	acmeKey, _ := h.createKey("acme", "check")
+	betaKey, _ := h.createKey("beta", "check")
+	betaAdmin, _ := h.createKey("beta", "admin")
+	for subject, checks := range map[string]int{"mallory": 14, "bob": 3, "carol": 1} {
+		for range checks {
+			h.check(acmeKey, map[string]any{"route": "/api/x", "subject": subject, "cost": 2})
+		}
+	}
+	h.check(betaKey, map[string]any{"route": "/api/x", "subject": "beta-user", "cost": 1})
+	rec.Roll(time.Now())
+	if err := rec.Flush(t.Context(), h.catalog.(usage.Writer)); err != nil {
+		t.Fatal(err)
+	}
+	// mallory: 5 allowed (10 units), 9 denied; bob 3 allowed, 6 units.
+	r := h.must(http.StatusOK, "GET", "/v1/tenants/acme/usage/top", testAdminToken, nil)
+	if !strings.Contains(r.raw, `"by":"denied"`) || !strings.Contains(r.raw, `"subjects":[{"rule":"api","subject":"mallory","denied":9,"units":10}]`) {
+		t.Errorf("by denials: %s", r.raw)
+	}
+	r = h.must(http.StatusOK, "GET", "/v1/tenants/acme/usage/top?by=units&rule=api&limit=2&format=csv", testAdminToken, nil)
+	if want := "rule,subject,denied,units\napi,mallory,9,10\napi,bob,0,6\n"; r.raw != want {
+		t.Errorf("by units as CSV: %q, want %q", r.raw, want)
+	}
+	if r := h.must(http.StatusOK, "GET", "/v1/tenants/beta/usage/top?by=units", betaAdmin, nil); strings.Contains(r.raw, "mallory") || !strings.Contains(r.raw, `"beta-user"`) {
+		t.Errorf("beta's own: %s", r.raw)
+	}
+	if r := h.do("GET", "/v1/tenants/acme/usage/top", betaAdmin, nil); r.status != http.StatusForbidden {
+		t.Errorf("beta's key reading acme's subjects: %d %s", r.status, r.raw)
+	}
+	for query, says := range map[string]string{
+		"by=errors":  `by=\"errors\" is not denied or units`,
+		"limit=0":    `limit=\"0\" must be a whole number between 1 and 100`,
+		"limit=many": `limit=\"many\" must be a whole number`,
+		"step=hour":  `Unknown query parameter \"step\"`,
+	} {
+		r := h.do("GET", "/v1/tenants/acme/usage/top?"+query, testAdminToken, nil)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.raw, says) {
+			t.Errorf("%s: %d %s; want 400 saying %s", query, r.status, r.raw, says)
+		}
+	}
+}

@@ -106,4 +106,57 @@ type Reader interface {
 	// ReadUsage returns the rows q selects, oldest first, rules in byte
 	// order within a period. Periods with nothing counted have no row.
 	ReadUsage(ctx context.Context, q Query) ([]Row, error)
+	// ReadTop returns the heaviest subjects q selects, heaviest first
+	// (then by rule and subject).
+	ReadTop(ctx context.Context, q TopQuery) ([]TopSubject, error)
+}
+
+// By is what TopQuery ranks subjects by.
+type By string
+
+// The rankings of top subjects.
+const (
+	ByDenied By = "denied"
+	ByUnits  By = "units"
+)
+
+// MaxTopLimit bounds TopQuery.Limit.
+const MaxTopLimit = 100
+
+// TopQuery selects the heaviest subjects of one namespace's rule (every
+// rule when Rule is ""), over the hours starting in [From, To) (both
+// truncated to the hour, To rounded up), ranked by By, at most Limit.
+type TopQuery struct {
+	Namespace, Rule string
+	By              By
+	From, To        time.Time
+	Limit           int
+}
+
+// Bounds returns From and To truncated to the hour, To rounded up.
+func (q TopQuery) Bounds() (from, to time.Time) {
+	return Query{Step: StepHour, From: q.From, To: q.To}.Bounds()
+}
+
+// Validate reports what is wrong with q, in a sentence a user understands.
+func (q TopQuery) Validate() error {
+	if q.Namespace == "" {
+		return errors.New("the namespace (tenant or domain) is required")
+	}
+	if q.By != ByDenied && q.By != ByUnits {
+		return fmt.Errorf("by %q is not denied or units", q.By)
+	}
+	if q.Limit < 1 || q.Limit > MaxTopLimit {
+		return fmt.Errorf("limit %d is not between 1 and %d", q.Limit, MaxTopLimit)
+	}
+	return Query{Namespace: q.Namespace, Step: StepHour, From: q.From, To: q.To}.Validate()
+}
+
+// TopSubject is one subject of a rule among the heaviest over a range: the
+// sums of what the instances counted of it in each hour where it was among
+// their TopN. A subject that was heavy only at times, or only at some
+// instances, is undercounted by what it did outside their lists.
+type TopSubject struct {
+	Rule, Subject string
+	Denied, Units int64
 }

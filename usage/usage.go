@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,10 @@ type shard struct {
 
 // Counters count one rule's decisions. A nil *Counters counts nothing, so
 // an engine without usage pays one nil check.
-type Counters struct{ shards [shards]shard }
+type Counters struct {
+	shards [shards]shard
+	top    atomic.Pointer[topSketch] // the hour under way; nil until a subject is counted
+}
 
 // Add adds n to kind. It is safe for concurrent use and does not allocate.
 func (c *Counters) Add(kind Kind, n int64) {
@@ -79,10 +83,21 @@ func (r *Row) set(v [numKinds]int64) {
 	r.Degraded, r.Shed, r.Units = v[Degraded], v[Shed], v[Units]
 }
 
-// Writer stores a batch of rows, adding them to what is stored (several
-// instances write the same minutes), in one transaction.
+// Batch is what one flush writes.
+type Batch struct {
+	// Rows are added to what is stored: several instances write the same
+	// minutes.
+	Rows []Row
+	// Instance names the Recorder that wrote Top.
+	Instance string
+	// Top replaces Instance's top subjects of each (namespace, rule, hour)
+	// it holds: they are that instance's figures so far in the hour.
+	Top []TopRow
+}
+
+// Writer stores a batch in one transaction.
 type Writer interface {
-	AddUsage(ctx context.Context, rows []Row) error
+	WriteUsage(ctx context.Context, b Batch) error
 }
 
 // DefaultMaxRows bounds the rows waiting for the Writer: a day of minutes
@@ -110,11 +125,15 @@ type entry struct {
 // Recorder owns the Counters of every rule and their pending rows. It is
 // safe for concurrent use.
 type Recorder struct {
-	opts    Options
-	mu      sync.Mutex
-	rules   map[ruleKey]*entry
-	pending []Row
-	dropped atomic.Int64
+	opts     Options
+	instance string
+	mu       sync.Mutex
+	rules    map[ruleKey]*entry
+	pending  []Row
+	// pendingTop holds the latest top subjects of each rule and hour not
+	// yet written.
+	pendingTop map[topKey][]TopRow
+	dropped    atomic.Int64
 }
 
 // NewRecorder returns a Recorder.
@@ -125,7 +144,8 @@ func NewRecorder(opts Options) *Recorder {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Recorder{opts: opts, rules: make(map[ruleKey]*entry)}
+	return &Recorder{opts: opts, rules: make(map[ruleKey]*entry), pendingTop: make(map[topKey][]TopRow),
+		instance: fmt.Sprintf("%016x", rand.Uint64())}
 }
 
 // Counters returns the Counters of (namespace, rule), the same ones for as
@@ -169,6 +189,7 @@ func (r *Recorder) Roll(minute time.Time) {
 		r.pending = append(r.pending, row)
 	}
 	r.trim()
+	r.rollTop(minute)
 }
 
 // trim drops the oldest pending rows past the bound. r.mu is held.
@@ -184,36 +205,51 @@ func (r *Recorder) trim() {
 	}
 }
 
-// Pending returns the number of rows waiting for the Writer.
+// Pending returns the number of rows waiting for the Writer, top
+// subjects' included.
 func (r *Recorder) Pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.pending)
+	return len(r.pending) + r.topRows()
 }
 
 // Dropped returns the number of rows dropped since the Recorder was made.
 func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
 
-// Flush writes the pending rows in one batch. On failure they stay pending
-// (within the bound) for the next Flush.
+// Flush writes the pending rows and top subjects in one batch. On failure
+// they stay pending (within the bound) for the next Flush.
 func (r *Recorder) Flush(ctx context.Context, w Writer) error {
 	r.mu.Lock()
-	batch := r.pending
-	r.pending = nil
+	batch := Batch{Rows: r.pending, Instance: r.instance}
+	top := r.pendingTop
+	r.pending, r.pendingTop = nil, make(map[topKey][]TopRow)
 	r.mu.Unlock()
-	if len(batch) == 0 {
+	keys := make([]topKey, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
+	for _, k := range keys {
+		batch.Top = append(batch.Top, top[k]...)
+	}
+	if len(batch.Rows) == 0 && len(batch.Top) == 0 {
 		return nil
 	}
-	err := w.AddUsage(ctx, batch)
+	err := w.WriteUsage(ctx, batch)
 	if err == nil {
 		return nil
 	}
 	r.mu.Lock()
 	// Older first, so trim drops the oldest.
-	r.pending = append(batch, r.pending...)
+	r.pending = append(batch.Rows, r.pending...)
 	r.trim()
+	for k, rows := range top {
+		if _, newer := r.pendingTop[k]; !newer {
+			r.pendingTop[k] = rows
+		}
+	}
 	r.mu.Unlock()
-	return fmt.Errorf("usage: store %d rollup rows: %w", len(batch), err)
+	return fmt.Errorf("usage: store %d rollup rows and %d top subjects: %w", len(batch.Rows), len(batch.Top), err)
 }
 
 // Run rolls at every minute boundary and flushes every interval until ctx

@@ -24,6 +24,7 @@ type store interface {
 	Migrate(ctx context.Context) error
 	usage.Writer
 	usage.Reader
+	AddUsage(ctx context.Context, rows []usage.Row) error
 	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
 	Close() error
 }
@@ -335,4 +336,129 @@ func TestStepsAreExactSums(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTopSubjects: three instances' engines count a load whose heavy
+// subjects the test knows, among many light ones; the stored top subjects
+// rank them first with their exact sums across instances, a second flush
+// in the hour replaces an instance's figures rather than adding to them,
+// and the next hour starts from nothing.
+func TestTopSubjects(t *testing.T) {
+	for name, open := range dialects(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			ns := "top-" + name
+			shared := memory.New(memory.Options{})
+			t.Cleanup(func() { shared.Close() })
+			hour := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
+			const instances = 3
+			type instance struct {
+				rec  *usage.Recorder
+				e    *check.Engine
+				rule *check.Rule
+				cat  store
+			}
+			var all []instance
+			for range instances {
+				cat := open(t)
+				if err := cat.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				rec := usage.NewRecorder(usage.Options{})
+				e := check.New(shared, check.Options{Usage: rec})
+				t.Cleanup(func() { e.Close() })
+				// 5 per subject per hour: "hot" and "warm" go over.
+				r := e.NewRule(metrics.Labels{Tenant: ns, Rule: "api"}, check.Rule{Namespace: ns, Name: "api", Limits: hourly(5)})
+				all = append(all, instance{rec, e, r, cat})
+			}
+			next := 0 // round robin over the instances, across calls
+			run := func(subject string, n int) {
+				for range n {
+					in := all[next%instances]
+					next++
+					if _, err := in.e.Check(ctx, check.Query{Rule: in.rule, Subject: subject, Cost: 1}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			run("hot", 300)  // 5 allowed, 295 denied
+			run("warm", 105) // 5 allowed, 100 denied
+			// Allowed once each: fewer per instance and shard than a shard
+			// holds, so every count is exact.
+			for i := range 200 {
+				run(fmt.Sprint("light-", i), 1)
+			}
+			flush := func(minute time.Time) {
+				for _, in := range all {
+					in.rec.Roll(minute)
+					if err := in.rec.Flush(ctx, in.cat); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			top := func(by usage.By, from time.Time) []usage.TopSubject {
+				got, err := all[0].cat.ReadTop(ctx, usage.TopQuery{Namespace: ns, By: by, From: from, To: from.Add(time.Hour), Limit: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			flush(hour.Add(10 * time.Minute))
+			run("hot", 30) // 30 more denials, later in the hour
+			flush(hour.Add(11 * time.Minute))
+			want := "[{api hot 325 5} {api warm 100 5}]"
+			if got := fmt.Sprint(top(usage.ByDenied, hour)); got != want {
+				t.Errorf("top by denials: %s, want %s", got, want)
+			}
+			if got := fmt.Sprint(top(usage.ByUnits, hour)); got != "[{api hot 325 5} {api warm 100 5} {api light-0 0 1}]" {
+				t.Errorf("top by units: %s, want hot and warm first at 5", got)
+			}
+			// The hour's last minute ends it; the next starts from nothing.
+			flush(hour.Add(59 * time.Minute))
+			run("warm", 3) // denied
+			flush(hour.Add(61 * time.Minute))
+			if got := fmt.Sprint(top(usage.ByDenied, hour.Add(time.Hour))); got != "[{api warm 3 0}]" {
+				t.Errorf("the next hour: %s", got)
+			}
+			if got := fmt.Sprint(top(usage.ByDenied, hour)); got != want {
+				t.Errorf("the hour after it ended: %s, want %s", got, want)
+			}
+			if _, err := all[0].cat.ReadTop(ctx, usage.TopQuery{Namespace: ns, By: "errors", From: hour, To: hour.Add(time.Hour), Limit: 3}); !errors.Is(err, sluice.ErrInvalid) {
+				t.Errorf("by errors: %v", err)
+			}
+		})
+	}
+}
+
+// TestTopSubjectsDoNotAllocate: counting a subject allocates nothing once
+// the rule's hour has its sketch, whether the subject is new or known.
+func TestTopSubjectsDoNotAllocate(t *testing.T) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	c.Subject("first", true, 0)
+	subjects := make([]string, 1000)
+	for i := range subjects {
+		subjects[i] = fmt.Sprint("user-", i)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { c.Subject(subjects[i%len(subjects)], i%2 == 0, 3); i++ }); n != 0 {
+		t.Errorf("Counters.Subject allocates %v times per call", n)
+	}
+}
+
+// BenchmarkCountersSubject: one subject counted from every core at once on
+// one rule, among 10,000 subjects.
+func BenchmarkCountersSubject(b *testing.B) {
+	c := usage.NewRecorder(usage.Options{}).Counters("acme", "api")
+	subjects := make([]string, 10000)
+	for i := range subjects {
+		subjects[i] = fmt.Sprint("user-", i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			c.Subject(subjects[i%len(subjects)], false, 1)
+			i++
+		}
+	})
 }

@@ -31,6 +31,22 @@ func TestUsageCommand(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.WriteUsage(t.Context(), usage.Batch{Instance: "i1", Top: []usage.TopRow{
+		{Namespace: acme.CounterNamespace(), Rule: "api", Hour: minute.Truncate(time.Hour), Subject: "mallory", Denied: 3, Units: 14},
+		{Namespace: acme.CounterNamespace(), Rule: "api", Hour: minute.Truncate(time.Hour), Subject: "bob", Units: 2},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var tops [2]string
+	for i, mode := range modes {
+		tops[i] = s.mustRunIn(t, mode, "usage", "acme", "--top", "units", "-o", "json")
+	}
+	if tops[0] != tops[1] || !strings.Contains(tops[0], `"subject": "mallory"`) || strings.Index(tops[0], "mallory") > strings.Index(tops[0], "bob") {
+		t.Errorf("--top units from the database and the server:\n%s\n%s", tops[0], tops[1])
+	}
+	if got := s.mustRunIn(t, "server", "usage", "acme", "--top", "denied", "--csv"); got != "rule,subject,denied,units\napi,mallory,3,14\n" {
+		t.Errorf("--top denied --csv: %q", got)
+	}
 	var outs [2]string
 	for i, mode := range modes {
 		outs[i] = s.mustRunIn(t, mode, "usage", "acme", "--rule", "api", "--step", "hour", "-o", "json")
@@ -51,7 +67,8 @@ func TestUsageCommand(t *testing.T) {
 	if want := "start,rule,allowed,denied,shadow_denied,degraded,shed,units\n" + minute.Format(time.RFC3339) + ",other,0,0,0,0,2,0\n"; csv != want {
 		t.Errorf("--csv: %q, want %q", csv, want)
 	}
-	for _, bad := range [][]string{{"usage", "acme", "--step", "week"}, {"usage", "acme", "--from", "yesterday"}, {"usage", "nobody"}} {
+	for _, bad := range [][]string{{"usage", "acme", "--step", "week"}, {"usage", "acme", "--from", "yesterday"}, {"usage", "nobody"},
+		{"usage", "acme", "--top", "errors"}, {"usage", "acme", "--top", "units", "--limit", "0"}} {
 		for _, mode := range modes {
 			if _, _, err := s.runIn(t, mode, bad...); err == nil {
 				t.Errorf("%s mode: sluice %s succeeded", mode, strings.Join(bad, " "))

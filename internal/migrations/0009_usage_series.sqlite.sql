@@ -43,6 +43,18 @@ CREATE TABLE usage_by_day (
     units         BIGINT  NOT NULL DEFAULT 0,
     PRIMARY KEY (series, start)
 );
+-- The heaviest subjects of a rule's hour, by denials and by units, as each
+-- instance last wrote them (its figures so far in the hour, replaced at
+-- every flush); a query sums the instances.
+CREATE TABLE usage_top (
+    series   INTEGER NOT NULL REFERENCES usage_series (id) ON DELETE CASCADE,
+    start    INTEGER NOT NULL,
+    instance TEXT    NOT NULL,
+    subject  TEXT    NOT NULL,
+    denied   BIGINT  NOT NULL,
+    units    BIGINT  NOT NULL,
+    PRIMARY KEY (series, start, instance, subject)
+);
 
 INSERT INTO usage_series (namespace, rule) SELECT DISTINCT namespace, rule FROM usage_minutes;
 INSERT INTO usage_by_minute SELECT s.id, (m.minute_ms / 60000),

@@ -76,12 +76,20 @@ func (s *seriesIDs) put(m map[usageSeries]int64) {
 	}
 }
 
-// AddUsage adds rows (each a minute's counts) to the stored rollups of
-// every step in one transaction: a period another instance wrote already
-// gets the sums. Rows are written in key order, so instances flushing at
-// once lock them in the same order and never deadlock.
+// AddUsage adds rows to the stored rollups: WriteUsage of rows alone.
 func (c *Catalog) AddUsage(ctx context.Context, rows []usage.Row) error {
-	if len(rows) == 0 {
+	return c.WriteUsage(ctx, usage.Batch{Rows: rows})
+}
+
+// WriteUsage stores one flush in one transaction. Its rows (each a
+// minute's counts) are added to the stored rollups of every step: a period
+// another instance wrote already gets the sums. Rows are written in key
+// order, so instances flushing at once lock them in the same order and
+// never deadlock. Its top subjects replace the instance's of each rule and
+// hour they name (other instances write other rows).
+func (c *Catalog) WriteUsage(ctx context.Context, b usage.Batch) error {
+	rows := b.Rows
+	if len(rows) == 0 && len(b.Top) == 0 {
 		return nil
 	}
 	tx, err := c.write.BeginTx(ctx, nil)
@@ -89,7 +97,11 @@ func (c *Catalog) AddUsage(ctx context.Context, rows []usage.Row) error {
 		return fail("store usage", c.markReadOnly(err))
 	}
 	defer tx.Rollback()
-	ids, created, err := c.usageSeriesIDs(ctx, tx, rows)
+	named := slices.Clone(rows)
+	for _, t := range b.Top {
+		named = append(named, usage.Row{Namespace: t.Namespace, Rule: t.Rule})
+	}
+	ids, created, err := c.usageSeriesIDs(ctx, tx, named)
 	if err != nil {
 		return fail("store usage", c.markReadOnly(err))
 	}
@@ -132,10 +144,39 @@ func (c *Catalog) AddUsage(ctx context.Context, rows []usage.Row) error {
 		}
 		stmt.Close()
 	}
+	if err := c.writeTop(ctx, tx, ids, b); err != nil {
+		return fail("store usage", c.markReadOnly(err))
+	}
 	if err := tx.Commit(); err != nil {
 		return fail("store usage", c.markReadOnly(err))
 	}
 	c.usageSeries.put(created)
+	return nil
+}
+
+// writeTop replaces b.Instance's top subjects of each rule and hour in b.
+func (c *Catalog) writeTop(ctx context.Context, tx *sql.Tx, ids map[usageSeries]int64, b usage.Batch) error {
+	if len(b.Top) == 0 {
+		return nil
+	}
+	if b.Instance == "" {
+		return fmt.Errorf("top subjects need the name of the instance that counted them: %w", sluice.ErrInvalid)
+	}
+	cleared := make(map[usagePeriod]bool)
+	for _, t := range b.Top {
+		k := usagePeriod{ids[usageSeries{t.Namespace, t.Rule}], t.Hour.Unix() / 60}
+		if !cleared[k] {
+			cleared[k] = true
+			if _, err := tx.ExecContext(ctx, `DELETE FROM usage_top WHERE series = $1 AND start = $2 AND instance = $3`,
+				k.series, k.start, b.Instance); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO usage_top (series, start, instance, subject, denied, units)
+			VALUES ($1, $2, $3, $4, $5, $6)`, k.series, k.start, b.Instance, t.Subject, t.Denied, t.Units); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -203,9 +244,38 @@ func (c *Catalog) ReadUsage(ctx context.Context, q usage.Query) ([]usage.Row, er
 	return out, fail("read usage", rows.Err())
 }
 
-// PruneUsage deletes the stored minutes that start before before, and the
-// hours and days older than usage.HoursKept and usage.DaysKept (or than
-// before, if that is older still), at most about limit rows a call, and
+// ReadTop returns the heaviest subjects q selects, summed over the hours
+// and instances that counted them.
+func (c *Catalog) ReadTop(ctx context.Context, q usage.TopQuery) ([]usage.TopSubject, error) {
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("read top subjects: %s: %w", err.Error(), sluice.ErrInvalid)
+	}
+	from, to := q.Bounds()
+	rank := "SUM(t.denied)"
+	if q.By == usage.ByUnits {
+		rank = "SUM(t.units)"
+	}
+	rows, err := c.read.QueryContext(ctx, `SELECT s.rule, t.subject, SUM(t.denied), SUM(t.units)
+		FROM usage_top t JOIN usage_series s ON s.id = t.series
+		WHERE s.namespace = $1 AND ($2 = '' OR s.rule = $2) AND t.start >= $3 AND t.start < $4
+		GROUP BY s.rule, t.subject HAVING `+rank+` > 0
+		ORDER BY `+rank+` DESC, s.rule`+c.dialect.ByteOrder+`, t.subject`+c.dialect.ByteOrder+` LIMIT $5`,
+		q.Namespace, q.Rule, from.Unix()/60, to.Unix()/60, q.Limit)
+	return collectFail("read top subjects", rows, err, func(r scanner) (usage.TopSubject, error) {
+		var t usage.TopSubject
+		return t, r.Scan(&t.Rule, &t.Subject, &t.Denied, &t.Units)
+	})
+}
+
+func collectFail[T any](what string, rows *sql.Rows, err error, scan func(scanner) (T, error)) ([]T, error) {
+	out, err := collect(rows, err, scan)
+	return out, fail(what, err)
+}
+
+// PruneUsage deletes the stored minutes and top subjects that start before
+// before, and the hours and days older than usage.HoursKept and
+// usage.DaysKept (or than before, if that is older still), at most about
+// limit rows a call (a top subjects' hour goes whole), and
 // returns how many it deleted. Each statement deletes one series' oldest
 // rows along its primary key, so no index on time alone is needed.
 func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error) {
@@ -217,6 +287,7 @@ func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (
 		"usage_by_minute": before,
 		"usage_by_hour":   earlier(before, now.Add(-usage.HoursKept)),
 		"usage_by_day":    earlier(before, now.Add(-usage.DaysKept)),
+		"usage_top":       before,
 	}
 	series, err := c.read.QueryContext(ctx, `SELECT id FROM usage_series ORDER BY id`)
 	ids, err := collect(series, err, func(r scanner) (int64, error) {
@@ -228,14 +299,14 @@ func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (
 	}
 	var deleted int64
 	for _, id := range ids {
-		for _, t := range usageTables {
+		for _, table := range []string{"usage_by_minute", "usage_by_hour", "usage_by_day", "usage_top"} {
 			left := int64(limit) - deleted
 			if left <= 0 {
 				return deleted, nil
 			}
-			res, err := c.write.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE series = $1 AND start IN
-				(SELECT start FROM `+t.name+` WHERE series = $1 AND start < $2 ORDER BY start LIMIT $3)`,
-				id, cutoffs[t.name].Unix()/60, left)
+			res, err := c.write.ExecContext(ctx, `DELETE FROM `+table+` WHERE series = $1 AND start IN
+				(SELECT start FROM `+table+` WHERE series = $1 AND start < $2 ORDER BY start LIMIT $3)`,
+				id, cutoffs[table].Unix()/60, left)
 			if err != nil {
 				return deleted, fail("prune usage rollups", c.markReadOnly(err))
 			}

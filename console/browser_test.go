@@ -196,6 +196,21 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("check after the reset: %d, want 200", status)
 	}
 
+	// Usage history, once the instance has flushed: 5 allowed (4 of
+	// user-42, 1 of user-7), 2 denied, user-42 the top denied subject,
+	// linked to the inspector.
+	s.flushUsage()
+	run("usage", chromedp.Navigate(base+"tenants/acme/usage"), chromedp.WaitVisible(chromedp.CSS("#usage-totals")))
+	waitText("usage totals", "#usage-totals tbody", "orders\t5\t2\t0\t0\t0\t5")
+	waitText("top denied subjects", "#usage-top-denied tbody", "user-42\torders\t2\t4")
+	run("usage chart", chromedp.WaitVisible(chromedp.CSS(`#usage-chart[data-denied="2"][data-allowed="5"] canvas`)))
+	shot("usage")
+	if link := eval[string](t, ctx, "inspector link", `document.querySelector("#usage-top-denied a").getAttribute("href")`); link != "/console/tenants/acme/inspect?rule=orders&subject=user-42" {
+		t.Errorf("the top subject links to %q", link)
+	}
+	run("usage filtered", chromedp.Navigate(base+"tenants/acme/usage?range=1h&subject=nobody"), chromedp.WaitVisible(chromedp.CSS("#usage-chart")))
+	waitText("nothing matches", "main", "No subject containing “nobody”.")
+
 	// Every page at 1280 and 390 pixels wide: nothing wider than the
 	// screen, and every action either on screen or in a table that scrolls.
 	run("keys for the revoke link", chromedp.Navigate(base+"tenants/acme/keys"), chromedp.WaitVisible(chromedp.CSS("#keys")))
@@ -209,6 +224,7 @@ func TestBrowser(t *testing.T) {
 		{"inspect", "tenants/acme/inspect?rule=orders&subject=user-42", "#inspect-result"},
 		{"envoy", "envoy", "main"},
 		{"audit", "audit", "#audit"},
+		{"usage", "tenants/acme/usage?range=30d", "#usage-totals"},
 		{"confirm-delete-tenant", "tenants/acme/delete", "#confirm"},
 		{"confirm-revoke-key", strings.TrimPrefix(keyPath, "/console/"), "#confirm-button"},
 		{"confirm-delete-rule", "tenants/acme/rules/orders/delete", "#confirm-button"},
@@ -218,7 +234,7 @@ func TestBrowser(t *testing.T) {
 		for _, pg := range pages {
 			run(pg.name, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(pg.sel)))
 			checkFits(t, ctx, fmt.Sprintf("%s at %d px", pg.name, width))
-			if width == 390 && (pg.name == "keys" || pg.name == "rules" || pg.name == "overview" || pg.name == "rule-form") {
+			if width == 390 && (pg.name == "keys" || pg.name == "rules" || pg.name == "overview" || pg.name == "rule-form" || pg.name == "usage") {
 				shot(pg.name + "-390")
 			}
 		}

@@ -197,6 +197,9 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/inspect", c.signedIn(c.handleInspect))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/inspect/reset", c.signedIn(c.handleResetSubject))
 
+	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/usage", c.signedIn(c.handleUsage))
+	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/usage.json", c.signedIn(c.handleUsageJSON))
+
 	mux.HandleFunc("GET "+Prefix+"envoy", c.signedIn(c.handleEnvoy))
 	mux.HandleFunc("GET "+Prefix+"audit", c.signedIn(c.handleAudit))
 	return secureHeaders(mux)

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	"github.com/sluicelabs/sluice/sqlite"
+	"github.com/sluicelabs/sluice/usage"
 )
 
 const adminToken = "console-test-admin-token-0123456789"
@@ -32,6 +34,9 @@ type stack struct {
 	t   *testing.T
 	srv *httptest.Server
 	api *httpapi.API
+	// flushUsage writes the usage counted so far to the catalog, as an
+	// instance does every --usage-flush.
+	flushUsage func()
 }
 
 func newStack(t *testing.T) *stack { return newStackWith(t, false, nil) }
@@ -61,7 +66,8 @@ func newStackFull(t *testing.T, overTLS bool, defaultMode sluice.FailureMode, ch
 	store := memory.New(memory.Options{})
 	t.Cleanup(func() { store.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	engine := check.New(store, check.Options{Metrics: m})
+	rollups := usage.NewRecorder(usage.Options{})
+	engine := check.New(store, check.Options{Metrics: m, Usage: rollups})
 	t.Cleanup(func() { engine.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	api, err := httpapi.New(ctx, httpapi.Options{Catalog: catalog, Engine: engine, Metrics: m, Logger: logger,
@@ -90,7 +96,13 @@ func newStackFull(t *testing.T, overTLS bool, defaultMode sluice.FailureMode, ch
 		srv.Start()
 	}
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return &stack{t: t, srv: srv, api: api}
+	flush := func() {
+		rollups.Roll(time.Now())
+		if err := rollups.Flush(ctx, catalog); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &stack{t: t, srv: srv, api: api, flushUsage: flush}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow

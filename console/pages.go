@@ -22,13 +22,14 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered in layout.html.
-var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "audit", "error"}
+var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "audit", "usage", "error"}
 
 var funcs = template.FuncMap{
 	"pathEscape":  url.PathEscape,
 	"queryEscape": url.QueryEscape,
 	"rate":        func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"add":         func(a, b int) int { return a + b },
+	"list":        func(xs ...string) []string { return xs },
 	"limitText":   limitText,
 	"ms": func(ms int64) string {
 		return (time.Duration(ms) * time.Millisecond).String()
@@ -65,7 +66,7 @@ type view struct {
 
 var titles = map[string]string{
 	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant", "confirm": "Confirm",
-	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "error": "Error",
+	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "usage": "Usage", "error": "Error",
 }
 
 // render writes page name inside the layout.

@@ -159,11 +159,11 @@ func topOf(sk *topSketch, closeIt bool) map[string]*[2]int64 {
 }
 
 // rollTop turns every rule's hour so far into pending top rows (replacing
-// those pending for that hour), and starts a new hour where minute is its
-// last. r.mu is held.
-func (r *Recorder) rollTop(minute time.Time) {
+// those pending for that hour), and starts a new hour once minute, the last
+// of its hour, is complete. r.mu is held.
+func (r *Recorder) rollTop(minute time.Time, complete bool) {
 	hour := minute.Truncate(time.Hour)
-	last := minute.Add(time.Minute).Truncate(time.Hour) != hour
+	last := complete && minute.Add(time.Minute).Truncate(time.Hour) != hour
 	for k, e := range r.rules {
 		sk := e.c.top.Load()
 		if sk == nil {

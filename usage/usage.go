@@ -167,8 +167,12 @@ func (r *Recorder) Counters(namespace, rule string) *Counters {
 }
 
 // Roll turns what was counted since the last roll into rows of minute
-// (truncated to the minute) waiting for the next Flush.
-func (r *Recorder) Roll(minute time.Time) {
+// (truncated to the minute) waiting for the next Flush. minute is over: if
+// it is the last of its hour, the hour's top subjects are final.
+func (r *Recorder) Roll(minute time.Time) { r.roll(minute, true) }
+
+// roll is Roll of a minute over (complete) or still under way.
+func (r *Recorder) roll(minute time.Time, complete bool) {
 	minute = minute.UTC().Truncate(time.Minute)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -189,7 +193,7 @@ func (r *Recorder) Roll(minute time.Time) {
 		r.pending = append(r.pending, row)
 	}
 	r.trim()
-	r.rollTop(minute)
+	r.rollTop(minute, complete)
 }
 
 // trim drops the oldest pending rows past the bound. r.mu is held.
@@ -253,9 +257,11 @@ func (r *Recorder) Flush(ctx context.Context, w Writer) error {
 }
 
 // Run rolls at every minute boundary and flushes every interval until ctx
-// ends, then rolls the minute under way and flushes once more (with a
-// short deadline of its own). Failed flushes are reported to report (nil:
-// ignored) and retried at the next.
+// ends, then flushes once more (with a short deadline of its own). Each
+// flush first rolls the minute under way so far, so a decision is stored
+// within one interval; its later counts are added to the same minute.
+// Failed flushes are reported to report (nil: ignored) and retried at the
+// next.
 func (r *Recorder) Run(ctx context.Context, w Writer, interval time.Duration, report func(error)) error {
 	if interval <= 0 {
 		return errors.New("usage: the flush interval must be positive")
@@ -265,28 +271,36 @@ func (r *Recorder) Run(ctx context.Context, w Writer, interval time.Duration, re
 	}
 	flush := time.NewTicker(interval)
 	defer flush.Stop()
+	// open is the minute the counts accumulate in: what was counted since
+	// the last roll belongs to it until a roll at or after its end.
+	open := r.opts.Now().UTC().Truncate(time.Minute)
+	closeEnded := func() {
+		if now := r.opts.Now().UTC().Truncate(time.Minute); now.After(open) {
+			r.Roll(open)
+			open = now
+		}
+	}
+	flushNow := func(ctx context.Context) {
+		closeEnded()
+		r.roll(open, false)
+		if err := r.Flush(ctx, w); err != nil {
+			report(err)
+		}
+	}
 	for {
-		now := r.opts.Now()
-		next := now.Truncate(time.Minute).Add(time.Minute)
-		roll := time.NewTimer(next.Sub(now))
+		roll := time.NewTimer(open.Add(time.Minute).Sub(r.opts.Now()))
 		select {
 		case <-ctx.Done():
 			roll.Stop()
-			r.Roll(r.opts.Now())
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := r.Flush(fctx, w); err != nil {
-				report(err)
-			}
+			flushNow(fctx)
 			cancel()
 			return nil
 		case <-roll.C:
-			// The counts since the last roll belong to the minute that ended.
-			r.Roll(next.Add(-time.Minute))
+			closeEnded()
 		case <-flush.C:
 			roll.Stop()
-			if err := r.Flush(ctx, w); err != nil {
-				report(err)
-			}
+			flushNow(ctx)
 		}
 	}
 }

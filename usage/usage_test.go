@@ -462,3 +462,61 @@ func BenchmarkCountersSubject(b *testing.B) {
 		}
 	})
 }
+
+// memWriter keeps every batch written, summing rows per namespace and rule.
+type memWriter struct {
+	mu      sync.Mutex
+	allowed map[string]int64
+	batches int
+}
+
+func (m *memWriter) WriteUsage(_ context.Context, b usage.Batch) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range b.Rows {
+		m.allowed[r.Rule] += r.Allowed
+	}
+	m.batches++
+	return nil
+}
+
+func (m *memWriter) sum(rule string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.allowed[rule]
+}
+
+// TestRunStoresWithinOneFlush: Run writes what was counted within a flush
+// interval, before its minute ends, and adds later counts of the same
+// minute without counting any twice; stopping it writes the rest.
+func TestRunStoresWithinOneFlush(t *testing.T) {
+	rec := usage.NewRecorder(usage.Options{})
+	c := rec.Counters("acme", "api")
+	w := &memWriter{allowed: map[string]int64{}}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx, w, 20*time.Millisecond, nil) }()
+	c.Add(usage.Allowed, 3)
+	deadline := time.Now().Add(10 * time.Second)
+	for w.sum("api") != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s of 20 ms flushes, %d of 3 stored", w.sum("api"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Add(usage.Allowed, 4)
+	for w.sum("api") != 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 7 stored", w.sum("api"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Add(usage.Allowed, 5)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := w.sum("api"); got != 12 {
+		t.Errorf("after Run ended: %d stored, want 12", got)
+	}
+}

@@ -28,7 +28,8 @@ func newUsageCmd() *cobra.Command {
 		Long: `Show a tenant's usage history, summed across every instance: per rule and period,
 the checks allowed, denied, shadow-denied, answered by the failure mode (degraded) and shed,
 and the units spent. Instances write their counts to the catalog database every --usage-flush
-(default 1m), so a decision shows here within about a flush interval and a minute.
+(default 1m), the minute under way included, so a decision shows here within about one
+flush interval.
 
 With --server and --token it reads the server's GET /v1/tenants/{tenant}/usage (a tenant
 admin key reads its own tenant only); without, the catalog database of --database. --from

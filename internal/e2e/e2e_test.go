@@ -182,7 +182,7 @@ func (in *instance) must(want int, method, path, auth string, body any) reply {
 }
 
 // startProduction starts n instances on one Redis and one PostgreSQL.
-func startProduction(t *testing.T, n int) ([]*instance, *testenv.RedisServer) {
+func startProduction(t *testing.T, n int, extra ...string) ([]*instance, *testenv.RedisServer) {
 	redis := testenv.Redis(t)
 	dsn := testenv.Postgres(t)
 	dir := t.TempDir()
@@ -190,7 +190,7 @@ func startProduction(t *testing.T, n int) ([]*instance, *testenv.RedisServer) {
 	for range n {
 		addr := freeAddr(t)
 		out = append(out, startServe(t, dir, addr, nil,
-			"--addr", addr, "--redis", redis.URL(), "--database", dsn, "--admin-token", adminToken))
+			append([]string{"--addr", addr, "--redis", redis.URL(), "--database", dsn, "--admin-token", adminToken}, extra...)...))
 	}
 	return out, redis
 }

@@ -31,12 +31,27 @@ type Usage struct {
 	From time.Time  `json:"from" yaml:"from"`
 	To   time.Time  `json:"to" yaml:"to"`
 	Rows []UsageRow `json:"rows" yaml:"rows"`
+	// Gaps are minutes whose counts an instance dropped (its buffer was
+	// full while the database could not be written): the rows there are
+	// short by what it dropped.
+	Gaps []UsageGap `json:"gaps" yaml:"gaps"`
 }
 
-// NewUsage is the answer for tenant's rows read with q.
-func NewUsage(tenant string, q usage.Query, rows []usage.Row) Usage {
+// UsageGap is a range of minutes [From, To) of a rule with counts dropped.
+type UsageGap struct {
+	Rule string    `json:"rule" yaml:"rule"`
+	From time.Time `json:"from" yaml:"from"`
+	To   time.Time `json:"to" yaml:"to"`
+}
+
+// NewUsage is the answer for tenant's rows and gaps read with q.
+func NewUsage(tenant string, q usage.Query, rows []usage.Row, gaps []usage.Gap) Usage {
 	from, to := q.Bounds()
-	u := Usage{Tenant: tenant, Step: string(q.Step), From: from, To: to, Rows: make([]UsageRow, 0, len(rows))}
+	u := Usage{Tenant: tenant, Step: string(q.Step), From: from, To: to, Rows: make([]UsageRow, 0, len(rows)),
+		Gaps: make([]UsageGap, 0, len(gaps))}
+	for _, g := range gaps {
+		u.Gaps = append(u.Gaps, UsageGap{Rule: g.Rule, From: g.From.UTC(), To: g.To.UTC()})
+	}
 	if q.Rule != "" {
 		rule := q.Rule
 		u.Rule = &rule

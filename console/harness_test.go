@@ -37,6 +37,7 @@ type stack struct {
 	// flushUsage writes the usage counted so far to the catalog, as an
 	// instance does every --usage-flush.
 	flushUsage func()
+	catalog    *sqlite.Catalog
 }
 
 func newStack(t *testing.T) *stack { return newStackWith(t, false, nil) }
@@ -102,7 +103,7 @@ func newStackFull(t *testing.T, overTLS bool, defaultMode sluice.FailureMode, ch
 			t.Fatal(err)
 		}
 	}
-	return &stack{t: t, srv: srv, api: api, flushUsage: flush}
+	return &stack{t: t, srv: srv, api: api, flushUsage: flush, catalog: catalog}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow

@@ -54,6 +54,7 @@ type usagePage struct {
 	TopUnits   []adminapi.TopSubject
 	Error      string
 	Incomplete bool // the filter hid subjects
+	Gaps       []adminapi.UsageGap
 }
 
 // usageQuery is the API query of the page's rule and range.
@@ -92,6 +93,7 @@ func (c *Console) handleUsage(w http.ResponseWriter, r *http.Request, sess *sess
 	if !c.get(w, r, sess, apiPath("tenants", tenant, "usage")+"?"+q.Encode(), &hist) {
 		return
 	}
+	p.Gaps = hist.Gaps
 	totals := map[string]*usageTotal{}
 	for _, row := range hist.Rows {
 		t := totals[row.Rule]
@@ -145,14 +147,16 @@ func (c *Console) handleUsage(w http.ResponseWriter, r *http.Request, sess *sess
 
 // usageSeries is the chart's data: one point per period of the range,
 // zero where nothing was stored.
+// A period that overlaps a gap (counts an instance dropped) is null in
+// every series, so the chart shows a gap rather than a quiet period.
 type usageSeries struct {
-	Step         int64   `json:"step"` // seconds
-	Times        []int64 `json:"times"`
-	Allowed      []int64 `json:"allowed"`
-	Denied       []int64 `json:"denied"`
-	ShadowDenied []int64 `json:"shadow_denied"`
-	Degraded     []int64 `json:"degraded"`
-	Shed         []int64 `json:"shed"`
+	Step         int64    `json:"step"` // seconds
+	Times        []int64  `json:"times"`
+	Allowed      []*int64 `json:"allowed"`
+	Denied       []*int64 `json:"denied"`
+	ShadowDenied []*int64 `json:"shadow_denied"`
+	Degraded     []*int64 `json:"degraded"`
+	Shed         []*int64 `json:"shed"`
 }
 
 func (c *Console) handleUsageJSON(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -180,19 +184,31 @@ func (c *Console) handleUsageJSON(w http.ResponseWriter, r *http.Request, sess *
 		index[t.Unix()] = len(out.Times)
 		out.Times = append(out.Times, t.Unix())
 	}
-	for _, s := range []*[]int64{&out.Allowed, &out.Denied, &out.ShadowDenied, &out.Degraded, &out.Shed} {
-		*s = make([]int64, len(out.Times))
+	series := []*[]*int64{&out.Allowed, &out.Denied, &out.ShadowDenied, &out.Degraded, &out.Shed}
+	for _, s := range series {
+		*s = make([]*int64, len(out.Times))
+		for i := range *s {
+			(*s)[i] = new(int64)
+		}
 	}
 	for _, row := range hist.Rows {
 		i, ok := index[row.Start.Unix()]
 		if !ok {
 			continue
 		}
-		out.Allowed[i] += row.Allowed
-		out.Denied[i] += row.Denied
-		out.ShadowDenied[i] += row.ShadowDenied
-		out.Degraded[i] += row.Degraded
-		out.Shed[i] += row.Shed
+		for k, n := range []int64{row.Allowed, row.Denied, row.ShadowDenied, row.Degraded, row.Shed} {
+			*(*series[k])[i] += n
+		}
+	}
+	for i, t := range out.Times {
+		start := time.Unix(t, 0)
+		for _, g := range hist.Gaps {
+			if g.From.Before(start.Add(step)) && g.To.After(start) {
+				for _, s := range series {
+					(*s)[i] = nil
+				}
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)

@@ -34,7 +34,11 @@ func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		body := adminapi.NewUsage(tenantName, q, rows)
+		gaps, err := reader.ReadGaps(ctx, q)
+		if err != nil {
+			return 0, nil, err
+		}
+		body := adminapi.NewUsage(tenantName, q, rows, gaps)
 		if asCSV {
 			return http.StatusOK, rawBody{"text/csv; charset=utf-8", body.CSV()}, nil
 		}

@@ -109,6 +109,9 @@ type Reader interface {
 	// ReadTop returns the heaviest subjects q selects, heaviest first
 	// (then by rule and subject).
 	ReadTop(ctx context.Context, q TopQuery) ([]TopSubject, error)
+	// ReadGaps returns the gaps that overlap q's range (its step is not
+	// used), oldest first, merged per rule where they overlap.
+	ReadGaps(ctx context.Context, q Query) ([]Gap, error)
 }
 
 // By is what TopQuery ranks subjects by.

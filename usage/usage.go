@@ -93,6 +93,8 @@ type Batch struct {
 	// Top replaces Instance's top subjects of each (namespace, rule, hour)
 	// it holds: they are that instance's figures so far in the hour.
 	Top []TopRow
+	// Gaps are minutes whose counts Instance dropped.
+	Gaps []Gap
 }
 
 // Writer stores a batch in one transaction.
@@ -133,7 +135,10 @@ type Recorder struct {
 	// pendingTop holds the latest top subjects of each rule and hour not
 	// yet written.
 	pendingTop map[topKey][]TopRow
-	dropped    atomic.Int64
+	// gaps are the minutes dropped, per rule, not yet written.
+	gaps     map[ruleKey][]Gap
+	gapCount int
+	dropped  atomic.Int64
 }
 
 // NewRecorder returns a Recorder.
@@ -144,7 +149,7 @@ func NewRecorder(opts Options) *Recorder {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Recorder{opts: opts, rules: make(map[ruleKey]*entry), pendingTop: make(map[topKey][]TopRow),
+	return &Recorder{opts: opts, rules: make(map[ruleKey]*entry), pendingTop: make(map[topKey][]TopRow), gaps: make(map[ruleKey][]Gap),
 		instance: fmt.Sprintf("%016x", rand.Uint64())}
 }
 
@@ -202,6 +207,7 @@ func (r *Recorder) trim() {
 	if over <= 0 {
 		return
 	}
+	r.noteDropped(r.pending[:over])
 	r.pending = append(r.pending[:0], r.pending[over:]...)
 	r.dropped.Add(int64(over))
 	if r.opts.Dropped != nil {
@@ -224,7 +230,7 @@ func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
 // they stay pending (within the bound) for the next Flush.
 func (r *Recorder) Flush(ctx context.Context, w Writer) error {
 	r.mu.Lock()
-	batch := Batch{Rows: r.pending, Instance: r.instance}
+	batch := Batch{Rows: r.pending, Instance: r.instance, Gaps: r.takeGaps()}
 	top := r.pendingTop
 	r.pending, r.pendingTop = nil, make(map[topKey][]TopRow)
 	r.mu.Unlock()
@@ -236,7 +242,7 @@ func (r *Recorder) Flush(ctx context.Context, w Writer) error {
 	for _, k := range keys {
 		batch.Top = append(batch.Top, top[k]...)
 	}
-	if len(batch.Rows) == 0 && len(batch.Top) == 0 {
+	if len(batch.Rows) == 0 && len(batch.Top) == 0 && len(batch.Gaps) == 0 {
 		return nil
 	}
 	err := w.WriteUsage(ctx, batch)
@@ -251,6 +257,10 @@ func (r *Recorder) Flush(ctx context.Context, w Writer) error {
 		if _, newer := r.pendingTop[k]; !newer {
 			r.pendingTop[k] = rows
 		}
+	}
+	for _, g := range batch.Gaps {
+		r.gaps[ruleKey{g.Namespace, g.Rule}] = append(r.gaps[ruleKey{g.Namespace, g.Rule}], g)
+		r.gapCount++
 	}
 	r.mu.Unlock()
 	return fmt.Errorf("usage: store %d rollup rows and %d top subjects: %w", len(batch.Rows), len(batch.Top), err)

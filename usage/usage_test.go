@@ -182,6 +182,15 @@ func TestOutageDropsOnlyPastTheBound(t *testing.T) {
 					t.Errorf("row %d: %v, want minute %d with %d allowed", j, row, i, i+1)
 				}
 			}
+			// The dropped minutes are stored as a gap, so charts show one.
+			gaps, err := back.ReadGaps(ctx, usage.Query{Namespace: "acme", Step: usage.StepMinute, From: start, To: start.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []usage.Gap{{Namespace: "acme", Rule: "api", From: start, To: start.Add((minutes - maxRows) * time.Minute)}}
+			if fmt.Sprint(gaps) != fmt.Sprint(want) {
+				t.Errorf("gaps %v, want %v", gaps, want)
+			}
 		})
 	}
 }

@@ -115,7 +115,11 @@ func readUsage(cmd *cobra.Command, database, tenant string, q client.UsageQuery,
 		if err != nil {
 			return err
 		}
-		u = adminapi.NewUsage(tenant, uq, rows)
+		gaps, err := reader.ReadGaps(cmd.Context(), uq)
+		if err != nil {
+			return err
+		}
+		u = adminapi.NewUsage(tenant, uq, rows, gaps)
 		return nil
 	})
 	return u, err

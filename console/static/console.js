@@ -62,8 +62,9 @@ document.addEventListener("click", function (ev) {
   function size() { return { width: Math.max(280, el.clientWidth), height: 260 }; }
   function draw(d) {
     var data = [d.times, d.allowed, d.denied, d.shadow_denied, d.degraded, d.shed];
-    var sum = function (xs) { return xs.reduce(function (a, b) { return a + b; }, 0); };
+    var sum = function (xs) { return xs.reduce(function (a, b) { return a + (b || 0); }, 0); };
     el.setAttribute("data-allowed", sum(d.allowed));
+    el.setAttribute("data-gaps", d.allowed.filter(function (x) { return x === null; }).length);
     el.setAttribute("data-denied", sum(d.denied));
     if (plot) { plot.setData(data); return; }
     var per = d.step === 60 ? "minute" : "hour";

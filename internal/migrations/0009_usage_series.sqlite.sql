@@ -57,6 +57,14 @@ CREATE TABLE usage_top (
 -- Not unique on (instance, subject): a flush deletes its instance's rows of
 -- an hour before it writes them, and the narrower key halves the table.
 CREATE INDEX usage_top_hour ON usage_top (series, start);
+-- Minutes [start, stop) whose counts an instance dropped (its buffer was
+-- full while the database could not be written): the sums there are short.
+CREATE TABLE usage_gaps (
+    series INTEGER NOT NULL REFERENCES usage_series (id) ON DELETE CASCADE,
+    start  INTEGER NOT NULL,
+    stop   INTEGER NOT NULL
+);
+CREATE INDEX usage_gaps_start ON usage_gaps (series, start);
 
 INSERT INTO usage_series (namespace, rule) SELECT DISTINCT namespace, rule FROM usage_minutes;
 INSERT INTO usage_by_minute SELECT s.id, (m.minute_ms / 60000),

@@ -89,7 +89,7 @@ func (c *Catalog) AddUsage(ctx context.Context, rows []usage.Row) error {
 // hour they name (other instances write other rows).
 func (c *Catalog) WriteUsage(ctx context.Context, b usage.Batch) error {
 	rows := b.Rows
-	if len(rows) == 0 && len(b.Top) == 0 {
+	if len(rows) == 0 && len(b.Top) == 0 && len(b.Gaps) == 0 {
 		return nil
 	}
 	tx, err := c.write.BeginTx(ctx, nil)
@@ -100,6 +100,9 @@ func (c *Catalog) WriteUsage(ctx context.Context, b usage.Batch) error {
 	named := slices.Clone(rows)
 	for _, t := range b.Top {
 		named = append(named, usage.Row{Namespace: t.Namespace, Rule: t.Rule})
+	}
+	for _, g := range b.Gaps {
+		named = append(named, usage.Row{Namespace: g.Namespace, Rule: g.Rule})
 	}
 	ids, created, err := c.usageSeriesIDs(ctx, tx, named)
 	if err != nil {
@@ -146,6 +149,12 @@ func (c *Catalog) WriteUsage(ctx context.Context, b usage.Batch) error {
 	}
 	if err := c.writeTop(ctx, tx, ids, b); err != nil {
 		return fail("store usage", c.markReadOnly(err))
+	}
+	for _, g := range b.Gaps {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO usage_gaps (series, start, stop) VALUES ($1, $2, $3)`,
+			ids[usageSeries{g.Namespace, g.Rule}], g.From.Unix()/60, (g.To.Unix()+59)/60); err != nil {
+			return fail("store usage", c.markReadOnly(err))
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fail("store usage", c.markReadOnly(err))
@@ -272,6 +281,41 @@ func collectFail[T any](what string, rows *sql.Rows, err error, scan func(scanne
 	return out, fail(what, err)
 }
 
+// ReadGaps returns the dropped ranges that overlap q's range, oldest first,
+// overlapping ones of a rule merged.
+func (c *Catalog) ReadGaps(ctx context.Context, q usage.Query) ([]usage.Gap, error) {
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("read usage gaps: %s: %w", err.Error(), sluice.ErrInvalid)
+	}
+	from, to := q.Bounds()
+	rows, err := c.read.QueryContext(ctx, `SELECT s.rule, g.start, g.stop
+		FROM usage_gaps g JOIN usage_series s ON s.id = g.series
+		WHERE s.namespace = $1 AND ($2 = '' OR s.rule = $2) AND g.start < $4 AND g.stop > $3
+		ORDER BY s.rule`+c.dialect.ByteOrder+`, g.start`, q.Namespace, q.Rule, from.Unix()/60, to.Unix()/60)
+	gaps, err := collectFail("read usage gaps", rows, err, func(r scanner) (usage.Gap, error) {
+		g := usage.Gap{Namespace: q.Namespace}
+		var start, stop int64
+		err := r.Scan(&g.Rule, &start, &stop)
+		g.From, g.To = time.Unix(start*60, 0).UTC(), time.Unix(stop*60, 0).UTC()
+		return g, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []usage.Gap
+	for _, g := range gaps {
+		if n := len(out); n > 0 && out[n-1].Rule == g.Rule && !g.From.After(out[n-1].To) {
+			if g.To.After(out[n-1].To) {
+				out[n-1].To = g.To
+			}
+			continue
+		}
+		out = append(out, g)
+	}
+	slices.SortStableFunc(out, func(a, b usage.Gap) int { return a.From.Compare(b.From) })
+	return out, nil
+}
+
 // PruneUsage deletes the stored minutes and top subjects that start before
 // before, and the hours and days older than usage.HoursKept and
 // usage.DaysKept (or than before, if that is older still), at most about
@@ -288,6 +332,7 @@ func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (
 		"usage_by_hour":   earlier(before, now.Add(-usage.HoursKept)),
 		"usage_by_day":    earlier(before, now.Add(-usage.DaysKept)),
 		"usage_top":       before,
+		"usage_gaps":      before,
 	}
 	series, err := c.read.QueryContext(ctx, `SELECT id FROM usage_series ORDER BY id`)
 	ids, err := collect(series, err, func(r scanner) (int64, error) {
@@ -299,7 +344,7 @@ func (c *Catalog) PruneUsage(ctx context.Context, before time.Time, limit int) (
 	}
 	var deleted int64
 	for _, id := range ids {
-		for _, table := range []string{"usage_by_minute", "usage_by_hour", "usage_by_day", "usage_top"} {
+		for _, table := range []string{"usage_by_minute", "usage_by_hour", "usage_by_day", "usage_top", "usage_gaps"} {
 			left := int64(limit) - deleted
 			if left <= 0 {
 				return deleted, nil

@@ -417,9 +417,13 @@ func hex4(b []byte, i int) rune {
 // writeDecision writes a check's answer like writeJSON(w, status,
 // checkapi.NewDecision(rule, d, shadow)), the same bytes and headers, from a
 // pooled buffer.
-func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool) {
+// choice is the plan and the override whose limits a check was decided
+// under ("" for none), as the engine's Result names them.
+type choice struct{ plan, override string }
+
+func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool, chose choice) {
 	bp := getCheckBuffer()
-	*bp = appendDecisionJSON((*bp)[:0], rule, d, shadow)
+	*bp = appendDecisionJSON((*bp)[:0], rule, d, shadow, chose)
 	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(*bp) // Write must not keep *bp (io.Writer), so it can go back
@@ -430,7 +434,7 @@ func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Deci
 // writes for checkapi.NewDecision(rule, d, shadow), trailing newline
 // included. The field order and the zeros always written are
 // checkapi.Decision's.
-func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) []byte {
+func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool, chose choice) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed) // the engine's answer: a shadow rule's deny is an allow
 	b = append(b, `,"rule":`...)
@@ -471,6 +475,14 @@ func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) [
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	if chose.plan != "" {
+		b = append(b, `,"plan":`...)
+		b = appendQuoted(b, chose.plan)
+	}
+	if chose.override != "" {
+		b = append(b, `,"override":`...)
+		b = appendQuoted(b, chose.override)
+	}
 	if d.Hold != nil {
 		b = append(b, `,"hold":{"id":`...)
 		b = appendQuoted(b, d.Hold.ID)

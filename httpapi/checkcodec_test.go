@@ -40,7 +40,7 @@ func checkStrictPromises(t *testing.T, body []byte, req checkapi.Request) {
 	}
 	// A U+FFFD is text the body may spell, raw or as an escape.
 	literalFFFD := bytes.ContainsRune(body, utf8.RuneError) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
-	for _, s := range []string{req.Route, req.Subject} {
+	for _, s := range []string{req.Route, req.Subject, req.Plan} {
 		if strings.IndexByte(s, 0) >= 0 || (strings.ContainsRune(s, utf8.RuneError) && !literalFFFD) {
 			t.Fatalf("body %s accepted as %s: a NUL or a replaced character", shorten(body), describeDecode(req, nil))
 		}
@@ -56,7 +56,7 @@ func checkStrictPromises(t *testing.T, body []byte, req checkapi.Request) {
 			t.Fatalf("body %s accepted, yet: %v", shorten(body), err)
 		}
 		name := tok.(string)
-		if name != "route" && name != "subject" && name != "cost" {
+		if name != "route" && name != "subject" && name != "cost" && name != "plan" && name != "reserve" {
 			t.Fatalf("body %s accepted with field name %q", shorten(body), name)
 		}
 		if seen[name] {
@@ -90,7 +90,7 @@ func describeDecode(req checkapi.Request, aerr *apiError) string {
 	if req.Cost != nil {
 		cost = fmt.Sprint(*req.Cost)
 	}
-	return fmt.Sprintf("route %q subject %q cost %s", req.Route, req.Subject, cost)
+	return fmt.Sprintf("route %q subject %q cost %s plan %q reserve %t", req.Route, req.Subject, cost, req.Plan, req.Reserve)
 }
 
 // checkDecodeAgrees fails t unless the codec decodes body as the reference
@@ -147,6 +147,11 @@ func TestReadCheckRequest(t *testing.T) {
 		{"del_and_html_kept", "{\"route\":\"/<a>&\x7f\"}", true, checkapi.Request{Route: "/<a>&\x7f"}, 0, ""},
 		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
 		{"null_subject_is_absent", `{"route":"/a","subject":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
+		{"plan", `{"route":"/a","subject":"u","plan":"pro"}`, true, checkapi.Request{Route: "/a", Subject: "u", Plan: "pro"}, 0, ""},
+		{"plan_first_escaped", `{"plan":"p\u00e9","route":"/a"}`, true, checkapi.Request{Route: "/a", Plan: "pé"}, 0, ""},
+		{"null_plan_is_absent", `{"route":"/a","plan":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
+		{"duplicate_plan", `{"route":"/a","plan":"a","plan":"b"}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"plan_number", `{"route":"/a","plan":1}`, false, checkapi.Request{}, 400, "invalid_request"},
 
 		// The strict rules: names exact, each once, strings valid text
 		// without NUL (encoding/json alone folds case, keeps the last

@@ -122,6 +122,15 @@ func TestOverridesThroughTheAdminAPI(t *testing.T) {
 		t.Errorf("an override without expiry reads expires_at %v, want null", got.body["expires_at"])
 	}
 
+	// The subject inspector peeks under the limits the subject's checks get.
+	peek := h.must(http.StatusOK, "GET", "/v1/tenants/acme/rules/api/subjects/vip-gold-9?plan=free", testAdminToken, nil)
+	if peek.body["override"] != "gold-vips" || peek.body["plan"] != "free" || peek.body["limit"] != float64(7) {
+		t.Errorf("peek of vip-gold-9: %s; want the gold-vips override's limit of 7", peek.raw)
+	}
+	if r := h.do("GET", "/v1/tenants/acme/rules/api/subjects/x?plan=gold", testAdminToken, nil); r.status != http.StatusBadRequest {
+		t.Errorf("peek under an unknown plan: %d %s", r.status, r.raw)
+	}
+
 	for _, c := range []struct {
 		subject, plan, override string
 		want                    int

@@ -40,16 +40,19 @@ func ActorOf(ctx context.Context) string {
 
 // Audit actions: what a change did.
 const (
-	AuditTenantCreate  = "tenant.create"
-	AuditTenantUpdate  = "tenant.update"
-	AuditTenantDelete  = "tenant.delete"
-	AuditKeyCreate     = "key.create"
-	AuditKeyRevoke     = "key.revoke"
-	AuditRuleCreate    = "rule.create"
-	AuditRuleReplace   = "rule.replace"
-	AuditRuleDelete    = "rule.delete"
-	AuditAdminTokenSet = "admin_token.set"
-	AuditSubjectReset  = "subject.reset"
+	AuditTenantCreate    = "tenant.create"
+	AuditTenantUpdate    = "tenant.update"
+	AuditTenantDelete    = "tenant.delete"
+	AuditKeyCreate       = "key.create"
+	AuditKeyRevoke       = "key.revoke"
+	AuditRuleCreate      = "rule.create"
+	AuditRuleReplace     = "rule.replace"
+	AuditRuleDelete      = "rule.delete"
+	AuditOverrideCreate  = "override.create"
+	AuditOverrideReplace = "override.replace"
+	AuditOverrideDelete  = "override.delete"
+	AuditAdminTokenSet   = "admin_token.set"
+	AuditSubjectReset    = "subject.reset"
 )
 
 // AuditEntry is one recorded change.
@@ -65,7 +68,7 @@ type AuditEntry struct {
 	// Action is one of the Audit* constants.
 	Action string
 	// Target names what changed within the tenant: the tenant's name, a key
-	// ID, a rule name, a subject's rule.
+	// ID, a rule name, a subject's rule, an override as "rule/override".
 	Target string
 	// Before and After are the thing changed as JSON, in the admin API's
 	// form, without secrets or their hashes; nil where it did not exist

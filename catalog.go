@@ -224,7 +224,13 @@ type Rule struct {
 	FailureMode FailureMode
 	// Shadow rules are checked and counted but always allow; their denials
 	// only show in the answer ("shadow": true) and in metrics.
-	Shadow    bool
+	Shadow bool
+	// Plans are named limit sets a check may choose instead of Limits.
+	Plans Plans
+	// Overrides are the rule's per-subject overrides, expired ones
+	// included. Catalogs fill them when they read a rule and store them
+	// apart (PutOverride): PutRule ignores this field.
+	Overrides []Override
 	UpdatedAt time.Time
 }
 
@@ -236,6 +242,12 @@ func (r Rule) Describe() string {
 		parts = append(parts, l.String())
 	}
 	s := fmt.Sprintf("route %s; %s; failure mode: %s", r.Route, strings.Join(parts, ", "), r.FailureMode.Describe())
+	if len(r.Plans) > 0 {
+		s += "; plans: " + strings.Join(r.Plans.Names(), ", ")
+	}
+	if len(r.Overrides) > 0 {
+		s += fmt.Sprintf("; %d override(s)", len(r.Overrides))
+	}
 	if r.Shadow {
 		s += "; shadow"
 	}
@@ -259,25 +271,86 @@ func (r Rule) Validate() error {
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return invalidf("rule %q: unknown failure_mode %q (want closed, open or local)", r.Name, r.FailureMode)
 	}
+	if err := r.Plans.Validate(); err != nil {
+		return invalidf("rule %q: %s", r.Name, err.Error())
+	}
 	return nil
+}
+
+// LimitNames returns the names of every limit r has: its own and those of
+// each of its plans, sorted, each once. An override may set only these
+// (see ValidateOverrideFor).
+func (r Rule) LimitNames() []string {
+	seen := make(map[string]bool)
+	var names []string
+	add := func(ls []Limit) {
+		for _, l := range ls {
+			if !seen[l.Name] {
+				seen[l.Name] = true
+				names = append(names, l.Name)
+			}
+		}
+	}
+	add(r.Limits)
+	for _, p := range r.Plans.Names() {
+		add(r.Plans[p])
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ValidateOverrideFor reports what is wrong with o as an override of r: o
+// invalid alone, or a limit of o named like no limit r has, in its own
+// limits or in any plan (a misspelt name would start fresh counters and
+// leave the intended limit unset). Errors wrap ErrInvalid.
+func (r Rule) ValidateOverrideFor(o Override) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	names := r.LimitNames()
+	for _, l := range o.Limits {
+		if !slices.Contains(names, l.Name) {
+			return invalidf("override %q: rule %q has no limit named %q (its limits, plans included: %s)",
+				o.Name, r.Name, l.Name, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// OverridesLosingLimits returns the first override of overrides that names
+// a limit r does not have, and that limit's name: replacing a rule with r
+// must not leave an override setting a limit the rule no longer has.
+func (r Rule) OverridesLosingLimits(overrides []Override) (override, limit string, ok bool) {
+	names := r.LimitNames()
+	for _, o := range overrides {
+		for _, l := range o.Limits {
+			if !slices.Contains(names, l.Name) {
+				return o.Name, l.Name, true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // Default per-tenant caps: every rule is in every instance's memory and every
 // key in every snapshot, so one tenant must not grow them unbounded.
 const (
-	DefaultMaxRulesPerTenant = 1000
-	DefaultMaxKeysPerTenant  = 100
+	DefaultMaxRulesPerTenant     = 1000
+	DefaultMaxKeysPerTenant      = 100
+	DefaultMaxOverridesPerTenant = 1000
 )
 
 // TenantCaps bound what one tenant may hold in a catalog: Rules its rules,
-// Keys its active (unrevoked) API keys. 0 means the default
-// (DefaultMaxRulesPerTenant, DefaultMaxKeysPerTenant), a negative value no
-// cap. The catalog counts inside the transaction that creates, so creates
+// Keys its active (unrevoked) API keys, Overrides its overrides (of all its
+// rules, expired ones included). 0 means the default
+// (DefaultMaxRulesPerTenant, DefaultMaxKeysPerTenant,
+// DefaultMaxOverridesPerTenant), a negative value no cap. The catalog counts inside the transaction that creates, so creates
 // racing on any number of instances never pass a cap; replacing a rule or
 // revoking a key is never refused.
 type TenantCaps struct {
-	Rules int
-	Keys  int
+	Rules     int
+	Keys      int
+	Overrides int
 }
 
 // WithDefaults returns the caps with defaults filled in and every negative value -1.
@@ -291,7 +364,8 @@ func (c TenantCaps) WithDefaults() TenantCaps {
 		}
 		return v
 	}
-	return TenantCaps{Rules: norm(c.Rules, DefaultMaxRulesPerTenant), Keys: norm(c.Keys, DefaultMaxKeysPerTenant)}
+	return TenantCaps{Rules: norm(c.Rules, DefaultMaxRulesPerTenant), Keys: norm(c.Keys, DefaultMaxKeysPerTenant),
+		Overrides: norm(c.Overrides, DefaultMaxOverridesPerTenant)}
 }
 
 // TenantCapError is a create refused by a TenantCaps cap. It matches
@@ -306,7 +380,7 @@ type TenantCapError struct {
 
 func (e *TenantCapError) Error() string {
 	undo := "delete one"
-	if e.What != "rules" {
+	if e.What == "active API keys" {
 		undo = "revoke one"
 	}
 	return fmt.Sprintf("tenant %q already has %d %s, the most this server allows per tenant (%d); %s or ask the operator to raise the cap",
@@ -350,7 +424,19 @@ type Catalog interface {
 	Rule(ctx context.Context, tenant, name string) (Rule, error)
 	// Rules lists the tenant's rules by name.
 	Rules(ctx context.Context, tenant string) ([]Rule, error)
+	// DeleteRule deletes the rule with its overrides.
 	DeleteRule(ctx context.Context, tenant, name string) error
+
+	// PutOverride creates the override of its rule or replaces the one of
+	// that name, and returns it as stored. It is ErrNotFound without the
+	// rule, ErrInvalid when it sets a limit the rule does not have (see
+	// Rule.ValidateOverrideFor), ErrConflict when another override of the
+	// rule claims one of its subjects, ErrTenantCap past TenantCaps.Overrides.
+	PutOverride(ctx context.Context, o Override) (Override, error)
+	Override(ctx context.Context, tenant, rule, name string) (Override, error)
+	// Overrides lists the rule's overrides by name, expired ones included.
+	Overrides(ctx context.Context, tenant, rule string) ([]Override, error)
+	DeleteOverride(ctx context.Context, tenant, rule, name string) error
 
 	// SetAdminTokenHash stores the SHA-256 of the operator token (see
 	// HashAPIKey), replacing any previous one.

@@ -26,13 +26,26 @@ type Override struct {
 	UpdatedAt time.Time
 }
 
+// OverrideName and PlanName name overrides and plans: slugs like rule
+// names (see RuleName).
+type (
+	OverrideName string
+	PlanName     string
+)
+
+// Validate reports whether n is a valid override name, in a sentence.
+func (n OverrideName) Validate() error { return validateSlug("override name", string(n)) }
+
+// Validate reports whether n is a valid plan name, in a sentence.
+func (n PlanName) Validate() error { return validateSlug("plan name", string(n)) }
+
 // MaxOverrideSubjects bounds the subject entries of one override.
 const MaxOverrideSubjects = 1000
 
 // Validate reports what is wrong with o alone, in a sentence a user understands.
 func (o Override) Validate() error {
-	if err := RuleName(o.Name).Validate(); err != nil {
-		return invalidf("override name: %s", err.Error())
+	if err := OverrideName(o.Name).Validate(); err != nil {
+		return err
 	}
 	if len(o.Subjects) == 0 {
 		return invalidf("override %q: subjects needs at least one exact value or \"prefix*\" pattern", o.Name)
@@ -98,8 +111,8 @@ func (p Plans) Validate() error {
 		return invalidf("at most %d plans, got %d", MaxPlans, len(p))
 	}
 	for _, name := range p.Names() {
-		if err := RuleName(name).Validate(); err != nil {
-			return invalidf("plan name: %s", err.Error())
+		if err := PlanName(name).Validate(); err != nil {
+			return err
 		}
 		if err := Limits(p[name]).Validate(); err != nil {
 			return invalidf("plan %q: %s", name, err.Error())

@@ -16,8 +16,11 @@
 package adminapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -159,19 +162,61 @@ func (j Limit) ToLimit() (sluice.Limit, error) {
 // empty FailureMode means the rule has none: each serving instance applies
 // its own --default-failure-mode.
 type Rule struct {
-	Tenant      string    `json:"tenant" yaml:"tenant"`
-	Name        string    `json:"name" yaml:"name"`
-	Route       string    `json:"route" yaml:"route"`
-	Limits      []Limit   `json:"limits" yaml:"limits"`
-	FailureMode string    `json:"failure_mode" yaml:"failure_mode"`
-	Shadow      bool      `json:"shadow" yaml:"shadow"`
-	UpdatedAt   time.Time `json:"updated_at" yaml:"updated_at"`
+	Tenant string  `json:"tenant" yaml:"tenant"`
+	Name   string  `json:"name" yaml:"name"`
+	Route  string  `json:"route" yaml:"route"`
+	Limits []Limit `json:"limits" yaml:"limits"`
+	// Plans are the rule's named limit sets; left out when it has none.
+	Plans       map[string][]Limit `json:"plans,omitempty" yaml:"plans,omitempty"`
+	FailureMode string             `json:"failure_mode" yaml:"failure_mode"`
+	Shadow      bool               `json:"shadow" yaml:"shadow"`
+	UpdatedAt   time.Time          `json:"updated_at" yaml:"updated_at"`
 }
 
-// NewRule spells r for the API.
+// NewRule spells r for the API. Its overrides are resources of their own
+// (Override), not part of the rule's form.
 func NewRule(r sluice.Rule) Rule {
 	return Rule{Tenant: r.Tenant, Name: r.Name, Route: r.Route, FailureMode: string(r.FailureMode),
-		Shadow: r.Shadow, UpdatedAt: r.UpdatedAt.UTC(), Limits: NewLimits(r.Limits)}
+		Shadow: r.Shadow, UpdatedAt: r.UpdatedAt.UTC(), Limits: NewLimits(r.Limits), Plans: NewPlans(r.Plans)}
+}
+
+// NewPlans spells plans for the API; nil when there are none.
+func NewPlans(plans sluice.Plans) map[string][]Limit {
+	if len(plans) == 0 {
+		return nil
+	}
+	out := make(map[string][]Limit, len(plans))
+	for name, ls := range plans {
+		out[name] = NewLimits(ls)
+	}
+	return out
+}
+
+// ToPlans reads plans back, each limit as ToLimit does; nil when there are
+// none. Errors name the plan and wrap sluice.ErrInvalid.
+func ToPlans(plans map[string][]Limit) (sluice.Plans, error) {
+	if len(plans) == 0 {
+		return nil, nil
+	}
+	out := make(sluice.Plans, len(plans))
+	// In name order, so the same bad input always names the same plan.
+	names := make([]string, 0, len(plans))
+	for name := range plans {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ls := plans[name]
+		if len(ls) == 0 {
+			return nil, invalidf("Plan %q needs at least one limit.", name)
+		}
+		limits, err := ToLimits(ls)
+		if err != nil {
+			return nil, invalidf("Plan %q: %s", name, err)
+		}
+		out[name] = limits
+	}
+	return out, nil
 }
 
 // ToRule reads r back, its limits checked as ToLimit does.
@@ -183,17 +228,19 @@ func (r Rule) ToRule() (sluice.Rule, error) {
 
 // Spec is what a client sets of r.
 func (r Rule) Spec() RuleSpec {
-	return RuleSpec{Route: r.Route, Limits: r.Limits, FailureMode: r.FailureMode, Shadow: r.Shadow}
+	return RuleSpec{Route: r.Route, Limits: r.Limits, Plans: r.Plans, FailureMode: r.FailureMode, Shadow: r.Shadow}
 }
 
 // RuleSpec is what a client sets on a rule: the body of PUT
 // /v1/tenants/{tenant}/rules/{name}, and a rule of a catalog file (whose
 // YAML leaves out a failure mode of none and shadow false).
 type RuleSpec struct {
-	Route       string  `json:"route" yaml:"route"`
-	Limits      []Limit `json:"limits" yaml:"limits"`
-	FailureMode string  `json:"failure_mode" yaml:"failure_mode,omitempty"`
-	Shadow      bool    `json:"shadow" yaml:"shadow,omitempty"`
+	Route  string  `json:"route" yaml:"route"`
+	Limits []Limit `json:"limits" yaml:"limits"`
+	// Plans are named limit sets a check may name instead of Limits.
+	Plans       map[string][]Limit `json:"plans,omitempty" yaml:"plans,omitempty"`
+	FailureMode string             `json:"failure_mode" yaml:"failure_mode,omitempty"`
+	Shadow      bool               `json:"shadow" yaml:"shadow,omitempty"`
 }
 
 // ToRule is the rule tenant/name of s, not validated as a whole (see
@@ -203,6 +250,10 @@ func (s RuleSpec) ToRule(tenant, name string) (sluice.Rule, error) {
 		FailureMode: sluice.FailureMode(s.FailureMode), Shadow: s.Shadow}
 	limits, err := ToLimits(s.Limits)
 	rule.Limits = limits
+	if err != nil {
+		return rule, err
+	}
+	rule.Plans, err = ToPlans(s.Plans)
 	return rule, err
 }
 
@@ -228,6 +279,119 @@ func ToLimits(ls []Limit) ([]sluice.Limit, error) {
 	return out, nil
 }
 
+// Override is an override of a rule: the body of GET
+// /v1/tenants/{tenant}/rules/{rule}/overrides/{name}. ExpiresAt is nil for
+// an override that never expires.
+type Override struct {
+	Tenant    string     `json:"tenant" yaml:"tenant"`
+	Rule      string     `json:"rule" yaml:"rule"`
+	Name      string     `json:"name" yaml:"name"`
+	Subjects  Subjects   `json:"subjects" yaml:"subjects"`
+	Limits    []Limit    `json:"limits" yaml:"limits"`
+	ExpiresAt *time.Time `json:"expires_at" yaml:"expires_at"`
+	UpdatedAt time.Time  `json:"updated_at" yaml:"updated_at"`
+}
+
+// NewOverride spells o for the API.
+func NewOverride(o sluice.Override) Override {
+	out := Override{Tenant: o.Tenant, Rule: o.Rule, Name: o.Name, Subjects: Subjects(slices.Clone(o.Subjects)),
+		Limits: NewLimits(o.Limits), UpdatedAt: o.UpdatedAt.UTC()}
+	if out.Subjects == nil {
+		out.Subjects = Subjects{}
+	}
+	if !o.ExpiresAt.IsZero() {
+		t := o.ExpiresAt.UTC()
+		out.ExpiresAt = &t
+	}
+	return out
+}
+
+// Spec is what a client sets of o.
+func (o Override) Spec() OverrideSpec {
+	spec := OverrideSpec{Subjects: o.Subjects, Limits: o.Limits}
+	if o.ExpiresAt != nil {
+		spec.ExpiresAt = o.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return spec
+}
+
+// ToOverride reads o back, checked as OverrideSpec.ToOverride does.
+func (o Override) ToOverride() (sluice.Override, error) {
+	out, err := o.Spec().ToOverride(o.Tenant, o.Rule, o.Name)
+	out.UpdatedAt = o.UpdatedAt
+	return out, err
+}
+
+// OverrideSpec is what a client sets on an override: the body of PUT
+// /v1/tenants/{tenant}/rules/{rule}/overrides/{name}, and an override of a
+// catalog file. ExpiresAt is RFC 3339 ("2026-12-09T00:00:00Z"), empty for
+// never.
+type OverrideSpec struct {
+	Subjects  Subjects `json:"subjects" yaml:"subjects"`
+	Limits    []Limit  `json:"limits" yaml:"limits"`
+	ExpiresAt string   `json:"expires_at,omitempty" yaml:"expires_at,omitempty"`
+}
+
+// ToOverride is the override tenant/rule/name of s, validated alone (see
+// sluice.Override.Validate; whether it is in the past is the caller's
+// question, which knows the time). Errors wrap sluice.ErrInvalid.
+func (s OverrideSpec) ToOverride(tenant, rule, name string) (sluice.Override, error) {
+	o := sluice.Override{Tenant: tenant, Rule: rule, Name: name, Subjects: slices.Clone([]string(s.Subjects))}
+	if len(s.Limits) == 0 {
+		return o, invalidf("Field \"limits\" needs at least one limit: the limits the override's subjects get instead of the rule's or their plan's.")
+	}
+	limits, err := ToLimits(s.Limits)
+	if err != nil {
+		return o, err
+	}
+	o.Limits = limits
+	if s.ExpiresAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, s.ExpiresAt)
+		if err != nil {
+			return o, invalidf("Field \"expires_at\" is %q, not an RFC 3339 time like \"2026-12-09T00:00:00Z\".", s.ExpiresAt)
+		}
+		o.ExpiresAt = t.UTC()
+	}
+	return o, o.Validate()
+}
+
+// Subjects are an override's exact values and "prefix*" patterns. A single
+// string is read as a list of one.
+type Subjects []string
+
+// UnmarshalJSON reads a list of strings or one string.
+func (s *Subjects) UnmarshalJSON(b []byte) error {
+	if t := strings.TrimSpace(string(b)); strings.HasPrefix(t, "\"") {
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*s = Subjects{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return invalidf("Field \"subjects\" must be a string or a list of strings (exact values or \"prefix*\" patterns).")
+	}
+	*s = list
+	return nil
+}
+
+// UnmarshalYAML reads a list of strings or one string.
+func (s *Subjects) UnmarshalYAML(unmarshal func(any) error) error {
+	var one string
+	if err := unmarshal(&one); err == nil {
+		*s = Subjects{one}
+		return nil
+	}
+	var list []string
+	if err := unmarshal(&list); err != nil {
+		return invalidf("subjects must be a string or a list of strings (exact values or \"prefix*\" patterns)")
+	}
+	*s = list
+	return nil
+}
+
 // The bodies of the list calls.
 type (
 	TenantList struct {
@@ -239,7 +403,19 @@ type (
 	RuleList struct {
 		Rules []Rule `json:"rules" yaml:"rules"`
 	}
+	OverrideList struct {
+		Overrides []Override `json:"overrides" yaml:"overrides"`
+	}
 )
+
+// NewOverrideList is the body of the list of a rule's overrides.
+func NewOverrideList(os []sluice.Override) OverrideList {
+	out := OverrideList{Overrides: make([]Override, 0, len(os))}
+	for _, o := range os {
+		out.Overrides = append(out.Overrides, NewOverride(o))
+	}
+	return out
+}
 
 // NewTenantList, NewKeyList and NewRuleList are the bodies of the list calls
 // for what the catalog holds: the server answers them, and the command line

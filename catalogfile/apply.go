@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -24,6 +27,9 @@ type Admin interface {
 	PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, error)
 	Rules(ctx context.Context, tenant string) ([]sluice.Rule, error)
 	DeleteRule(ctx context.Context, tenant, name string) error
+	PutOverride(ctx context.Context, o sluice.Override) (sluice.Override, error)
+	Overrides(ctx context.Context, tenant, rule string) ([]sluice.Override, error)
+	DeleteOverride(ctx context.Context, tenant, rule, name string) error
 }
 
 // Read reads every tenant with its active keys and its rules.
@@ -46,6 +52,11 @@ func Read(ctx context.Context, c Admin) ([]Current, error) {
 		}
 		if ct.Rules, err = c.Rules(ctx, t.Name); err != nil {
 			return nil, fmt.Errorf("read the rules of tenant %s: %w", t.Name, err)
+		}
+		for i, r := range ct.Rules {
+			if ct.Rules[i].Overrides, err = c.Overrides(ctx, t.Name, r.Name); err != nil {
+				return nil, fmt.Errorf("read the overrides of rule %s/%s: %w", t.Name, r.Name, err)
+			}
 		}
 		out = append(out, ct)
 	}
@@ -70,8 +81,10 @@ var ErrPruneWithoutTenants = errors.New("--prune of a file that lists no tenant 
 
 // Plan works out the changes that make current match desired, in an
 // order that keeps every intermediate catalog valid: tenants first, then
-// their rules and keys, and deletions last, so that no route is left
-// unlimited while a rule replaces another.
+// overrides the file drops (with prune), their rules and keys, the rules'
+// overrides, and deletions last, so that no route is left unlimited while a
+// rule replaces another, and no rule is replaced while an override still
+// sets a limit it drops.
 func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 	if prune && len(desired) == 0 {
 		return nil, ErrPruneWithoutTenants
@@ -80,7 +93,7 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 	for _, t := range current {
 		byName[t.Name] = t
 	}
-	var creates, updates, deletes []Step
+	var creates, dropOverrides, updates, putOverrides, deletes []Step
 	for _, d := range desired {
 		cur, exists := byName[d.Name]
 		if !exists {
@@ -103,6 +116,7 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 		for _, r := range d.Rules {
 			old, had := rules[r.Name]
 			delete(rules, r.Name)
+			dropOverrides, putOverrides = planOverrides(d.Name, r, old.Overrides, prune, dropOverrides, putOverrides)
 			if had && sameRuleSpec(old, r) {
 				continue
 			}
@@ -175,12 +189,64 @@ func Plan(desired []Desired, current []Current, prune bool) ([]Step, error) {
 			}
 		}
 	}
-	return slices.Concat(creates, updates, deletes), nil
+	return slices.Concat(creates, dropOverrides, updates, putOverrides, deletes), nil
 }
 
-// sameRuleSpec reports whether two rules say the same, whenever written.
+// planOverrides adds the steps that make rule r's overrides (cur now)
+// those of the file: puts of new and changed ones, and with prune deletes
+// of those the file leaves out.
+func planOverrides(tenant string, r sluice.Rule, cur []sluice.Override, prune bool, drops, puts []Step) ([]Step, []Step) {
+	have := map[string]sluice.Override{}
+	for _, o := range cur {
+		have[o.Name] = o
+	}
+	for _, o := range r.Overrides {
+		old, had := have[o.Name]
+		delete(have, o.Name)
+		if had && sameOverrideSpec(old, o) {
+			continue
+		}
+		sign := "+"
+		if had {
+			sign = "~"
+		}
+		puts = append(puts, Step{What: fmt.Sprintf("%s override %s/%s/%s: %s", sign, tenant, r.Name, o.Name, describeOverride(o)),
+			Do: func(ctx context.Context, c Admin, _ io.Writer) error {
+				_, err := c.PutOverride(ctx, o)
+				return err
+			}})
+	}
+	if prune {
+		for _, name := range sortedKeys(have) {
+			drops = append(drops, Step{What: fmt.Sprintf("- override %s/%s/%s", tenant, r.Name, name), Do: func(ctx context.Context, c Admin, _ io.Writer) error {
+				return c.DeleteOverride(ctx, tenant, r.Name, name)
+			}})
+		}
+	}
+	return drops, puts
+}
+
+func describeOverride(o sluice.Override) string {
+	parts := make([]string, 0, len(o.Limits))
+	for _, l := range o.Limits {
+		parts = append(parts, l.String())
+	}
+	s := fmt.Sprintf("subjects %s; %s", strings.Join(o.Subjects, ", "), strings.Join(parts, ", "))
+	if !o.ExpiresAt.IsZero() {
+		s += "; until " + o.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// sameRuleSpec reports whether two rules say the same, whenever written
+// (their overrides are compared apart).
 func sameRuleSpec(a, b sluice.Rule) bool {
-	return a.Route == b.Route && a.FailureMode == b.FailureMode && a.Shadow == b.Shadow && slices.Equal(a.Limits, b.Limits)
+	return a.Route == b.Route && a.FailureMode == b.FailureMode && a.Shadow == b.Shadow && slices.Equal(a.Limits, b.Limits) &&
+		maps.EqualFunc(a.Plans, b.Plans, slices.Equal)
+}
+
+func sameOverrideSpec(a, b sluice.Override) bool {
+	return a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(a.Subjects, b.Subjects) && slices.Equal(a.Limits, b.Limits)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

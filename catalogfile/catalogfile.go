@@ -46,6 +46,16 @@ type KeyEntry struct {
 type RuleEntry struct {
 	Name              string `yaml:"name"`
 	adminapi.RuleSpec `yaml:",inline"`
+	// Overrides are the rule's per-subject overrides, each as the admin
+	// API's PUT of it.
+	Overrides []OverrideEntry `yaml:"overrides,omitempty"`
+}
+
+// OverrideEntry is an override of a rule: its name and what the admin
+// API's PUT of it sets.
+type OverrideEntry struct {
+	Name                  string `yaml:"name"`
+	adminapi.OverrideSpec `yaml:",inline"`
 }
 
 // Desired is a tenant of a file, validated, in domain types.
@@ -151,8 +161,32 @@ func (re RuleEntry) rule(tenant, where string) (sluice.Rule, error) {
 		}
 		r.Limits = append(r.Limits, l)
 	}
+	plans, err := adminapi.ToPlans(re.Plans)
+	if err != nil {
+		return r, fmt.Errorf("%s.plans: %w", where, err)
+	}
+	r.Plans = plans
 	if err := r.Validate(); err != nil {
 		return r, fmt.Errorf("%s: %w", where, err)
+	}
+	names := map[string]bool{}
+	for k, oe := range re.Overrides {
+		ow := fmt.Sprintf("%s.overrides[%d]", where, k)
+		if names[oe.Name] {
+			return r, fmt.Errorf("%s.name: override %s is listed twice", ow, oe.Name)
+		}
+		names[oe.Name] = true
+		o, err := oe.ToOverride(tenant, re.Name, oe.Name)
+		if err == nil {
+			err = r.ValidateOverrideFor(o)
+		}
+		if err != nil {
+			return r, fmt.Errorf("%s (%s): %w", ow, oe.Name, err)
+		}
+		r.Overrides = append(r.Overrides, o)
+	}
+	if err := sluice.ValidateOverrides(r.Overrides); err != nil {
+		return r, fmt.Errorf("%s.overrides: %w", where, err)
 	}
 	return r, nil
 }
@@ -185,6 +219,10 @@ func Export(ts []Current) File {
 		slices.SortFunc(te.Keys, func(a, b KeyEntry) int { return cmp.Compare(a.Name, b.Name) })
 		for _, r := range t.Rules {
 			re := RuleEntry{Name: r.Name, RuleSpec: adminapi.NewRule(r).Spec()}
+			for _, o := range r.Overrides {
+				re.Overrides = append(re.Overrides, OverrideEntry{Name: o.Name, OverrideSpec: adminapi.NewOverride(o).Spec()})
+			}
+			slices.SortFunc(re.Overrides, func(a, b OverrideEntry) int { return cmp.Compare(a.Name, b.Name) })
 			te.Rules = append(te.Rules, re)
 		}
 		slices.SortFunc(te.Rules, func(a, b RuleEntry) int { return cmp.Compare(a.Name, b.Name) })

@@ -62,6 +62,10 @@ type Decision struct {
 	// figures still say what it would have decided.
 	Shadow bool            `json:"shadow" yaml:"shadow"`
 	Limits []LimitDecision `json:"limits" yaml:"limits"`
+	// Plan names the plan whose limits were checked, and Override the
+	// override that replaced them; each is absent when none applied.
+	Plan     string `json:"plan,omitempty" yaml:"plan,omitempty"`
+	Override string `json:"override,omitempty" yaml:"override,omitempty"`
 	// Hold is present when the check took something returnable (a
 	// reservation or a concurrency lease), and absent otherwise.
 	Hold *Hold `json:"hold,omitempty" yaml:"hold,omitempty"`
@@ -103,7 +107,8 @@ type ErrorDetail struct {
 
 // NewDecision is the answer d (the check engine's Result.Decision, in which
 // a shadow rule's deny is already an allow) to a check of the named rule (""
-// when no rule matched); shadow says the rule only observes.
+// when no rule matched); shadow says the rule only observes. Set Plan and
+// Override from the engine's Result.
 func NewDecision(rule string, d sluice.Decision, shadow bool) Decision {
 	b := Decision{
 		Allowed:      d.Allowed,

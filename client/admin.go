@@ -64,6 +64,8 @@ type (
 	Key    = adminapi.Key
 	Limit  = adminapi.Limit
 	Rule   = adminapi.Rule
+	// Override is a rule's per-subject override.
+	Override = adminapi.Override
 )
 
 // CreateTenant creates an active tenant (operator only).
@@ -147,6 +149,32 @@ func (a *Admin) Rule(ctx context.Context, tenant, name string) (Rule, error) {
 // DeleteRule deletes a rule.
 func (a *Admin) DeleteRule(ctx context.Context, tenant, name string) error {
 	return a.do(ctx, http.MethodDelete, []string{"tenants", tenant, "rules", name}, nil, nil)
+}
+
+// PutOverride creates or replaces an override of a rule.
+func (a *Admin) PutOverride(ctx context.Context, o Override) (Override, error) {
+	var out Override
+	err := a.do(ctx, http.MethodPut, []string{"tenants", o.Tenant, "rules", o.Rule, "overrides", o.Name}, o.Spec(), &out)
+	return out, err
+}
+
+// Overrides lists a rule's overrides, expired ones included.
+func (a *Admin) Overrides(ctx context.Context, tenant, rule string) ([]Override, error) {
+	var out adminapi.OverrideList
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules", rule, "overrides"}, nil, &out)
+	return out.Overrides, err
+}
+
+// Override reads one override.
+func (a *Admin) Override(ctx context.Context, tenant, rule, name string) (Override, error) {
+	var o Override
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules", rule, "overrides", name}, nil, &o)
+	return o, err
+}
+
+// DeleteOverride deletes an override.
+func (a *Admin) DeleteOverride(ctx context.Context, tenant, rule, name string) error {
+	return a.do(ctx, http.MethodDelete, []string{"tenants", tenant, "rules", rule, "overrides", name}, nil, nil)
 }
 
 // ResetSubject forgets a subject's counters under a rule, on the store and

@@ -94,6 +94,51 @@ func (b Domain) DeleteRule(ctx context.Context, tenant, name string) error {
 	return b.a.DeleteRule(ctx, tenant, name)
 }
 
+func (b Domain) PutOverride(ctx context.Context, o sluice.Override) (sluice.Override, error) {
+	stored, err := b.a.PutOverride(ctx, adminapi.NewOverride(o))
+	if err != nil {
+		return sluice.Override{}, err
+	}
+	return fromAPIOverride(stored)
+}
+
+func (b Domain) Overrides(ctx context.Context, tenant, rule string) ([]sluice.Override, error) {
+	os, err := b.a.Overrides(ctx, tenant, rule)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sluice.Override, 0, len(os))
+	for _, o := range os {
+		do, err := fromAPIOverride(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, do)
+	}
+	return out, nil
+}
+
+func (b Domain) Override(ctx context.Context, tenant, rule, name string) (sluice.Override, error) {
+	o, err := b.a.Override(ctx, tenant, rule, name)
+	if err != nil {
+		return sluice.Override{}, err
+	}
+	return fromAPIOverride(o)
+}
+
+func (b Domain) DeleteOverride(ctx context.Context, tenant, rule, name string) error {
+	return b.a.DeleteOverride(ctx, tenant, rule, name)
+}
+
+// fromAPIOverride reads an override the server sent.
+func fromAPIOverride(o Override) (sluice.Override, error) {
+	out, err := o.ToOverride()
+	if err != nil {
+		return out, fmt.Errorf("the server sent override %s of rule %s with a limit this sluice cannot read: %w", o.Name, o.Rule, err)
+	}
+	return out, nil
+}
+
 // fromAPIRule reads a rule the server sent.
 func fromAPIRule(r Rule) (sluice.Rule, error) {
 	out, err := r.ToRule()

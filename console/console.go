@@ -190,6 +190,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules", c.signedIn(c.handleRules))
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/new", c.signedIn(c.handleRuleForm))
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/{name}/edit", c.signedIn(c.handleRuleForm))
+	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/{name}/overrides", c.signedIn(c.handleOverrides))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/rules", c.signedIn(c.handleSaveRule))
 	mux.HandleFunc("GET "+Prefix+"tenants/{tenant}/rules/{name}/delete", c.signedIn(c.handleConfirmDeleteRule))
 	mux.HandleFunc("POST "+Prefix+"tenants/{tenant}/rules/{name}/delete", c.signedIn(c.handleDeleteRule))

@@ -22,7 +22,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered in layout.html.
-var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "inspect", "envoy", "audit", "usage", "error"}
+var pageNames = []string{"signin", "overview", "tenants", "confirm-delete", "confirm", "keys", "rules", "rule-form", "overrides", "inspect", "envoy", "audit", "usage", "error"}
 
 var funcs = template.FuncMap{
 	"pathEscape":  url.PathEscape,
@@ -66,7 +66,7 @@ type view struct {
 
 var titles = map[string]string{
 	"signin": "Sign in", "overview": "Overview", "tenants": "Tenants", "confirm-delete": "Delete tenant", "confirm": "Confirm",
-	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "usage": "Usage", "error": "Error",
+	"keys": "API keys", "rules": "Rules", "rule-form": "Rule", "overrides": "Plans and overrides", "inspect": "Subject inspector", "envoy": "Envoy domains", "audit": "Audit log", "usage": "Usage", "error": "Error",
 }
 
 // render writes page name inside the layout.
@@ -537,6 +537,29 @@ func limitText(l adminapi.Limit) string {
 	return lim.String()
 }
 
+// overridesPage is a rule's overrides, read-only.
+type overridesPage struct {
+	Rule      adminapi.Rule
+	Overrides []adminapi.Override
+	Now       time.Time
+}
+
+// handleOverrides shows a rule's plans and overrides. They are changed
+// through the admin API or the command line (sluice override set).
+func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, name := r.PathValue("tenant"), r.PathValue("name")
+	var p overridesPage
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", name), &p.Rule) {
+		return
+	}
+	var body adminapi.OverrideList
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", name, "overrides"), &body) {
+		return
+	}
+	p.Overrides, p.Now = body.Overrides, time.Now()
+	c.render(w, r, sess, http.StatusOK, "overrides", p)
+}
+
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
 	var body struct{ Rules []adminapi.Rule }
 	if !c.get(w, r, sess, apiPath("tenants", r.PathValue("tenant"), "rules"), &body) {
@@ -667,6 +690,16 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 		// PUT replaces: a new rule must not silently take an existing one's place.
 		a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("A rule named %s already exists; edit it instead, or choose another name.", f.Name)}
 	default:
+		if f.Editing {
+			// The form edits limits, not plans: the rule's plans are kept
+			// as they are, not dropped by the replace.
+			if cur := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", f.Name), nil); cur.ok() {
+				var rule adminapi.Rule
+				if err := cur.decode(&rule); err == nil && len(rule.Plans) > 0 {
+					body["plans"] = rule.Plans
+				}
+			}
+		}
 		a = c.call(r, sess, http.MethodPut, apiPath("tenants", tenant, "rules", f.Name), body)
 	}
 	if !a.ok() {

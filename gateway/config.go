@@ -212,8 +212,14 @@ type RouteConfig struct {
 	AuthOptional bool `yaml:"auth_optional"`
 	// Limits are the route's rate limits, per JWT subject when authenticated,
 	// else per client IP. None: not limited.
-	Limits      []LimitConfig      `yaml:"limits"`
-	FailureMode sluice.FailureMode `yaml:"failure_mode"`
+	Limits []LimitConfig `yaml:"limits"`
+	// Plans are named limit sets a request may be put on instead of
+	// Limits, and PlanClaim the verified token's claim that names a
+	// request's plan (none, or a request without the claim: Limits; a
+	// plan Plans lacks: 400).
+	Plans       map[string][]LimitConfig `yaml:"plans"`
+	PlanClaim   string                   `yaml:"plan_claim"`
+	FailureMode sluice.FailureMode       `yaml:"failure_mode"`
 	// Shadow checks and counts the limits but never denies (see
 	// middleware.Options.Shadow).
 	Shadow bool `yaml:"shadow"`
@@ -656,6 +662,9 @@ func (r RouteConfig) validate(c *Config) error {
 	if err != nil {
 		return err
 	}
+	if _, err := r.plans(); err != nil {
+		return err
+	}
 	if _, _, err := r.concurrencyLimit(); err != nil {
 		return err
 	}
@@ -681,28 +690,64 @@ func (r RouteConfig) validate(c *Config) error {
 
 // limits maps the route's limit configs onto sluice.Limits.
 func (r RouteConfig) limits() ([]sluice.Limit, error) {
-	if len(r.Limits) == 0 {
+	return toLimits("limits", r.Limits)
+}
+
+// plans are the route's plans, or nil without any.
+func (r RouteConfig) plans() (sluice.Plans, error) {
+	if len(r.Plans) == 0 {
+		if r.PlanClaim != "" {
+			return nil, errors.New("plan_claim: names a plan, and the route has no plans")
+		}
 		return nil, nil
 	}
-	out := make([]sluice.Limit, len(r.Limits))
-	for i, lc := range r.Limits {
+	if len(r.Limits) == 0 {
+		return nil, errors.New("plans: a route with plans needs limits too, for requests that name no plan")
+	}
+	if r.PlanClaim != "" && r.Auth == "" {
+		return nil, errors.New("plan_claim: claims come from a verified token, which needs auth to name a verifier")
+	}
+	out := make(sluice.Plans, len(r.Plans))
+	for name, lcs := range r.Plans {
+		if len(lcs) == 0 {
+			return nil, fmt.Errorf("plans.%s: a plan needs at least one limit", name)
+		}
+		ls, err := toLimits("plans."+name, lcs)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = ls
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("plans: %w", err)
+	}
+	return out, nil
+}
+
+// toLimits reads the limits of field.
+func toLimits(field string, lcs []LimitConfig) ([]sluice.Limit, error) {
+	if len(lcs) == 0 {
+		return nil, nil
+	}
+	out := make([]sluice.Limit, len(lcs))
+	for i, lc := range lcs {
 		l := sluice.Limit{Name: lc.Name, Algorithm: sluice.Algorithm(lc.Algorithm)}
 		switch l.Algorithm {
 		case sluice.AlgorithmTokenBucket:
 			if lc.Limit != 0 || lc.Window != 0 {
-				return nil, fmt.Errorf("limits[%d]: a token bucket takes capacity and refill_per_second, not limit and window", i)
+				return nil, fmt.Errorf("%s[%d]: a token bucket takes capacity and refill_per_second, not limit and window", field, i)
 			}
 			l.Capacity, l.RefillPerSecond = lc.Capacity, lc.RefillPerSecond
 		default:
 			if lc.Capacity != 0 || lc.RefillPerSecond != 0 {
-				return nil, fmt.Errorf("limits[%d]: a %s limit takes limit and window, not capacity and refill_per_second", i, lc.Algorithm)
+				return nil, fmt.Errorf("%s[%d]: a %s limit takes limit and window, not capacity and refill_per_second", field, i, lc.Algorithm)
 			}
 			l.Capacity, l.Window = lc.Limit, time.Duration(lc.Window)
 		}
 		out[i] = l
 	}
 	if err := sluice.Limits(out).Validate(); err != nil {
-		return nil, fmt.Errorf("limits: %w", err)
+		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	return out, nil
 }

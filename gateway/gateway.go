@@ -349,11 +349,16 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 			if rc.Cost != nil {
 				cost = *rc.Cost
 			}
+			plans, err := rc.plans()
+			if err != nil {
+				return nil, fmt.Errorf("routes (%s).%w", rc.Name, err)
+			}
 			opts := middleware.Options{
 				Store:       g.opts.Store,
 				Name:        rc.Name,
 				Tenant:      "gateway",
 				Limits:      limits,
+				Plans:       plans,
 				Key:         rc.keyFunc(trusted),
 				Cost:        func(*http.Request) int64 { return cost },
 				FailureMode: rc.FailureMode,
@@ -361,6 +366,9 @@ func (g *Gateway) build(cfg *Config) (rt *runtime, err error) {
 				Engine:      g.engine,
 				Metrics:     g.opts.Metrics,
 				Source:      metrics.SourceGateway,
+			}
+			if rc.PlanClaim != "" {
+				opts.Plan = middleware.JWTClaim(rc.PlanClaim)
 			}
 			if rc.CostBy == CostByResponseBytes {
 				opts.Reserve = true

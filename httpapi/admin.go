@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/adminapi"
@@ -159,6 +160,11 @@ func validatePath(r *http.Request) *apiError {
 	}
 	if name := r.PathValue("name"); name != "" {
 		if err := sluice.RuleName(name).Validate(); err != nil {
+			return errorFor(err)
+		}
+	}
+	if name := r.PathValue("override"); name != "" {
+		if err := sluice.OverrideName(name).Validate(); err != nil {
 			return errorFor(err)
 		}
 	}
@@ -397,6 +403,88 @@ func (a *API) handleResetSubject(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, nil
+	})
+}
+
+// --- overrides
+
+// overrideFromRequest builds the override to store, refusing one that
+// would never apply: an expires_at already past is a mistake (a wrong year,
+// a local time read as UTC), not a way to delete.
+func (a *API) overrideFromRequest(tenant, rule, name string, in adminapi.OverrideSpec) (sluice.Override, error) {
+	if len(in.Subjects) == 0 {
+		return sluice.Override{}, badRequest("Field \"subjects\" is required: an exact subject like \"acme\", a pattern like \"vip-*\", or a list of them.")
+	}
+	for _, subject := range in.Subjects {
+		// A check's subject is at most this long, so a longer one could
+		// never match.
+		if len(subject) > MaxRequestSubjectBytes {
+			return sluice.Override{}, badRequest("Subject %.40q... is %d bytes long; checks send at most %d, so it could never match.", subject, len(subject), MaxRequestSubjectBytes)
+		}
+	}
+	o, err := in.ToOverride(tenant, rule, name)
+	if err != nil {
+		return o, err
+	}
+	if now := a.now(); !o.ExpiresAt.IsZero() && !o.ExpiresAt.After(now) {
+		return o, badRequest("Field \"expires_at\" (%s) is in the past (it is now %s): an override must expire later, or leave expires_at out for one that never does; DELETE removes one.",
+			o.ExpiresAt.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return o, nil
+}
+
+func (a *API) handlePutOverride(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		var in adminapi.OverrideSpec
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		o, err := a.overrideFromRequest(r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override"), in)
+		if err != nil {
+			return 0, nil, err
+		}
+		// 201 on create, 200 on replace, as for rules (two PUTs racing to
+		// create one may both answer 201).
+		status := http.StatusOK
+		if _, err := a.catalog.Override(ctx, o.Tenant, o.Rule, o.Name); errors.Is(err, sluice.ErrNotFound) {
+			status = http.StatusCreated
+		} else if err != nil {
+			return 0, nil, err
+		}
+		stored, err := a.catalog.PutOverride(ctx, o)
+		if err != nil {
+			return 0, nil, err
+		}
+		return status, adminapi.NewOverride(stored), nil
+	})
+}
+
+func (a *API) handleListOverrides(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		os, err := a.catalog.Overrides(ctx, r.PathValue("tenant"), r.PathValue("name"))
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, adminapi.NewOverrideList(os), nil
+	})
+}
+
+func (a *API) handleGetOverride(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		o, err := a.catalog.Override(ctx, r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override"))
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, adminapi.NewOverride(o), nil
+	})
+}
+
+func (a *API) handleDeleteOverride(w http.ResponseWriter, r *http.Request) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		if err := a.catalog.DeleteOverride(ctx, r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")); err != nil {
 			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil

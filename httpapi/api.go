@@ -57,6 +57,9 @@ type Options struct {
 	// WriteProbeInterval is how often Run asks the catalog whether it
 	// takes writes, for /readyz (default DefaultWriteProbeInterval).
 	WriteProbeInterval time.Duration
+	// Clock is what an override's expires_at is judged against when it is
+	// written (default time.Now); give the Engine the same.
+	Clock func() time.Time
 }
 
 // DefaultAdminTimeout is the admin deadline when Options.AdminTimeout is 0.
@@ -89,6 +92,7 @@ type API struct {
 	// writesOK, writesReadOnly), every writeProbeInterval.
 	writes             atomic.Int32
 	writeProbeInterval time.Duration
+	now                func() time.Time
 }
 
 // state is one immutable view of the catalog for the check path.
@@ -110,8 +114,40 @@ type compiledRule struct {
 	// server default applied, counter namespace (see sluice.Tenant.CounterNamespace).
 	check *check.Rule
 	// policyHeader is the rule's RateLimit-Policy value, the same for
-	// every answer.
+	// every answer under its own limits; planPolicy that of each plan.
+	// Under an override it is computed from the decision.
 	policyHeader string
+	planPolicy   map[string]string
+}
+
+// policyFor is the RateLimit-Policy value of a check decided under plan and
+// override ("" for none), or "" to compute it from the decision.
+func (c *compiledRule) policyFor(plan, override string) string {
+	switch {
+	case override != "":
+		return ""
+	case plan != "":
+		return c.planPolicy[plan]
+	}
+	return c.policyHeader
+}
+
+// compileRule builds the check path's form of r.
+func (a *API) compileRule(tenant, ns string, mode sluice.FailureMode, r sluice.Rule) *compiledRule {
+	cr := &compiledRule{Rule: r, policyHeader: ratelimitheader.Policy(r.Name, r.Limits)}
+	if len(r.Plans) > 0 {
+		cr.planPolicy = make(map[string]string, len(r.Plans))
+		for name, ls := range r.Plans {
+			cr.planPolicy[name] = ratelimitheader.Policy(r.Name, ls)
+		}
+	}
+	var overrides *sluice.OverrideMatcher
+	if len(r.Overrides) > 0 {
+		overrides = sluice.NewOverrideMatcher(r.Overrides)
+	}
+	cr.check = a.engine.NewRule(metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant, Rule: r.Name},
+		check.Rule{Namespace: ns, Name: r.Name, Limits: r.Limits, Plans: r.Plans, Overrides: overrides, Mode: mode, Shadow: r.Shadow})
+	return cr
 }
 
 // New returns an API serving the catalog's current snapshot.
@@ -129,6 +165,10 @@ func New(ctx context.Context, opts Options) (*API, error) {
 		adminTimeout: opts.AdminTimeout,
 
 		writeProbeInterval: cmp.Or(opts.WriteProbeInterval, DefaultWriteProbeInterval),
+		now:                opts.Clock,
+	}
+	if a.now == nil {
+		a.now = time.Now
 	}
 	if a.adminTimeout <= 0 {
 		a.adminTimeout = DefaultAdminTimeout
@@ -267,9 +307,7 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 					continue
 				}
 			}
-			st.rules[id] = &compiledRule{Rule: r, policyHeader: ratelimitheader.Policy(r.Name, r.Limits), check: a.engine.NewRule(
-				metrics.Labels{Source: metrics.SourceHTTP, Tenant: tenant, Rule: r.Name},
-				check.Rule{Namespace: ns, Name: r.Name, Limits: r.Limits, Mode: mode, Shadow: r.Shadow})}
+			st.rules[id] = a.compileRule(tenant, ns, mode, r)
 		}
 	}
 	if old != nil {
@@ -287,10 +325,29 @@ func (a *API) compile(snap *sluice.Snapshot, old *state) *state {
 	return st
 }
 
-// sameRule reports whether two versions of a rule decide every check alike.
+// sameRule reports whether two versions of a rule decide every check alike:
+// an override or a plan changed is a new rule, so the subjects' cached
+// denies (remembered under the old limits) are dropped.
 func sameRule(a, b sluice.Rule) bool {
 	return a.Route == b.Route && a.FailureMode == b.FailureMode && a.Shadow == b.Shadow &&
-		slices.Equal(a.Limits, b.Limits)
+		slices.Equal(a.Limits, b.Limits) && samePlans(a.Plans, b.Plans) &&
+		slices.EqualFunc(a.Overrides, b.Overrides, sameOverride)
+}
+
+func samePlans(a, b sluice.Plans) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, ls := range a {
+		if other, ok := b[name]; !ok || !slices.Equal(ls, other) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameOverride(a, b sluice.Override) bool {
+	return a.Name == b.Name && a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(a.Subjects, b.Subjects) && slices.Equal(a.Limits, b.Limits)
 }
 
 // forgetSubject drops the deny-cache entry of a subject of a tenant whose
@@ -339,6 +396,10 @@ func (a *API) routes() []route {
 		{"GET /v1/tenants/{tenant}/rules", a.handleListRules},
 		{"GET /v1/tenants/{tenant}/rules/{name}", a.handleGetRule},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}", a.handleDeleteRule},
+		{"GET /v1/tenants/{tenant}/rules/{name}/overrides", a.handleListOverrides},
+		{"PUT /v1/tenants/{tenant}/rules/{name}/overrides/{override}", a.handlePutOverride},
+		{"GET /v1/tenants/{tenant}/rules/{name}/overrides/{override}", a.handleGetOverride},
+		{"DELETE /v1/tenants/{tenant}/rules/{name}/overrides/{override}", a.handleDeleteOverride},
 		{"GET /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handlePeekSubject},
 
 		{"GET /v1/audit", a.handleAudit},

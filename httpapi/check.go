@@ -129,7 +129,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		// Limiting is opt-in: no rule, no store call.
 		st.scopes[grant.Tenant].NoRule(start)
-		writeDecision(w, http.StatusOK, "", sluice.Decision{Allowed: true}, false)
+		writeDecision(w, http.StatusOK, "", sluice.Decision{Allowed: true}, false, choice{})
 		return
 	}
 	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
@@ -147,12 +147,29 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !d.Allowed {
 		status = http.StatusTooManyRequests
 	}
-	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyHeader, d)
+	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyFor(res.Plan, res.Override), d)
 	if !d.Allowed && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}
-	writeDecision(w, status, rule.Name, d, rule.Shadow)
+	setChoiceHeaders(w.Header(), res.Plan, res.Override)
+	writeDecision(w, status, rule.Name, d, rule.Shadow, choice{res.Plan, res.Override})
+}
+
+// The headers that name the plan and the override a check was decided
+// under, sent only when one applied.
+const (
+	planHeader     = "X-Ratelimit-Plan"
+	overrideHeader = "X-Ratelimit-Override"
+)
+
+func setChoiceHeaders(h http.Header, plan, override string) {
+	if plan != "" {
+		h[planHeader] = []string{plan}
+	}
+	if override != "" {
+		h[overrideHeader] = []string{override}
+	}
 }
 
 // failCheck answers a check the engine could not decide.

@@ -113,10 +113,11 @@ const (
 	fieldRoute
 	fieldSubject
 	fieldCost
+	fieldPlan
 )
 
 // parseCheckFast parses a check body of the common shape: one object whose
-// members are route, subject (strings or null) and cost (an integer or null),
+// members are route, subject, plan (strings or null) and cost (an integer or null),
 // each at most once, names exactly so, any JSON whitespace, any string
 // escapes but \u0000 and unpaired surrogates, valid UTF-8. ok is false for
 // anything else, errors included; whatever it accepts, decodeBytes (the
@@ -126,10 +127,10 @@ const (
 func parseCheckFast(b, scratch []byte) (req checkapi.Request, ok bool) {
 	// The strings' last values, in b or in scratch: both become one string,
 	// one allocation.
-	var route, subject []byte
+	var route, subject, plan []byte
 	var cost int64
 	hasCost := false
-	var seen [fieldCost + 1]bool // a duplicate is for decodeBytes to refuse
+	var seen [fieldPlan + 1]bool // a duplicate is for decodeBytes to refuse
 
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -169,10 +170,13 @@ func parseCheckFast(b, scratch []byte) (req checkapi.Request, ok bool) {
 				if s, scratch, i, ok = parseString(b, i, scratch); !ok {
 					return req, false
 				}
-				if field == fieldRoute {
+				switch field {
+				case fieldRoute:
 					route = s
-				} else {
+				case fieldSubject:
 					subject = s
+				default:
+					plan = s
 				}
 			default:
 				return req, false
@@ -195,13 +199,14 @@ func parseCheckFast(b, scratch []byte) (req checkapi.Request, ok bool) {
 		return req, false
 	}
 
-	if n := len(route) + len(subject); n > 0 {
-		var both strings.Builder
-		both.Grow(n)
-		both.Write(route)
-		both.Write(subject)
-		s := both.String()
-		req.Route, req.Subject = s[:len(route)], s[len(route):]
+	if n := len(route) + len(subject) + len(plan); n > 0 {
+		var all strings.Builder
+		all.Grow(n)
+		all.Write(route)
+		all.Write(subject)
+		all.Write(plan)
+		s := all.String()
+		req.Route, req.Subject, req.Plan = s[:len(route)], s[len(route):len(route)+len(subject)], s[len(route)+len(subject):]
 	}
 	if hasCost {
 		req.Cost = &cost
@@ -248,6 +253,8 @@ func parseFieldName(b []byte, i int) (field, next int, ok bool) {
 		field = fieldSubject
 	case "cost":
 		field = fieldCost
+	case "plan":
+		field = fieldPlan
 	default:
 		return fieldUnknown, i, false
 	}
@@ -417,9 +424,13 @@ func hex4(b []byte, i int) rune {
 // writeDecision writes a check's answer like writeJSON(w, status,
 // checkapi.NewDecision(rule, d, shadow)), the same bytes and headers, from a
 // pooled buffer.
-func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool) {
+// choice is the plan and the override whose limits a check was decided
+// under ("" for none), as the engine's Result names them.
+type choice struct{ plan, override string }
+
+func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Decision, shadow bool, chose choice) {
 	bp := getCheckBuffer()
-	*bp = appendDecisionJSON((*bp)[:0], rule, d, shadow)
+	*bp = appendDecisionJSON((*bp)[:0], rule, d, shadow, chose)
 	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(*bp) // Write must not keep *bp (io.Writer), so it can go back
@@ -430,7 +441,7 @@ func writeDecision(w http.ResponseWriter, status int, rule string, d sluice.Deci
 // writes for checkapi.NewDecision(rule, d, shadow), trailing newline
 // included. The field order and the zeros always written are
 // checkapi.Decision's.
-func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) []byte {
+func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool, chose choice) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed) // the engine's answer: a shadow rule's deny is an allow
 	b = append(b, `,"rule":`...)
@@ -471,6 +482,14 @@ func appendDecisionJSON(b []byte, rule string, d sluice.Decision, shadow bool) [
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	if chose.plan != "" {
+		b = append(b, `,"plan":`...)
+		b = appendQuoted(b, chose.plan)
+	}
+	if chose.override != "" {
+		b = append(b, `,"override":`...)
+		b = appendQuoted(b, chose.override)
+	}
 	if d.Hold != nil {
 		b = append(b, `,"hold":{"id":`...)
 		b = appendQuoted(b, d.Hold.ID)

@@ -40,7 +40,7 @@ func checkStrictPromises(t *testing.T, body []byte, req checkapi.Request) {
 	}
 	// A U+FFFD is text the body may spell, raw or as an escape.
 	literalFFFD := bytes.ContainsRune(body, utf8.RuneError) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
-	for _, s := range []string{req.Route, req.Subject} {
+	for _, s := range []string{req.Route, req.Subject, req.Plan} {
 		if strings.IndexByte(s, 0) >= 0 || (strings.ContainsRune(s, utf8.RuneError) && !literalFFFD) {
 			t.Fatalf("body %s accepted as %s: a NUL or a replaced character", shorten(body), describeDecode(req, nil))
 		}
@@ -56,7 +56,7 @@ func checkStrictPromises(t *testing.T, body []byte, req checkapi.Request) {
 			t.Fatalf("body %s accepted, yet: %v", shorten(body), err)
 		}
 		name := tok.(string)
-		if name != "route" && name != "subject" && name != "cost" {
+		if name != "route" && name != "subject" && name != "cost" && name != "plan" && name != "reserve" {
 			t.Fatalf("body %s accepted with field name %q", shorten(body), name)
 		}
 		if seen[name] {
@@ -90,7 +90,7 @@ func describeDecode(req checkapi.Request, aerr *apiError) string {
 	if req.Cost != nil {
 		cost = fmt.Sprint(*req.Cost)
 	}
-	return fmt.Sprintf("route %q subject %q cost %s", req.Route, req.Subject, cost)
+	return fmt.Sprintf("route %q subject %q cost %s plan %q reserve %t", req.Route, req.Subject, cost, req.Plan, req.Reserve)
 }
 
 // checkDecodeAgrees fails t unless the codec decodes body as the reference
@@ -147,6 +147,11 @@ func TestReadCheckRequest(t *testing.T) {
 		{"del_and_html_kept", "{\"route\":\"/<a>&\x7f\"}", true, checkapi.Request{Route: "/<a>&\x7f"}, 0, ""},
 		{"null_cost_is_absent", `{"route":"/a","cost":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
 		{"null_subject_is_absent", `{"route":"/a","subject":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
+		{"plan", `{"route":"/a","subject":"u","plan":"pro"}`, true, checkapi.Request{Route: "/a", Subject: "u", Plan: "pro"}, 0, ""},
+		{"plan_first_escaped", `{"plan":"p\u00e9","route":"/a"}`, true, checkapi.Request{Route: "/a", Plan: "pé"}, 0, ""},
+		{"null_plan_is_absent", `{"route":"/a","plan":null}`, true, checkapi.Request{Route: "/a"}, 0, ""},
+		{"duplicate_plan", `{"route":"/a","plan":"a","plan":"b"}`, false, checkapi.Request{}, 400, "duplicate_field"},
+		{"plan_number", `{"route":"/a","plan":1}`, false, checkapi.Request{}, 400, "invalid_request"},
 
 		// The strict rules: names exact, each once, strings valid text
 		// without NUL (encoding/json alone folds case, keeps the last
@@ -276,7 +281,7 @@ func TestReadCheckRequestTooLargeClosesConnection(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _, aerr := readCheckRequest(w, r, nil)
 		if aerr == nil {
-			writeDecision(w, http.StatusOK, "", sluice.Decision{Allowed: true}, false)
+			writeDecision(w, http.StatusOK, "", sluice.Decision{Allowed: true}, false, choice{})
 			return
 		}
 		writeError(w, aerr.status, aerr.code, aerr.message)
@@ -298,9 +303,11 @@ func TestReadCheckRequestTooLargeClosesConnection(t *testing.T) {
 }
 
 // encodeReference is what handleCheck writes today.
-func encodeReference(t testing.TB, rule string, d sluice.Decision, shadow bool) []byte {
+func encodeReference(t testing.TB, rule string, d sluice.Decision, shadow bool, chose choice) []byte {
 	w := httptest.NewRecorder()
-	writeJSON(w, http.StatusOK, checkapi.NewDecision(rule, d, shadow))
+	body := checkapi.NewDecision(rule, d, shadow)
+	body.Plan, body.Override = chose.plan, chose.override
+	writeJSON(w, http.StatusOK, body)
 	if w.Code != http.StatusOK {
 		t.Fatalf("encoding/json failed: %s", w.Body)
 	}
@@ -318,32 +325,37 @@ func TestAppendDecisionJSON(t *testing.T) {
 		d      sluice.Decision
 		shadow bool
 		want   string // "" to compare with encoding/json only
+		chose  choice
 	}{
 		{"no_rule", "", sluice.Decision{Allowed: true}, false,
-			`{"allowed":true,"rule":null,"limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":false,"shadow":false,"limits":[]}` + "\n"},
+			`{"allowed":true,"rule":null,"limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":false,"shadow":false,"limits":[]}` + "\n", choice{}},
 		{"denied", "orders", sluice.Decision{Limit: 60, Remaining: 0, ResetAfter: time.Minute, RetryAfter: 1500*time.Microsecond + 1, Limits: twoLimits}, false,
 			`{"allowed":false,"rule":"orders","limit":60,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2,"degraded":false,"shadow":false,` +
 				`"limits":[{"name":"burst","algorithm":"token_bucket","limit":10,"remaining":9,"reset_after_ms":100,"retry_after_ms":0},` +
-				`{"name":"minute","algorithm":"sliding_window","limit":60,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2}]}` + "\n"},
+				`{"name":"minute","algorithm":"sliding_window","limit":60,"remaining":0,"reset_after_ms":60000,"retry_after_ms":2}]}` + "\n", choice{}},
 		{"shadow_answer", "r", sluice.Decision{Allowed: true, Degraded: true}, true,
-			`{"allowed":true,"rule":"r","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"shadow":true,"limits":[]}` + "\n"},
+			`{"allowed":true,"rule":"r","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"shadow":true,"limits":[]}` + "\n", choice{}},
 		{"negative_and_extreme_numbers", "r", sluice.Decision{Allowed: true, Limit: math.MinInt64, Remaining: math.MaxInt64, ResetAfter: -time.Second, RetryAfter: math.MaxInt64,
-			Limits: []sluice.LimitDecision{{Limit: -1, Remaining: math.MinInt64, ResetAfter: math.MinInt64, RetryAfter: 1}}}, false, ""},
-		{"empty_limit_names", "r", sluice.Decision{Limits: []sluice.LimitDecision{{}}}, false, ""},
+			Limits: []sluice.LimitDecision{{Limit: -1, Remaining: math.MinInt64, ResetAfter: math.MinInt64, RetryAfter: 1}}}, false, "", choice{}},
+		{"empty_limit_names", "r", sluice.Decision{Limits: []sluice.LimitDecision{{}}}, false, "", choice{}},
+		{"plan_and_override", "r", sluice.Decision{Allowed: true}, false,
+			`{"allowed":true,"rule":"r","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":false,"shadow":false,"limits":[],"plan":"pro","override":"acme-week"}` + "\n",
+			choice{"pro", "acme-week"}},
+		{"plan_only_escaped", "r", sluice.Decision{Allowed: true}, false, "", choice{plan: "p\"\u2028"}},
 		{"escaped_strings", "a\"b\\c\b\f\n\r\t\x00\x01\x1f\x7f<>&/\u2028\u2029é😀\uFFFD", sluice.Decision{
-			Limits: []sluice.LimitDecision{{Name: "\xff\xfe\xed\xa0\x80x\xe2\x82", Algorithm: "\u2027\u202a"}}}, false, ""},
+			Limits: []sluice.LimitDecision{{Name: "\xff\xfe\xed\xa0\x80x\xe2\x82", Algorithm: "\u2027\u202a"}}}, false, "", choice{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := appendDecisionJSON(nil, c.rule, c.d, c.shadow)
-			if want := encodeReference(t, c.rule, c.d, c.shadow); !bytes.Equal(got, want) {
+			got := appendDecisionJSON(nil, c.rule, c.d, c.shadow, c.chose)
+			if want := encodeReference(t, c.rule, c.d, c.shadow, c.chose); !bytes.Equal(got, want) {
 				t.Errorf("codec:         %s\nencoding/json: %s", got, want)
 			}
 			if c.want != "" && string(got) != c.want {
 				t.Errorf("got  %s\nwant %s", got, c.want)
 			}
 			prefix := []byte("prefix")
-			if got := appendDecisionJSON(prefix, c.rule, c.d, c.shadow); !bytes.HasPrefix(got, prefix) {
+			if got := appendDecisionJSON(prefix, c.rule, c.d, c.shadow, choice{}); !bytes.HasPrefix(got, prefix) {
 				t.Errorf("appending to %q lost it: %q", prefix, got)
 			}
 		})
@@ -358,7 +370,7 @@ func TestWriteDecision(t *testing.T) {
 		want := httptest.NewRecorder()
 		writeJSON(want, status, checkapi.NewDecision("daily", d, false))
 		got := httptest.NewRecorder()
-		writeDecision(got, status, "daily", d, false)
+		writeDecision(got, status, "daily", d, false, choice{})
 		if got.Code != want.Code || got.Body.String() != want.Body.String() {
 			t.Errorf("got %d %s, want %d %s", got.Code, got.Body, want.Code, want.Body)
 		}
@@ -400,7 +412,7 @@ func TestCheckCodecAllocs(t *testing.T) {
 		{Name: "minute", Algorithm: sluice.AlgorithmSlidingWindow, Limit: 600, Remaining: 599, ResetAfter: time.Minute},
 	}}
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = appendDecisionJSON(buf[:0], "orders", d, false)
+		buf = appendDecisionJSON(buf[:0], "orders", d, false, choice{})
 	})
 	if allocs != 0 {
 		t.Errorf("appendDecisionJSON: %v allocations, want 0", allocs)
@@ -461,8 +473,12 @@ func FuzzCheckCodec(f *testing.F) {
 			})
 		}
 		shadow := flags&4 != 0
-		got := appendDecisionJSON(nil, rule, d, shadow)
-		if want := encodeReference(t, rule, d, shadow); !bytes.Equal(got, want) {
+		var chose choice
+		if flags&8 != 0 {
+			chose = choice{plan: name, override: rule}
+		}
+		got := appendDecisionJSON(nil, rule, d, shadow, chose)
+		if want := encodeReference(t, rule, d, shadow, chose); !bytes.Equal(got, want) {
 			t.Fatalf("codec:         %s\nencoding/json: %s", got, want)
 		}
 		var back map[string]any
@@ -529,7 +545,7 @@ func BenchmarkCheckCodecEncode(b *testing.B) {
 	b.Run("codec", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			writeDecision(w, http.StatusOK, "orders", d, false)
+			writeDecision(w, http.StatusOK, "orders", d, false, choice{})
 		}
 	})
 	b.Run("encoding_json", func(b *testing.B) {
@@ -542,7 +558,7 @@ func BenchmarkCheckCodecEncode(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
 		for b.Loop() {
-			buf = appendDecisionJSON(buf[:0], "orders", d, false)
+			buf = appendDecisionJSON(buf[:0], "orders", d, false, choice{})
 		}
 	})
 	b.Run("append_encoding_json", func(b *testing.B) {

@@ -40,7 +40,8 @@ func (a *API) CatalogVersion() int64 { return a.state.Load().snap.Version }
 func (a *API) DefaultFailureMode() sluice.FailureMode { return a.defaultMode }
 
 // handlePeekSubject answers what a subject has left under each limit of a
-// rule: a check of cost 0, which consumes nothing. It is made on a rule of
+// rule: a check of cost 0, which consumes nothing, under the limits a check
+// of the subject gets (its override's, or those of the plan ?plan= names). It is made on a rule of
 // its own, so it is neither counted in the metrics nor kept in the deny
 // cache, and it honours the rule's failure mode like any check.
 func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
@@ -49,11 +50,17 @@ func (a *API) handlePeekSubject(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: r.PathValue("subject"), Cost: 0})
+		plan := r.URL.Query().Get("plan")
+		if len(plan) > sluice.MaxNameBytes {
+			return 0, nil, badRequest("Query parameter \"plan\" is %d bytes long; plan names are at most %d.", len(plan), sluice.MaxNameBytes)
+		}
+		res, err := a.engine.Check(ctx, check.Query{Rule: peek, Subject: r.PathValue("subject"), Cost: 0, Plan: plan})
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, checkapi.NewDecision(rule.Name, res.Decision, rule.Shadow), nil
+		body := checkapi.NewDecision(rule.Name, res.Decision, rule.Shadow)
+		body.Plan, body.Override = res.Plan, res.Override
+		return http.StatusOK, body, nil
 	})
 }
 
@@ -74,5 +81,10 @@ func (a *API) subjectRule(ctx context.Context, tenant, name string) (sluice.Rule
 	if mode == "" {
 		mode = a.defaultMode
 	}
-	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Mode: mode, Shadow: rule.Shadow}, nil
+	var overrides *sluice.OverrideMatcher
+	if len(rule.Overrides) > 0 {
+		overrides = sluice.NewOverrideMatcher(rule.Overrides)
+	}
+	return rule, &check.Rule{Namespace: t.CounterNamespace(), Name: name, Limits: rule.Limits, Plans: rule.Plans, Overrides: overrides,
+		Mode: mode, Shadow: rule.Shadow}, nil
 }

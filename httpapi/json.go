@@ -131,6 +131,9 @@ func jsonError(err error) *apiError {
 	if errors.As(err, &bad) {
 		return badRequest("%s", bad.msg)
 	}
+	if errors.Is(err, sluice.ErrInvalid) { // a wire type's decoder refused a value (adminapi.Subjects)
+		return badRequest("%s", sentence(err.Error()))
+	}
 	return &apiError{http.StatusBadRequest, "malformed_json", "The request body is not valid JSON: " + err.Error() + "."}
 }
 

@@ -22,7 +22,7 @@ import (
 )
 
 func init() {
-	rootCmd.AddCommand(newMigrateCmd(), newTenantCmd(), newKeyCmd(), newRuleCmd())
+	rootCmd.AddCommand(newMigrateCmd(), newTenantCmd(), newKeyCmd(), newRuleCmd(), newOverrideCmd())
 }
 
 // readCmd is a command that reads the catalog and prints what it read in the
@@ -211,6 +211,8 @@ type ruleFlags struct {
 	concurrency    []string
 	failureMode    string
 	shadow         bool
+	// plans are PLAN:KIND:SPEC, each a limit of a named plan.
+	plans []string
 }
 
 func newRuleCmd() *cobra.Command {
@@ -235,6 +237,10 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
   --concurrency 10/30s         10 in flight at once, each lease freed after
                                30s unless released (see docs/holds.md)
+
+Plans (repeatable): named limit sets a check chooses with "plan", each
+limit as PLAN:KIND:SPEC, KIND one of the flags above:
+  --plan free:sliding-window:minute=100/1m --plan pro:sliding-window:minute=1000/1m
 
 Without --failure-mode the rule is stored without one, and every server
 applies its own --default-failure-mode (closed unless set), whether the rule
@@ -265,6 +271,7 @@ was written through --server or --database.`,
 	f.StringArrayVar(&rf.concurrency, "concurrency", nil, "concurrency limit [NAME=]LIMIT/TTL, e.g. 10/30s: at most LIMIT held at once, each lease freed after TTL (repeatable)")
 	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: each server's --default-failure-mode")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
+	f.StringArrayVar(&rf.plans, "plan", nil, "a limit of a named plan, PLAN:KIND:SPEC, e.g. pro:sliding-window:minute=1000/1m (KIND: token-bucket, sliding-window, fixed-window, concurrency; repeatable)")
 
 	cmd.AddCommand(set,
 		readCmd("list <tenant>", "List a tenant's rules", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
@@ -312,6 +319,45 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
 	}
+	limits, err := rf.limits()
+	if err != nil {
+		return r, err
+	}
+	r.Limits = limits
+	if len(r.Limits) == 0 {
+		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m, --fixed-window 100/1s or --concurrency 10/30s")
+	}
+	for _, p := range rf.plans {
+		plan, kind, spec, ok := cutPlanLimit(p)
+		if !ok {
+			return r, fmt.Errorf("--plan %q: write PLAN:KIND:SPEC, like pro:sliding-window:minute=1000/1m", p)
+		}
+		algo := sluice.Algorithm(strings.ReplaceAll(kind, "-", "_"))
+		l, err := sluice.ParseLimitSpec(algo, spec)
+		if err != nil {
+			return r, fmt.Errorf("--plan %q: %w", p, err)
+		}
+		if r.Plans == nil {
+			r.Plans = sluice.Plans{}
+		}
+		r.Plans[plan] = append(r.Plans[plan], l)
+	}
+	if err := r.Validate(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// cutPlanLimit splits PLAN:KIND:SPEC.
+func cutPlanLimit(s string) (plan, kind, spec string, ok bool) {
+	plan, rest, ok1 := strings.Cut(s, ":")
+	kind, spec, ok2 := strings.Cut(rest, ":")
+	return plan, kind, spec, ok1 && ok2 && plan != "" && kind != "" && spec != ""
+}
+
+// limits are the limits of the flags, without their route.
+func (rf ruleFlags) limits() ([]sluice.Limit, error) {
+	var out []sluice.Limit
 	for _, group := range []struct {
 		specs []string
 		algo  sluice.Algorithm
@@ -320,16 +366,10 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 		for _, spec := range group.specs {
 			l, err := sluice.ParseLimitSpec(group.algo, spec)
 			if err != nil {
-				return r, fmt.Errorf("--%s %q: %w", strings.ReplaceAll(string(group.algo), "_", "-"), spec, err)
+				return out, fmt.Errorf("--%s %q: %w", strings.ReplaceAll(string(group.algo), "_", "-"), spec, err)
 			}
-			r.Limits = append(r.Limits, l)
+			out = append(out, l)
 		}
 	}
-	if len(r.Limits) == 0 {
-		return r, fmt.Errorf("a rule needs at least one limit: --token-bucket 10:2/s, --sliding-window 600/1m, --fixed-window 100/1s or --concurrency 10/30s")
-	}
-	if err := r.Validate(); err != nil {
-		return r, err
-	}
-	return r, nil
+	return out, nil
 }

@@ -38,6 +38,7 @@ func init() {
 type adminBackend interface {
 	catalogfile.Admin
 	Rule(ctx context.Context, tenant, name string) (sluice.Rule, error)
+	Override(ctx context.Context, tenant, rule, name string) (sluice.Override, error)
 }
 
 // access says whether a command only reads the catalog: a read never creates

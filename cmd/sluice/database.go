@@ -12,14 +12,15 @@ import (
 
 // envTenantCaps are the per-tenant caps of a catalog opened outside sluice
 // serve (the command line's --database path, apply): those of
-// SLUICE_MAX_RULES_PER_TENANT and SLUICE_MAX_KEYS_PER_TENANT, as serve reads
+// SLUICE_MAX_RULES_PER_TENANT, SLUICE_MAX_KEYS_PER_TENANT and
+// SLUICE_MAX_OVERRIDES_PER_TENANT, as serve reads
 // them, else the defaults. The catalog enforces them, whoever writes.
 func envTenantCaps() (sluice.TenantCaps, error) {
 	var caps sluice.TenantCaps
 	for _, c := range []struct {
 		flag string
 		to   *int
-	}{{"max-rules-per-tenant", &caps.Rules}, {"max-keys-per-tenant", &caps.Keys}} {
+	}{{"max-rules-per-tenant", &caps.Rules}, {"max-keys-per-tenant", &caps.Keys}, {"max-overrides-per-tenant", &caps.Overrides}} {
 		v, ok := os.LookupEnv(envName(c.flag))
 		if !ok {
 			continue

@@ -45,7 +45,7 @@ func envoyModeArgs(args []string, lookup func(string) (string, bool)) []string {
 // sluiceAPIFlags are serve's flags that configure Sluice's own API, which
 // ENV mode does not run: giving one there is a mistake worth saying.
 var sluiceAPIFlags = []string{"database", "admin-token", "admin-token-file", "console", "console-addr", "envoy-json-addr",
-	"admin-timeout", "max-rules-per-tenant", "max-keys-per-tenant", "access-log", "admin-write-limit", "console-signin-failures",
+	"admin-timeout", "max-rules-per-tenant", "max-keys-per-tenant", "max-overrides-per-tenant", "access-log", "admin-write-limit", "console-signin-failures",
 	"trusted-proxies", "audit-retention", "usage-flush", "usage-retention"}
 
 // applyEnvoyMode sets up cmd's flags for ENV mode: ENV's variables with

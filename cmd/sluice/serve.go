@@ -71,6 +71,8 @@ type serveConfig struct {
 	AdminTimeout      time.Duration
 	MaxRulesPerTenant int
 	MaxKeysPerTenant  int
+	// MaxOverridesPerTenant caps a tenant's overrides, across its rules.
+	MaxOverridesPerTenant int
 	// DrainPeriod is how long, on SIGTERM, /readyz answers 503 while every
 	// request is still served, so load balancers stop sending first.
 	DrainPeriod time.Duration
@@ -229,6 +231,7 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.StringVar(&cfg.AdminWriteLimit, "admin-write-limit", "200:50/s", "admin calls that change something (all but GET) one tenant's admin keys may make, as a token bucket CAPACITY:RATE/UNIT, checked by the rate-limit store; past it they answer 429 rate_limited (the operator token is never limited; off: no limit)")
 	f.IntVar(&cfg.MaxRulesPerTenant, "max-rules-per-tenant", sluice.DefaultMaxRulesPerTenant, "most rules one tenant may have (negative: no cap)")
 	f.IntVar(&cfg.MaxKeysPerTenant, "max-keys-per-tenant", sluice.DefaultMaxKeysPerTenant, "most unrevoked API keys one tenant may have (negative: no cap)")
+	f.IntVar(&cfg.MaxOverridesPerTenant, "max-overrides-per-tenant", sluice.DefaultMaxOverridesPerTenant, "most per-subject overrides one tenant may have, across its rules (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.IntVar(&cfg.MaxInFlightPerTenant, "max-in-flight-per-tenant", 0, "checks one tenant or Envoy domain may have waiting for the store at once, past which its new ones are shed, so one tenant cannot fill the queue (0: three quarters of --max-in-flight)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (then intermediates) of every HTTP listener: --addr, --metrics-addr, --envoy-json-addr, --pprof-addr (plain HTTP when empty); reloaded when the file changes")
@@ -715,7 +718,7 @@ func (s *starter) openCatalog(ctx context.Context, m *metrics.Metrics, givenToke
 			}
 			catalog = c
 			s.onClose(catalog.Close)
-			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant})
+			catalog.SetTenantCaps(sluice.TenantCaps{Rules: s.cfg.MaxRulesPerTenant, Keys: s.cfg.MaxKeysPerTenant, Overrides: s.cfg.MaxOverridesPerTenant})
 			catalog.ReportWatchErrors(s.log, m.CatalogWatchError)
 		}
 		var err error

@@ -62,6 +62,8 @@ func Run(t *testing.T, newDatabase func(t *testing.T) Open) {
 		{"keys_create_list_revoke", testKeys},
 		{"rules_create_replace_delete", testRules},
 		{"rule_route_taken_by_another_rule_conflicts", testRouteConflict},
+		{"rule_plans_are_stored_with_it", testPlans},
+		{"overrides_create_replace_delete", testOverrides},
 		{"tenant_delete_cascades", testTenantDeleteCascades},
 		{"admin_token_hash", testAdminToken},
 		{"admin_token_hash_if_absent_stores_exactly_one", testAdminTokenIfAbsent},

@@ -115,6 +115,9 @@ func RunReadOnly(t *testing.T, c Catalog) {
 		{"CreateTenant", second(c.CreateTenant(ctx, "other"))},
 		{"PutRule", second(c.PutRule(ctx, rule("acme", "api", "*", sluice.FixedWindow(10, time.Minute))))},
 		{"SetTenantStatus", second(c.SetTenantStatus(ctx, "acme", sluice.TenantSuspended))},
+		{"PutOverride", second(c.PutOverride(ctx, sluice.Override{Tenant: "acme", Rule: "api", Name: "vip", Subjects: []string{"vip-*"},
+			Limits: []sluice.Limit{sluice.FixedWindow(100, time.Minute)}}))},
+		{"DeleteOverride", c.DeleteOverride(ctx, "acme", "api", "vip")},
 		{"RecordReset", c.RecordReset(ctx, "acme", "api", "user-1")},
 		{"CheckWritable", c.CheckWritable(ctx)},
 	}

@@ -58,6 +58,8 @@ func auditJSON(v any) (*string, error) {
 		doc = adminapi.NewKey(v)
 	case sluice.Rule:
 		doc = adminapi.NewRule(v)
+	case sluice.Override:
+		doc = adminapi.NewOverride(v)
 	case sluice.SubjectReset:
 		doc = resetDoc{Rule: v.Rule, Subject: v.Subject}
 	default:

@@ -231,7 +231,11 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 	}
 	r.Limits = append([]sluice.Limit(nil), r.Limits...)
 	r.UpdatedAt = fromMillis(c.millis())
-	err := c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
+	plans, err := encodePlans(r.Plans)
+	if err != nil {
+		return sluice.Rule{}, fail(fmt.Sprintf("put rule %q of tenant %q", r.Name, r.Tenant), err)
+	}
+	err = c.change(ctx, func(tx *sql.Tx, _ int64) (record, error) {
 		rec := record{action: sluice.AuditRuleCreate, tenant: r.Tenant, target: r.Name, after: r}
 		var err error
 		if rec.generation, err = tenantGeneration(ctx, tx, r.Tenant); err != nil {
@@ -251,14 +255,19 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 		}
 		if len(before) > 0 {
 			rec.action, rec.before = sluice.AuditRuleReplace, before[0]
+			r.Overrides = before[0].Overrides
+			if o, limit, lost := r.OverridesLosingLimits(r.Overrides); lost {
+				return record{}, fmt.Errorf("rule %q of tenant %q: override %q sets limit %q, which the rule would no longer have; change or delete the override first: %w",
+					r.Name, r.Tenant, o, limit, sluice.ErrConflict)
+			}
 		} else if err := underCap(ctx, tx, r.Tenant, "rules", c.caps.Rules, "SELECT count(*) FROM rules WHERE tenant = $1"); err != nil {
 			return record{}, err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO rules (tenant, name, route, failure_mode, shadow, updated_at_ms)
-			VALUES ($1, $2, $3, $4, $5, $6)
+		_, err = tx.ExecContext(ctx, `INSERT INTO rules (tenant, name, route, failure_mode, shadow, updated_at_ms, plans_json)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (tenant, name) DO UPDATE SET route = excluded.route, failure_mode = excluded.failure_mode,
-				shadow = excluded.shadow, updated_at_ms = excluded.updated_at_ms`,
-			r.Tenant, r.Name, r.Route, string(r.FailureMode), r.Shadow, r.UpdatedAt.UnixMilli())
+				shadow = excluded.shadow, updated_at_ms = excluded.updated_at_ms, plans_json = excluded.plans_json`,
+			r.Tenant, r.Name, r.Route, string(r.FailureMode), r.Shadow, r.UpdatedAt.UnixMilli(), plans)
 		if err != nil {
 			return record{}, err
 		}
@@ -287,15 +296,22 @@ type ruleKey struct{ tenant, name string }
 // queryRules reads rules and their limits, ordered by tenant and name: all of
 // them, a tenant's (name empty) or one (both set).
 func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name string) ([]sluice.Rule, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT tenant, name, route, failure_mode, shadow, updated_at_ms FROM rules
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, name, route, failure_mode, shadow, updated_at_ms, plans_json FROM rules
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR name = $2) ORDER BY tenant`+c.dialect.ByteOrder+`, name`+c.dialect.ByteOrder, tenant, name)
 	rules, err := collect(rows, err, func(r scanner) (sluice.Rule, error) {
 		var rule sluice.Rule
-		var mode string
+		var mode, plans string
 		var updated int64
-		err := r.Scan(&rule.Tenant, &rule.Name, &rule.Route, &mode, &rule.Shadow, &updated)
+		if err := r.Scan(&rule.Tenant, &rule.Name, &rule.Route, &mode, &rule.Shadow, &updated, &plans); err != nil {
+			return rule, err
+		}
 		rule.FailureMode, rule.UpdatedAt = sluice.FailureMode(mode), fromMillis(updated)
-		return rule, err
+		var err error
+		rule.Plans, err = decodePlans(plans)
+		if err != nil {
+			return rule, fmt.Errorf("rule %q of tenant %q: %w", rule.Name, rule.Tenant, err)
+		}
+		return rule, nil
 	})
 	if err != nil {
 		return nil, err
@@ -323,7 +339,19 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 			rules[i].Limits = append(rules[i].Limits, l)
 		}
 	}
-	return rules, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	overrides, err := c.queryOverrides(ctx, tx, tenant, name, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range overrides {
+		if i, ok := index[ruleKey{o.Tenant, o.Rule}]; ok {
+			rules[i].Overrides = append(rules[i].Overrides, o)
+		}
+	}
+	return rules, nil
 }
 
 // Rule returns the named rule of the tenant.

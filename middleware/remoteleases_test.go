@@ -98,3 +98,38 @@ func TestRemoteModeLeaseOfARuleThatDoesNotLease(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteModeLeaseServiceDown: with the service gone, remote mode admits
+// exactly the units it holds, then the failure mode answers (closed: 503),
+// never an admit the service did not grant.
+func TestRemoteModeLeaseServiceDown(t *testing.T) {
+	l := sluice.FixedWindow(100, time.Hour).Named("hour")
+	l.Lease = sluice.LeaseAuto
+	h, secret := serviceHandler(t, sluice.Rule{Tenant: "acme", Name: "hot", Route: "/api/hot*", Limits: []sluice.Limit{l}})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, _ := client.New(srv.URL, secret)
+	app := &served{}
+	handler := mustMiddleware(t, middleware.Options{Client: c, Key: middleware.Header("X-User"), FailureMode: sluice.FailClosed,
+		RemoteLease: &client.LeaseOptions{Want: 5, TTL: 30 * time.Second}})(app)
+	req := func() int {
+		return get(handler, func(r *http.Request) { r.URL.Path = "/api/hot"; r.Header.Set("X-User", "alice") }).Code
+	}
+	if code := req(); code != http.StatusOK {
+		t.Fatalf("first: %d", code)
+	}
+	srv.Close()
+	for i := range 4 {
+		if code := req(); code != http.StatusOK {
+			t.Fatalf("admit %d of the 4 held: %d", i, code)
+		}
+	}
+	for i := range 3 {
+		if code := req(); code != http.StatusServiceUnavailable {
+			t.Fatalf("request %d past the lease with the service down: %d, want 503 (fails closed)", i, code)
+		}
+	}
+	if app.n.Load() != 5 {
+		t.Fatalf("%d served, want the 5 leased", app.n.Load())
+	}
+}

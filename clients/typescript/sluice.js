@@ -13,6 +13,9 @@ export const OPERATIONS = Object.freeze({
   settleHold: ["POST", "/v1/holds/{id}/settle"],
   releaseHold: ["DELETE", "/v1/holds/{id}"],
   extendHold: ["POST", "/v1/holds/{id}/extend"],
+  takeLease: ["POST", "/v1/leases"],
+  renewLease: ["POST", "/v1/leases/{id}/renew"],
+  returnLease: ["DELETE", "/v1/leases/{id}"],
   createTenant: ["POST", "/v1/tenants"],
   listTenants: ["GET", "/v1/tenants"],
   getTenant: ["GET", "/v1/tenants/{tenant}"],
@@ -93,6 +96,25 @@ export class Client {
 
   extendHold(id) {
     return this.#call("extendHold", { id });
+  }
+
+  // Quota leases (a rule whose every limit says "lease": "auto"): admit up
+  // to lease.granted requests in this process, for lease.usable_for_ms from
+  // when the call was sent, then renew or return with the unused ones.
+
+  /** Decides one request and leases up to want units; a denial is an answer with allowed false and lease null. */
+  takeLease({ route, subject = "", holder, want, ttlMs } = {}) {
+    return this.#call("takeLease", {}, { body: { route, subject, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
+  }
+
+  /** Gives back the unused units and leases again (same rule and subject). */
+  renewLease(id, { unused, holder, want, ttlMs } = {}) {
+    return this.#call("renewLease", { id }, { body: { unused, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
+  }
+
+  /** Ends the lease, giving back its unused units (idempotent). */
+  returnLease(id, unused) {
+    return this.#call("returnLease", { id }, { query: { unused } });
   }
 
   // Admin: tenants, keys, rules, subjects, audit.

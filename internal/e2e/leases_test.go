@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice/client"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -297,4 +299,44 @@ func (f *leasedFleet) paced(subject string, stop <-chan struct{}, use func(i int
 	}
 	wg.Wait()
 	return c
+}
+
+// TestLeasedClientWhenTheServiceDies: the Go client's LeasedLimiter against
+// real sluice serve processes on one Redis. With the instance it leases
+// from killed (-9), it admits exactly the units it holds, then every
+// request is an error (the caller's failure mode applies), and the store,
+// asked through the other instance, counted every admitted unit.
+func TestLeasedClientWhenTheServiceDies(t *testing.T) {
+	inst, _ := startProduction(t, 2)
+	a, b := inst[0], inst[1]
+	key := setupTenant(a, adminToken, "acme")
+	a.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/hot", adminToken, map[string]any{
+		"route":  "/api/hot*",
+		"limits": []any{map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": 100, "window": "1h", "lease": "auto"}},
+	})
+	waitForRule(t, a, key, "/api/hot", "hot")
+	waitForRule(t, b, key, "/api/hot", "hot")
+	c, err := client.New(a.url, key, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := c.NewLeasedLimiter("/api/hot", "app", client.LeaseOptions{Holder: "e2e", Want: 20, TTL: 30 * time.Second})
+	if res, err := lim.Allow(ctx); err != nil || !res.Allowed {
+		t.Fatalf("first: %+v %v", res, err)
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+	for i := range 19 {
+		if res, err := lim.Allow(ctx); err != nil || !res.Allowed {
+			t.Fatalf("admit %d of the 19 held: %+v %v", i, res, err)
+		}
+	}
+	if res, err := lim.Allow(ctx); err == nil {
+		t.Fatalf("past the lease with the service gone: %+v, want an error", res)
+	}
+	r := b.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": "/api/hot", "subject": "app", "cost": 0})
+	if r.body["remaining"] != 80.0 {
+		t.Fatalf("the store has %v left, want 80: the 20 leased units counted, the offline admits among them", r.body["remaining"])
+	}
 }

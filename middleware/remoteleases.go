@@ -75,9 +75,13 @@ func (rl *remoteLeases) get(route, subject string) *remoteLease {
 }
 
 // allow decides one request from e's lease. ok is false when the rule does
-// not lease: the caller checks directly.
+// not lease, or the lease was swept meanwhile: the caller checks directly.
 func (e *remoteLease) allow(ctx context.Context) (res client.Result, ok bool, err error) {
 	res, err = e.lim.Allow(ctx)
+	if errors.Is(err, client.ErrLimiterClosed) {
+		// Swept as idle while this request waited for it: check directly.
+		return res, false, nil
+	}
 	var ce *client.Error
 	if errors.As(err, &ce) && ce.StatusCode == http.StatusConflict && ce.Code == "rule_not_leased" {
 		e.direct.Store(true)

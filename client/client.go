@@ -6,6 +6,11 @@
 //	res, err := c.Check(ctx, "/api/orders/17", "user-42", 1)
 //	if err == nil && !res.Allowed { /* 429, wait res.RetryAfter */ }
 //
+// For a hot key of a rule that leases (every limit "lease": "auto"),
+// NewLeasedLimiter decides requests in this process from units leased from
+// the service, with no call per request while units are in hand (see
+// leases.go).
+//
 // A denial is a Result with Allowed false, not an error. Errors are transport
 // failures or an *Error carrying the service's status, code and message.
 package client

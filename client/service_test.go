@@ -19,7 +19,15 @@ import (
 
 // startService serves the real check API (httpapi over a SQLite catalog
 // holding rules and a memory store) and returns its URL and a check key.
-func startService(t *testing.T, rules ...sluice.Rule) (url, secret string) {
+func startService(t testing.TB, rules ...sluice.Rule) (url, secret string) {
+	t.Helper()
+	url, secret, _ = startStoppableService(t, rules...)
+	return url, secret
+}
+
+// startStoppableService is startService, and stop shuts the service down
+// (its listener closed: calls fail as with a service gone).
+func startStoppableService(t testing.TB, rules ...sluice.Rule) (url, secret string, stop func()) {
 	t.Helper()
 	catalog, secret := catalogtest.SQLiteTenant(t, rules...)
 	store := memory.New(memory.Options{})
@@ -32,7 +40,7 @@ func startService(t *testing.T, rules ...sluice.Rule) (url, secret string) {
 	}
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
-	return srv.URL, secret
+	return srv.URL, secret, srv.Close
 }
 
 // TestCheckAgainstTheService runs the client against the real check API

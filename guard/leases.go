@@ -83,3 +83,10 @@ func leaseError(err error) error {
 	}
 	return errors.Join(sluice.ErrStoreUnavailable, err)
 }
+
+// Fallback answers req by mode as Check does once the store failed with
+// cause: for a lease call that could not reach the store, whose request the
+// rule's failure mode then decides.
+func (g *Guard) Fallback(ctx context.Context, req sluice.Request, mode sluice.FailureMode, cause error) (sluice.Decision, error) {
+	return g.fallback(ctx, req, mode, cause)
+}

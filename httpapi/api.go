@@ -381,6 +381,9 @@ func (a *API) routes() []route {
 		{"POST /v1/holds/{id}/settle", a.handleSettleHold},
 		{"DELETE /v1/holds/{id}", a.handleReleaseHold},
 		{"POST /v1/holds/{id}/extend", a.handleExtendHold},
+		{"POST /v1/leases", a.handleTakeLease},
+		{"POST /v1/leases/{id}/renew", a.handleRenewLease},
+		{"DELETE /v1/leases/{id}", a.handleReturnLease},
 
 		{"POST /v1/tenants", a.handleCreateTenant},
 		{"GET /v1/tenants", a.handleListTenants},

@@ -4,6 +4,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/guard"
+	"github.com/sluicelabs/sluice/internal/testenv"
+	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
 // TestLeaseOnTheWire: a limit's "lease": "auto" is stored and read back,
@@ -26,6 +31,267 @@ func TestLeaseOnTheWire(t *testing.T) {
 		r := h.do("PUT", "/v1/tenants/acme/rules/bad", testAdminToken, map[string]any{"route": "/bad", "limits": []any{l}})
 		if r.status != http.StatusBadRequest || !strings.Contains(r.raw, "lease") {
 			t.Errorf("%v: status %d %s", l, r.status, r.raw)
+		}
+	}
+}
+
+// leasedRule is a rule of one fixed window of limit per hour that leases.
+func leasedRule(route string, limit int64) map[string]any {
+	return map[string]any{"route": route, "limits": []any{
+		map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": limit, "window": "1h", "lease": "auto"}}}
+}
+
+// lease is the "lease" object of a lease call's answer, nil when null.
+func (r response) lease() map[string]any {
+	l, _ := r.body["lease"].(map[string]any)
+	return l
+}
+
+// peekRemaining is what a peek of route for subject says is left.
+func (h *harness) peekRemaining(key, route, subject string) float64 {
+	h.t.Helper()
+	r := h.must(http.StatusOK, "POST", "/v1/check", key, map[string]any{"route": route, "subject": subject, "cost": 0})
+	return r.body["remaining"].(float64)
+}
+
+// TestRemoteLeaseTakeRenewReturn: a remote holder takes units (consumed at
+// once), renews with what it did not use (given back, then granted again)
+// and returns the rest; the store's count is exactly what it admitted.
+func TestRemoteLeaseTakeRenewReturn(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "hot", leasedRule("/hot*", 100))
+	body := map[string]any{"route": "/hot/1", "subject": "s", "holder": "app-1", "want": 30, "ttl_ms": 5000}
+
+	r := h.must(http.StatusOK, "POST", "/v1/leases", key, body)
+	l := r.lease()
+	if l == nil || l["granted"] != 30.0 || l["expires_in_ms"] != 5000.0 || l["usable_for_ms"].(float64) <= 0 || l["usable_for_ms"].(float64) > 3750 ||
+		r.body["allowed"] != true || r.body["remaining"] != 70.0 || r.body["rule"] != "hot" {
+		t.Fatalf("take: %s", r.raw)
+	}
+	if r.header.Get("X-RateLimit-Remaining") != "70" {
+		t.Errorf("take headers: %v", r.header)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 70 {
+		t.Fatalf("after a grant of 30: %v left, want 70 (granted units are consumed at once)", got)
+	}
+	id := l["id"].(string)
+
+	// 20 used, 10 back; the new grant is the holder's new want.
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key, map[string]any{"unused": 10, "holder": "app-1", "want": 50, "ttl_ms": 5000})
+	l2 := r.lease()
+	if l2 == nil || l2["granted"] != 50.0 || r.body["returned"] != "returned" || r.body["remaining"] != 30.0 || l2["id"] == id {
+		t.Fatalf("renew: %s", r.raw)
+	}
+	id2 := l2["id"].(string)
+	// The old lease is finished: a second renew of it grants nothing new.
+	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id+"?unused=0", key, nil)
+	if r.body["status"] != "finished" {
+		t.Fatalf("return of a renewed lease: %s", r.raw)
+	}
+
+	// Too many back is refused and changes nothing.
+	r = h.do("DELETE", "/v1/leases/"+id2+"?unused=51", key, nil)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.raw, "more than the 50") {
+		t.Fatalf("return of 51 of 50: %d %s", r.status, r.raw)
+	}
+	// Another tenant's key does not know the lease.
+	h.createTenant("other")
+	otherKey, _ := h.createKey("other", "check")
+	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id2+"?unused=50", otherKey, nil)
+	if r.body["status"] != "unknown" {
+		t.Fatalf("another tenant's return: %s", r.raw)
+	}
+	r = h.do("POST", "/v1/leases/"+id2+"/renew", otherKey, map[string]any{"unused": 50, "holder": "x", "want": 1})
+	if r.status != http.StatusNotFound || r.errorCode() != "lease_not_found" {
+		t.Fatalf("another tenant's renew: %d %s", r.status, r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 30 {
+		t.Fatalf("after refused returns: %v left, want 30", got)
+	}
+
+	// 5 of the 50 used.
+	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id2+"?unused=45", key, nil)
+	if r.body["status"] != "returned" || r.body["id"] != id2 {
+		t.Fatalf("return: %s", r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 75 {
+		t.Fatalf("after returns: %v left, want 100-20-5 = 75", got)
+	}
+	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id2+"?unused=45", key, nil)
+	if r.body["status"] != "finished" {
+		t.Fatalf("second return: %s", r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 75 {
+		t.Fatalf("after a second return: %v left, want 75 still", got)
+	}
+}
+
+// TestRemoteLeaseDenyAndShare: holders share what is left by demand, and
+// once nothing is left a lease call is the store's deny: 429 with
+// Retry-After, nothing granted.
+func TestRemoteLeaseDenyAndShare(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "hot", leasedRule("/hot", 10))
+	take := func(holder string, want int) response {
+		return h.do("POST", "/v1/leases", key, map[string]any{"route": "/hot", "holder": holder, "want": want})
+	}
+	// A wants 6 of 10: granted. B then wants 8 with 4 left and A's 6
+	// remembered: 4*8/14 = 2.
+	if r := take("a", 6); r.status != http.StatusOK || r.lease()["granted"] != 6.0 {
+		t.Fatalf("a: %d %s", r.status, r.raw)
+	}
+	if r := take("b", 8); r.status != http.StatusOK || r.lease()["granted"] != 2.0 {
+		t.Fatalf("b: %d %s", r.status, r.raw)
+	}
+	// A asks more than the limit holds: asked as 10, 2 left, granted in
+	// proportion (2*10/18 = 1).
+	if r := take("a", 1000); r.status != http.StatusOK || r.lease()["granted"] != 1.0 {
+		t.Fatalf("a again: %d %s", r.status, r.raw)
+	}
+	take("c", 1)
+	r := take("d", 1)
+	if r.status != http.StatusTooManyRequests || r.body["allowed"] != false || r.body["lease"] != nil || r.header.Get("Retry-After") == "" ||
+		r.body["retry_after_ms"].(float64) <= 0 {
+		t.Fatalf("nothing left: %d %v %s", r.status, r.header, r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot", ""); got != 0 {
+		t.Fatalf("%v left, want 0", got)
+	}
+}
+
+// TestRemoteLeaseRefusals: bad input is a 400 with a sentence, a rule that
+// does not lease a 409, a key without the check role a 403; none changes
+// anything.
+func TestRemoteLeaseRefusals(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	adminKey, _ := h.createKey("acme", "admin")
+	h.putRule("acme", "hot", leasedRule("/hot", 10))
+	h.putRule("acme", "direct", map[string]any{"route": "/direct", "limits": []any{
+		map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": 10, "window": "1h"}}})
+	h.putRule("acme", "half", map[string]any{"route": "/half", "limits": []any{
+		map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": 10, "window": "1h", "lease": "auto"},
+		map[string]any{"name": "burst", "algorithm": "token_bucket", "capacity": 10, "refill_per_second": 1}}})
+	shadow := leasedRule("/shadow", 10)
+	shadow["shadow"] = true
+	h.putRule("acme", "shadow", shadow)
+	h.putRule("acme", "inflight", map[string]any{"route": "/inflight", "limits": []any{
+		map[string]any{"name": "c", "algorithm": "concurrency", "limit": 2, "ttl": "30s"}}})
+
+	for _, tc := range []struct {
+		name   string
+		key    string
+		body   map[string]any
+		status int
+		code   string
+		says   string
+	}{
+		{"no_holder", key, map[string]any{"route": "/hot", "want": 1}, 400, "invalid_request", "holder"},
+		{"bad_holder", key, map[string]any{"route": "/hot", "want": 1, "holder": "-x y"}, 400, "invalid_request", "holder"},
+		{"want_0", key, map[string]any{"route": "/hot", "want": 0, "holder": "a"}, 400, "invalid_request", "want"},
+		{"want_huge", key, map[string]any{"route": "/hot", "want": 1 << 30, "holder": "a"}, 400, "invalid_request", "wants 1 to"},
+		{"ttl_too_long", key, map[string]any{"route": "/hot", "want": 1, "holder": "a", "ttl_ms": 3600000}, 400, "invalid_request", "ttl_ms"},
+		{"ttl_too_short", key, map[string]any{"route": "/hot", "want": 1, "holder": "a", "ttl_ms": 1}, 400, "invalid_request", "ttl"},
+		{"no_route", key, map[string]any{"want": 1, "holder": "a"}, 400, "invalid_request", "route"},
+		{"unknown_field", key, map[string]any{"route": "/hot", "want": 1, "holder": "a", "cost": 2}, 400, "unknown_field", "cost"},
+		{"no_rule", key, map[string]any{"route": "/nothing", "want": 1, "holder": "a"}, 409, "rule_not_leased", "No rule"},
+		{"not_opted_in", key, map[string]any{"route": "/direct", "want": 1, "holder": "a"}, 409, "rule_not_leased", `must say \"lease\": \"auto\"`},
+		{"one_limit_not_opted_in", key, map[string]any{"route": "/half", "want": 1, "holder": "a"}, 409, "rule_not_leased", `must say \"lease\": \"auto\"`},
+		{"shadow", key, map[string]any{"route": "/shadow", "want": 1, "holder": "a"}, 409, "rule_not_leased", "shadow"},
+		{"concurrency", key, map[string]any{"route": "/inflight", "want": 1, "holder": "a"}, 409, "rule_not_leased", "concurrency"},
+		{"admin_key", adminKey, map[string]any{"route": "/hot", "want": 1, "holder": "a"}, 403, "wrong_role", "check role"},
+		{"operator", testAdminToken, map[string]any{"route": "/hot", "want": 1, "holder": "a"}, 403, "wrong_role", "check role"},
+		{"no_key", "", map[string]any{"route": "/hot", "want": 1, "holder": "a"}, 401, "missing_api_key", "API key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := h.with(t)
+			r := h.do("POST", "/v1/leases", tc.key, tc.body)
+			if r.status != tc.status || r.errorCode() != tc.code || !strings.Contains(r.raw, tc.says) {
+				t.Fatalf("%d %s, want %d %s saying %q", r.status, r.raw, tc.status, tc.code, tc.says)
+			}
+		})
+	}
+	for _, route := range []string{"/hot", "/direct", "/half", "/shadow"} {
+		if got := h.peekRemaining(key, route, ""); got != 10 {
+			t.Errorf("%s: %v left after refused leases, want 10", route, got)
+		}
+	}
+
+	r := h.must(http.StatusOK, "POST", "/v1/leases", key, map[string]any{"route": "/hot", "want": 2, "holder": "a"})
+	id := r.lease()["id"].(string)
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		says               string
+	}{
+		{"renew_without_unused", "POST", "/v1/leases/" + id + "/renew", map[string]any{"holder": "a", "want": 1}, "unused"},
+		{"renew_negative_unused", "POST", "/v1/leases/" + id + "/renew", map[string]any{"unused": -1, "holder": "a", "want": 1}, "unused"},
+		{"renew_without_holder", "POST", "/v1/leases/" + id + "/renew", map[string]any{"unused": 0, "want": 1}, "holder"},
+		{"return_without_unused", "DELETE", "/v1/leases/" + id, nil, "unused"},
+		{"return_unused_not_a_number", "DELETE", "/v1/leases/" + id + "?unused=all", nil, "unused"},
+		{"return_negative", "DELETE", "/v1/leases/" + id + "?unused=-1", nil, "unused"},
+		{"return_malformed_id", "DELETE", "/v1/leases/nope?unused=0", nil, "Lease id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := h.with(t)
+			r := h.do(tc.method, tc.path, key, tc.body)
+			if r.status != http.StatusBadRequest || !strings.Contains(r.raw, tc.says) {
+				t.Fatalf("%d %s, want 400 saying %q", r.status, r.raw, tc.says)
+			}
+		})
+	}
+	if got := h.peekRemaining(key, "/hot", ""); got != 8 {
+		t.Errorf("%v left after refused renews and returns, want 8 (the lease's 2 still out)", got)
+	}
+}
+
+// TestRemoteLeaseStoreOutage: with the store down a lease call is decided
+// by the rule's failure mode, as a check of cost 1, and grants nothing.
+func TestRemoteLeaseStoreOutage(t *testing.T) {
+	redis := testenv.Redis(t)
+	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := newHarness(t, harnessOptions{store: rs, guard: guard.Options{Timeout: 50 * time.Millisecond}})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	for _, mode := range []string{"closed", "open", "local"} {
+		rule := leasedRule("/"+mode, 5)
+		rule["failure_mode"] = mode
+		h.putRule("acme", mode, rule)
+	}
+	take := func(route string) response {
+		return h.do("POST", "/v1/leases", key, map[string]any{"route": route, "holder": "a", "want": 2})
+	}
+	testenv.Eventually(t, 5*time.Second, "the first lease is granted", func() bool {
+		return take("/closed").status == http.StatusOK
+	})
+
+	redis.Stop()
+	r := take("/closed")
+	if r.status != http.StatusServiceUnavailable || r.errorCode() != "store_unavailable" || r.header.Get("Retry-After") == "" {
+		t.Errorf("closed: %d %v %s", r.status, r.header, r.raw)
+	}
+	r = take("/open")
+	if r.status != http.StatusOK || r.body["allowed"] != true || r.body["degraded"] != true || r.body["lease"] != nil {
+		t.Errorf("open: %d %s", r.status, r.raw)
+	}
+	// Local: the in-process fallback decides each call as a check of 1.
+	for i := range 6 {
+		r = take("/local")
+		want := http.StatusOK
+		if i == 5 {
+			want = http.StatusTooManyRequests
+		}
+		if r.status != want || r.body["degraded"] != true || r.body["lease"] != nil {
+			t.Errorf("local %d: %d %s, want %d", i, r.status, r.raw, want)
 		}
 	}
 }

@@ -10,12 +10,24 @@ const (
 	QuotaUnitsExpired  = "expired"  // unused when the lease ran out: stay consumed
 )
 
+// Remote quota lease calls, the values of
+// sluice_quota_remote_lease_calls_total's "call" label.
+const (
+	QuotaCallTake   = "take"   // a lease granted or refused
+	QuotaCallRenew  = "renew"  // a lease returned and a new one asked
+	QuotaCallReturn = "return" // a lease's unused units given back
+)
+
 // quotaLeaseMetrics count this instance's quota leases (issue 22): not the
 // concurrency-limit leases of holds.go.
 type quotaLeaseMetrics struct {
 	keys  prometheus.Gauge
 	units *prometheus.CounterVec
 	saved prometheus.Counter
+	// remote counts the lease calls of remote holders (the Go client's
+	// leasing limiter): each is a store call.
+	remote                   *prometheus.CounterVec
+	take, renew, returnCalls prometheus.Counter
 	// granted, returned, expired are units' children, resolved once.
 	granted, returned, expired prometheus.Counter
 }
@@ -34,12 +46,20 @@ func newQuotaLeaseMetrics(reg prometheus.Registerer) quotaLeaseMetrics {
 			Name: "sluice_quota_lease_store_calls_saved_total",
 			Help: "Checks decided in process from a quota lease, each a store call saved.",
 		}),
+		remote: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_remote_lease_calls_total",
+			Help: "Quota lease calls of remote holders (POST /v1/leases and its renew and return), by call: take (a grant asked), return (unused units given back, one store call each) and renew (a return then a take, each counted too).",
+		}, []string{"call"}),
 	}
 	if reg != nil {
 		q.keys = register(reg, q.keys)
 		q.units = register(reg, q.units)
 		q.saved = register(reg, q.saved)
+		q.remote = register(reg, q.remote)
 	}
+	q.take = q.remote.WithLabelValues(QuotaCallTake)
+	q.renew = q.remote.WithLabelValues(QuotaCallRenew)
+	q.returnCalls = q.remote.WithLabelValues(QuotaCallReturn)
 	q.granted = q.units.WithLabelValues(QuotaUnitsGranted)
 	q.returned = q.units.WithLabelValues(QuotaUnitsReturned)
 	q.expired = q.units.WithLabelValues(QuotaUnitsExpired)
@@ -72,5 +92,20 @@ func (m *Metrics) QuotaLeaseUnits(how string, n int64) {
 func (m *Metrics) QuotaLeaseSaved() {
 	if m != nil {
 		m.quotaLeases.saved.Inc()
+	}
+}
+
+// QuotaRemoteLeaseCall counts a remote holder's lease call.
+func (m *Metrics) QuotaRemoteLeaseCall(call string) {
+	if m == nil {
+		return
+	}
+	switch call {
+	case QuotaCallTake:
+		m.quotaLeases.take.Inc()
+	case QuotaCallRenew:
+		m.quotaLeases.renew.Inc()
+	default:
+		m.quotaLeases.returnCalls.Inc()
 	}
 }

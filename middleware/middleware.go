@@ -55,6 +55,16 @@ type Options struct {
 	// Route gives the route sent to the remote service (default: the
 	// request's path). Only used with Client.
 	Route func(r *http.Request) string
+	// RemoteLease, with Client, decides requests of cost 1 in this process
+	// from units leased from the service (POST /v1/leases), one lease per
+	// route and subject, so there is no call per request while units are
+	// in hand; never more are admitted than the service granted. The
+	// service's rule must lease (every limit "lease": "auto"); for one that
+	// does not, requests are checked as without it. A key idle for 250ms,
+	// and every key on Close, gives its unused units back. Route decides
+	// how keys are grouped: give one route per rule (not the raw path), or
+	// each path leases apart.
+	RemoteLease *client.LeaseOptions
 
 	// Name is the rule name: it namespaces the counters, names the policy in
 	// the RateLimit headers, and labels metrics.
@@ -133,6 +143,8 @@ type Limiter struct {
 	engine    *check.Engine
 	ownEngine bool
 	rule      *check.Rule
+	// remoteLeases, with Options.RemoteLease, are returned on Close.
+	remoteLeases *remoteLeases
 }
 
 // New returns the middleware. Its counters live in opts.Store or the remote
@@ -210,7 +222,12 @@ func NewLimiter(opts Options) (*Limiter, error) {
 			if logger == nil {
 				logger = slog.Default()
 			}
-			store = &remoteStore{c: opts.Client, log: logger}
+			rs := &remoteStore{c: opts.Client, log: logger}
+			if opts.RemoteLease != nil {
+				rs.leases = newRemoteLeases(opts.Client, *opts.RemoteLease)
+				l.remoteLeases = rs.leases
+			}
+			store = rs
 			if eopts.Guard.Timeout == 0 {
 				eopts.Guard.Timeout = remoteTimeout
 			}
@@ -229,9 +246,13 @@ func NewLimiter(opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Close releases the Limiter's own engine's in-process fallback store, if one
+// Close gives back remote mode's leased units (Options.RemoteLease) and
+// releases the Limiter's own engine's in-process fallback store, if one
 // was made. A shared Engine is its owner's to close.
 func (l *Limiter) Close() error {
+	if l.remoteLeases != nil {
+		l.remoteLeases.close()
+	}
 	if l.ownEngine {
 		return l.engine.Close()
 	}

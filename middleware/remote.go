@@ -32,6 +32,8 @@ const remoteTimeout = 250 * time.Millisecond
 type remoteStore struct {
 	c   *client.Client
 	log *slog.Logger
+	// leases, when set, decides checks of cost 1 from leased units.
+	leases *remoteLeases
 	// lastRefusal is when a refused key was last logged (unix ns).
 	lastRefusal atomic.Int64
 }
@@ -75,11 +77,25 @@ func (s *remoteStore) Check(ctx context.Context, req sluice.Request) (sluice.Dec
 	case !req.Now.IsZero():
 		return sluice.Decision{}, &remoteUnsupported{"a check at a given time (the service decides at its own)"}
 	}
+	if s.leases != nil && req.Cost == 1 && !req.Reserve {
+		if e := s.leases.get(call.route, req.Subject); e != nil {
+			res, leased, err := e.allow(ctx)
+			if leased {
+				return s.answer(call, res, err)
+			}
+		}
+	}
 	check := s.c.Check
 	if req.Reserve {
 		check = s.c.Reserve
 	}
 	res, err := check(ctx, call.route, req.Subject, req.Cost)
+	return s.answer(call, res, err)
+}
+
+// answer records the service's answer to call, or says what its error
+// means to the engine.
+func (s *remoteStore) answer(call *remoteCall, res client.Result, err error) (sluice.Decision, error) {
 	if err == nil {
 		call.answer, call.answered = res, true
 		return res.Decision, nil

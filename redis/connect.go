@@ -55,6 +55,7 @@ type Connecting struct {
 var (
 	_ sluice.Store  = (*Connecting)(nil)
 	_ sluice.Holder = (*Connecting)(nil)
+	_ sluice.Leaser = (*Connecting)(nil)
 )
 
 // Connect returns a Store on Redis at rawURL (see Open) that connects in the
@@ -200,6 +201,33 @@ func (c *Connecting) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldRes
 		return sluice.HoldResult{}, err
 	}
 	return s.Hold(ctx, op)
+}
+
+// Lease grants a quota lease once connected. See sluice.Leaser. (Without
+// it, sluice serve's store would not lease: the engine leases only over a
+// store that does.)
+func (c *Connecting) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	s, err := c.current("lease")
+	if err != nil {
+		if verr := req.Validate(); verr != nil {
+			return sluice.LeaseGrant{}, verr
+		}
+		return sluice.LeaseGrant{}, err
+	}
+	return s.Lease(ctx, req)
+}
+
+// ReturnLease gives back a lease's unused units once connected. See
+// sluice.Leaser.
+func (c *Connecting) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice.LeaseReturnResult, error) {
+	s, err := c.current("return lease")
+	if err != nil {
+		if verr := ret.Validate(); verr != nil {
+			return sluice.LeaseReturnResult{}, verr
+		}
+		return sluice.LeaseReturnResult{}, err
+	}
+	return s.ReturnLease(ctx, ret)
 }
 
 // Ping checks that Redis answers; before the store has connected it fails

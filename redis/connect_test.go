@@ -188,3 +188,42 @@ func TestConnectCloseStopsWaiting(t *testing.T) {
 // connectRetryWindow is longer than a few retries at the start of the
 // backoff.
 const connectRetryWindow = time.Second
+
+// TestConnectingLeases: the store sluice serve opens leases (the engine
+// leases only over a store that does, so without it serve never leased),
+// and before it has connected a lease is unavailable, bad input still bad.
+func TestConnectingLeases(t *testing.T) {
+	srv := testenv.Redis(t)
+	srv.Stop()
+	c := connect(t, srv.URL())
+	var leaser sluice.Store = c
+	l, ok := leaser.(sluice.Leaser)
+	if !ok {
+		t.Fatal("Connecting does not lease")
+	}
+	ctx := context.Background()
+	limits := []sluice.Limit{sluice.FixedWindow(10, time.Hour).Named("hour")}
+	req := sluice.LeaseRequest{Tenant: "t", Rule: "r", Subject: "s", Limits: limits, Holder: "h", Want: 4, TTL: time.Minute}
+	if _, err := l.Lease(ctx, req); !errors.Is(err, sluice.ErrStoreConnecting) {
+		t.Fatalf("lease before Redis answers: %v", err)
+	}
+	bad := req
+	bad.Want = 0
+	if _, err := l.Lease(ctx, bad); !errors.Is(err, sluice.ErrInvalid) {
+		t.Fatalf("bad lease before Redis answers: %v", err)
+	}
+	srv.Start()
+	<-c.Connected()
+	grant, err := l.Lease(ctx, req)
+	if err != nil || grant.Granted != 4 {
+		t.Fatalf("lease: %+v %v", grant, err)
+	}
+	res, err := l.ReturnLease(ctx, sluice.LeaseReturn{Tenant: "t", ID: grant.ID, Unused: 3})
+	if err != nil || res.Status != sluice.LeaseReturned {
+		t.Fatalf("return: %+v %v", res, err)
+	}
+	d, err := c.Check(ctx, sluice.Request{Tenant: "t", Rule: "r", Subject: "s", Limits: limits})
+	if err != nil || d.Remaining != 9 {
+		t.Fatalf("after a lease of 4 with 3 back: %+v %v, want 9 left", d, err)
+	}
+}

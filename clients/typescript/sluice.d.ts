@@ -131,6 +131,12 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
+/** A lease call's answer: the decision of a check of cost 1, and the lease (null when nothing was granted). */
+export interface LeaseAnswer extends Omit<Decision, "hold"> {
+  lease: { id: string; granted: number; expires_in_ms: number; usable_for_ms: number } | null;
+  returned?: "returned" | "expired" | "finished";
+}
+
 export declare const OPERATIONS: Readonly<Record<string, readonly [string, string]>>;
 
 export declare class SluiceError extends Error {
@@ -147,6 +153,9 @@ export declare class Client {
   settleHold(id: string, cost: number): Promise<HoldAnswer>;
   releaseHold(id: string): Promise<HoldAnswer>;
   extendHold(id: string): Promise<HoldAnswer>;
+  takeLease(request: { route: string; subject?: string; holder: string; want: number; ttlMs?: number }): Promise<LeaseAnswer>;
+  renewLease(id: string, request: { unused: number; holder: string; want: number; ttlMs?: number }): Promise<LeaseAnswer>;
+  returnLease(id: string, unused: number): Promise<{ id: string; status: "returned" | "expired" | "finished" | "unknown" }>;
 
   createTenant(name: string): Promise<Tenant>;
   listTenants(): Promise<Tenant[]>;
@@ -162,7 +171,13 @@ export declare class Client {
   deleteRule(tenant: string, name: string): Promise<null>;
   peekSubject(tenant: string, rule: string, subject: string): Promise<Decision>;
   resetSubject(tenant: string, rule: string, subject: string): Promise<null>;
+  putOverride(tenant: string, rule: string, name: string, override: { subjects: string | string[]; limits: unknown[]; expires_at?: string }): Promise<Record<string, unknown>>;
+  listOverrides(tenant: string, rule: string): Promise<Record<string, unknown>[]>;
+  getOverride(tenant: string, rule: string, name: string): Promise<Record<string, unknown>>;
+  deleteOverride(tenant: string, rule: string, name: string): Promise<null>;
   listAudit(query?: AuditQuery): Promise<AuditPage>;
+  getUsage(tenant: string, query?: { rule?: string; step?: "minute" | "hour" | "day"; from?: string; to?: string }): Promise<Record<string, unknown>>;
+  getTopSubjects(tenant: string, query?: { rule?: string; by?: "denied" | "units"; from?: string; to?: string; limit?: number }): Promise<Record<string, unknown>>;
 
   health(): Promise<{ status: "ok" }>;
   ready(): Promise<Ready>;

@@ -13,6 +13,9 @@ export const OPERATIONS = Object.freeze({
   settleHold: ["POST", "/v1/holds/{id}/settle"],
   releaseHold: ["DELETE", "/v1/holds/{id}"],
   extendHold: ["POST", "/v1/holds/{id}/extend"],
+  takeLease: ["POST", "/v1/leases"],
+  renewLease: ["POST", "/v1/leases/{id}/renew"],
+  returnLease: ["DELETE", "/v1/leases/{id}"],
   createTenant: ["POST", "/v1/tenants"],
   listTenants: ["GET", "/v1/tenants"],
   getTenant: ["GET", "/v1/tenants/{tenant}"],
@@ -27,7 +30,13 @@ export const OPERATIONS = Object.freeze({
   deleteRule: ["DELETE", "/v1/tenants/{tenant}/rules/{name}"],
   peekSubject: ["GET", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"],
   resetSubject: ["DELETE", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"],
+  putOverride: ["PUT", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"],
+  listOverrides: ["GET", "/v1/tenants/{tenant}/rules/{name}/overrides"],
+  getOverride: ["GET", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"],
+  deleteOverride: ["DELETE", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"],
   listAudit: ["GET", "/v1/audit"],
+  getUsage: ["GET", "/v1/tenants/{tenant}/usage"],
+  getTopSubjects: ["GET", "/v1/tenants/{tenant}/usage/top"],
   health: ["GET", "/healthz"],
   ready: ["GET", "/readyz"],
 });
@@ -95,6 +104,25 @@ export class Client {
     return this.#call("extendHold", { id });
   }
 
+  // Quota leases (a rule whose every limit says "lease": "auto"): admit up
+  // to lease.granted requests in this process, for lease.usable_for_ms from
+  // when the call was sent, then renew or return with the unused ones.
+
+  /** Decides one request and leases up to want units; a denial is an answer with allowed false and lease null. */
+  takeLease({ route, subject = "", holder, want, ttlMs } = {}) {
+    return this.#call("takeLease", {}, { body: { route, subject, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
+  }
+
+  /** Gives back the unused units and leases again (same rule and subject). */
+  renewLease(id, { unused, holder, want, ttlMs } = {}) {
+    return this.#call("renewLease", { id }, { body: { unused, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
+  }
+
+  /** Ends the lease, giving back its unused units (idempotent). */
+  returnLease(id, unused) {
+    return this.#call("returnLease", { id }, { query: { unused } });
+  }
+
   // Admin: tenants, keys, rules, subjects, audit.
 
   createTenant(name) {
@@ -154,6 +182,33 @@ export class Client {
 
   resetSubject(tenant, name, subject) {
     return this.#call("resetSubject", { tenant, name, subject });
+  }
+
+  /** Creates or replaces an override: { subjects, limits, expires_at? }. */
+  putOverride(tenant, name, override, body) {
+    return this.#call("putOverride", { tenant, name, override }, { body });
+  }
+
+  async listOverrides(tenant, name) {
+    return (await this.#call("listOverrides", { tenant, name })).overrides;
+  }
+
+  getOverride(tenant, name, override) {
+    return this.#call("getOverride", { tenant, name, override });
+  }
+
+  deleteOverride(tenant, name, override) {
+    return this.#call("deleteOverride", { tenant, name, override });
+  }
+
+  /** A tenant's usage history: { rule?, step?, from?, to? }. */
+  getUsage(tenant, query = {}) {
+    return this.#call("getUsage", { tenant }, { query });
+  }
+
+  /** A tenant's heaviest subjects: { rule?, by?, from?, to?, limit? }. */
+  getTopSubjects(tenant, query = {}) {
+    return this.#call("getTopSubjects", { tenant }, { query });
   }
 
   /** One page of the audit log; pass page.next_before as before for the next. */

@@ -60,8 +60,13 @@ type serveConfig struct {
 	LogLevel             string
 	MaxInFlight          int
 	MaxInFlightPerTenant int
-	MaxWait              time.Duration
-	MaxMetricSeries      int
+	// LeaseHotRate, LeaseTTL and LeaseMaxUnits tune quota leasing of rules
+	// whose limits say lease auto (see check.Options).
+	LeaseHotRate    int
+	LeaseTTL        time.Duration
+	LeaseMaxUnits   int64
+	MaxWait         time.Duration
+	MaxMetricSeries int
 	// MemoryMaxKeys and MemoryMaxKeysPerTenant bound the embedded memory
 	// store (see memory.Options).
 	MemoryMaxKeys          int
@@ -234,6 +239,9 @@ envoyproxy/ratelimit's own variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT,
 	f.IntVar(&cfg.MaxOverridesPerTenant, "max-overrides-per-tenant", sluice.DefaultMaxOverridesPerTenant, "most per-subject overrides one tenant may have, across its rules (negative: no cap)")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", check.DefaultMaxInFlight, "checks waiting for the store at once past which new ones are shed (503 overloaded, gRPC RESOURCE_EXHAUSTED)")
 	f.IntVar(&cfg.MaxInFlightPerTenant, "max-in-flight-per-tenant", 0, "checks one tenant or Envoy domain may have waiting for the store at once, past which its new ones are shed, so one tenant cannot fill the queue (0: three quarters of --max-in-flight)")
+	f.IntVar(&cfg.LeaseHotRate, "lease-hot-rate", check.DefaultLeaseHotRate, "checks per second of one rule and subject at this instance from which it is served from a quota lease, for rules whose every limit says lease auto (negative: never lease)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", check.DefaultLeaseTTL, "life of this instance's quota leases; each is sized to the demand seen over it, and a killed instance's unused leased units are lost until its window or bucket recovers them")
+	f.Int64Var(&cfg.LeaseMaxUnits, "lease-max-units", check.DefaultMaxLeaseUnits, "most units one quota lease of this instance asks for: what a kill -9 can lose of one key at most")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (then intermediates) of every HTTP listener: --addr, --metrics-addr, --envoy-json-addr, --pprof-addr (plain HTTP when empty); reloaded when the file changes")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA certificates: the HTTP listeners then require a client certificate signed by one of them (mutual TLS)")
@@ -335,6 +343,12 @@ func (cfg serveConfig) validate() error {
 	}
 	if cfg.MaxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be positive, got %d", cfg.MaxInFlight)
+	}
+	if cfg.LeaseTTL != 0 && (cfg.LeaseTTL < 4*time.Millisecond || cfg.LeaseTTL > sluice.MaxHoldTTL) {
+		return fmt.Errorf("--lease-ttl must be 4ms to %v, got %v", sluice.MaxHoldTTL, cfg.LeaseTTL)
+	}
+	if cfg.LeaseMaxUnits < 0 || cfg.LeaseMaxUnits > sluice.MaxLeaseWant {
+		return fmt.Errorf("--lease-max-units must be 1 to %d, got %d", sluice.MaxLeaseWant, cfg.LeaseMaxUnits)
 	}
 	if cfg.MaxWait < 0 {
 		return fmt.Errorf("--max-wait must not be negative, got %v", cfg.MaxWait)
@@ -742,6 +756,9 @@ func (s *starter) newEngine(store sluice.Store, m *metrics.Metrics, traces *proc
 		Metrics:                 m,
 		MaxInFlight:             s.cfg.MaxInFlight,
 		MaxInFlightPerNamespace: s.cfg.MaxInFlightPerTenant,
+		LeaseHotRate:            s.cfg.LeaseHotRate,
+		LeaseTTL:                s.cfg.LeaseTTL,
+		MaxLeaseUnits:           s.cfg.LeaseMaxUnits,
 		TracerProvider:          traces.TracerProvider(),
 		Usage:                   rollups,
 	})

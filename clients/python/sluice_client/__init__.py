@@ -1,4 +1,4 @@
-"""Client for Sluice's HTTP API: checks, holds and the admin calls.
+"""Client for Sluice's HTTP API: checks, holds, quota leases and the admin calls.
 
 Standard library only (urllib, json), typed. It follows the OpenAPI
 document the service serves at GET /v1/openapi.json; OPERATIONS lists every
@@ -30,6 +30,9 @@ OPERATIONS: Mapping[str, Tuple[str, str]] = {
     "settleHold": ("POST", "/v1/holds/{id}/settle"),
     "releaseHold": ("DELETE", "/v1/holds/{id}"),
     "extendHold": ("POST", "/v1/holds/{id}/extend"),
+    "takeLease": ("POST", "/v1/leases"),
+    "renewLease": ("POST", "/v1/leases/{id}/renew"),
+    "returnLease": ("DELETE", "/v1/leases/{id}"),
     "createTenant": ("POST", "/v1/tenants"),
     "listTenants": ("GET", "/v1/tenants"),
     "getTenant": ("GET", "/v1/tenants/{tenant}"),
@@ -44,7 +47,13 @@ OPERATIONS: Mapping[str, Tuple[str, str]] = {
     "deleteRule": ("DELETE", "/v1/tenants/{tenant}/rules/{name}"),
     "peekSubject": ("GET", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"),
     "resetSubject": ("DELETE", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"),
+    "putOverride": ("PUT", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"),
+    "listOverrides": ("GET", "/v1/tenants/{tenant}/rules/{name}/overrides"),
+    "getOverride": ("GET", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"),
+    "deleteOverride": ("DELETE", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"),
     "listAudit": ("GET", "/v1/audit"),
+    "getUsage": ("GET", "/v1/tenants/{tenant}/usage"),
+    "getTopSubjects": ("GET", "/v1/tenants/{tenant}/usage/top"),
     "health": ("GET", "/healthz"),
     "ready": ("GET", "/readyz"),
 }
@@ -55,6 +64,9 @@ METHODS: Mapping[str, str] = {
     "settleHold": "settle_hold",
     "releaseHold": "release_hold",
     "extendHold": "extend_hold",
+    "takeLease": "take_lease",
+    "renewLease": "renew_lease",
+    "returnLease": "return_lease",
     "createTenant": "create_tenant",
     "listTenants": "list_tenants",
     "getTenant": "get_tenant",
@@ -69,7 +81,13 @@ METHODS: Mapping[str, str] = {
     "deleteRule": "delete_rule",
     "peekSubject": "peek_subject",
     "resetSubject": "reset_subject",
+    "putOverride": "put_override",
+    "listOverrides": "list_overrides",
+    "getOverride": "get_override",
+    "deleteOverride": "delete_override",
     "listAudit": "list_audit",
+    "getUsage": "get_usage",
+    "getTopSubjects": "get_top_subjects",
     "health": "health",
     "ready": "ready",
 }
@@ -125,6 +143,29 @@ class Client:
     def extend_hold(self, hold_id: str) -> JSON:
         return self._call("extendHold", {"id": hold_id})
 
+    # Quota leases (a rule whose every limit says "lease": "auto"): admit up
+    # to lease["granted"] requests in this process, for lease["usable_for_ms"]
+    # from when the call was sent, then renew or return with the unused ones.
+
+    def take_lease(self, route: str, holder: str, want: int, subject: str = "", ttl_ms: Optional[int] = None) -> JSON:
+        """Decides one request and leases up to want units. A denial is an
+        answer with allowed False and lease None, not an exception."""
+        body: JSON = {"route": route, "subject": subject, "holder": holder, "want": want}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._call("takeLease", body=body, accept=(200, 429))
+
+    def renew_lease(self, lease_id: str, unused: int, holder: str, want: int, ttl_ms: Optional[int] = None) -> JSON:
+        """Gives back the unused units and leases again (same rule and subject)."""
+        body: JSON = {"unused": unused, "holder": holder, "want": want}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._call("renewLease", {"id": lease_id}, body=body, accept=(200, 429))
+
+    def return_lease(self, lease_id: str, unused: int) -> JSON:
+        """Ends the lease, giving back its unused units (idempotent)."""
+        return self._call("returnLease", {"id": lease_id}, query={"unused": unused})
+
     # Admin: tenants, keys, rules, subjects, audit.
 
     def create_tenant(self, name: str) -> JSON:
@@ -174,6 +215,28 @@ class Client:
 
     def reset_subject(self, tenant: str, rule: str, subject: str) -> None:
         self._call("resetSubject", {"tenant": tenant, "name": rule, "subject": subject})
+
+    def put_override(self, tenant: str, rule: str, name: str, override: JSON) -> JSON:
+        """Creates or replaces an override: {"subjects", "limits", "expires_at"?}."""
+        return self._call("putOverride", {"tenant": tenant, "name": rule, "override": name}, body=override)
+
+    def list_overrides(self, tenant: str, rule: str) -> List[JSON]:
+        return self._call("listOverrides", {"tenant": tenant, "name": rule})["overrides"]
+
+    def get_override(self, tenant: str, rule: str, name: str) -> JSON:
+        return self._call("getOverride", {"tenant": tenant, "name": rule, "override": name})
+
+    def delete_override(self, tenant: str, rule: str, name: str) -> None:
+        self._call("deleteOverride", {"tenant": tenant, "name": rule, "override": name})
+
+    def get_usage(self, tenant: str, **query: Any) -> JSON:
+        """A tenant's usage history (rule, step, from, to): the fleet's sums
+        per rule and period, and the gaps where counts were dropped."""
+        return self._call("getUsage", {"tenant": tenant}, query=query)
+
+    def get_top_subjects(self, tenant: str, **query: Any) -> JSON:
+        """A tenant's heaviest subjects (rule, by, from, to, limit)."""
+        return self._call("getTopSubjects", {"tenant": tenant}, query=query)
 
     def list_audit(self, **query: Any) -> JSON:
         """One page of the audit log (tenant, actor, action, since, until,

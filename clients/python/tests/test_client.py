@@ -83,6 +83,19 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(app.release_hold(hold)["status"], "finished")
         self.assertEqual(op.peek_subject(tenant, "jobs", "batch")["remaining"], 9)
 
+        op.put_rule(tenant, "hot", {"route": "/hot", "limits": [
+            {"name": "hour", "algorithm": "fixed_window", "limit": 10, "window": "1h", "lease": "auto"}]})
+        taken = app.take_lease("/hot", holder="py", want=6, subject="s")
+        self.assertTrue(taken["allowed"])
+        self.assertEqual(taken["lease"]["granted"], 6)
+        renewed = app.renew_lease(taken["lease"]["id"], unused=2, holder="py", want=4)
+        self.assertEqual((renewed["returned"], renewed["lease"]["granted"]), ("returned", 4))
+        self.assertEqual(app.return_lease(renewed["lease"]["id"], unused=4)["status"], "returned")
+        self.assertEqual(op.peek_subject(tenant, "hot", "s")["remaining"], 6)
+        with self.assertRaises(SluiceError) as refused:
+            app.take_lease("/api/orders/1", holder="py", want=1)
+        self.assertEqual((refused.exception.status, refused.exception.code), (409, "rule_not_leased"))
+
         actions = [e["action"] for e in op.list_audit(tenant=tenant, limit=50)["entries"]]
         for want in ("tenant.create", "rule.create", "key.create", "subject.reset"):
             self.assertIn(want, actions)

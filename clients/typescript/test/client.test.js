@@ -82,6 +82,18 @@ test("a tenant's walk-through: rule, key, checks, holds, peek, reset, audit", as
   assert.equal((await app.releaseHold(hold)).status, "finished");
   assert.equal((await operator.peekSubject(tenant, "jobs", "batch")).remaining, 9);
 
+  await operator.putRule(tenant, "hot", { route: "/hot", limits: [
+    { name: "hour", algorithm: "fixed_window", limit: 10, window: "1h", lease: "auto" }] });
+  const taken = await app.takeLease({ route: "/hot", subject: "s", holder: "ts", want: 6 });
+  assert.equal(taken.allowed, true);
+  assert.equal(taken.lease.granted, 6);
+  const renewed = await app.renewLease(taken.lease.id, { unused: 2, holder: "ts", want: 4 });
+  assert.equal(renewed.returned, "returned");
+  assert.equal(renewed.lease.granted, 4);
+  assert.equal((await app.returnLease(renewed.lease.id, 4)).status, "returned");
+  assert.equal((await operator.peekSubject(tenant, "hot", "s")).remaining, 6);
+  await assert.rejects(app.takeLease({ route: "/api/orders/1", holder: "ts", want: 1 }), (e) => e.status === 409 && e.code === "rule_not_leased");
+
   const page = await operator.listAudit({ tenant, limit: 50 });
   const actions = page.entries.map((e) => e.action);
   for (const want of ["tenant.create", "rule.create", "key.create", "subject.reset"]) {

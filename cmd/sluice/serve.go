@@ -531,9 +531,17 @@ func startService(ctx context.Context, cfg serveConfig, stderr io.Writer) (*serv
 			}
 		}
 		if w, ok := catalog.(usage.Writer); ok && rollups != nil {
-			go rollups.Run(runCtx, w, cfg.UsageFlush, func(err error) {
-				s.log.Warn("usage rollups not stored; they wait in a bounded buffer", "err", err, "pending_rows", rollups.Pending(), "dropped_rows", rollups.Dropped())
-			})
+			// Its own context, stopped (and waited for) before the catalog
+			// closes: Run's last flush writes what was counted until then.
+			usageCtx, stopUsage := context.WithCancel(context.WithoutCancel(ctx))
+			usageDone := make(chan struct{})
+			go func() {
+				defer close(usageDone)
+				_ = rollups.Run(usageCtx, w, cfg.UsageFlush, func(err error) {
+					s.log.Warn("usage rollups not stored; they wait in a bounded buffer", "err", err, "pending_rows", rollups.Pending(), "dropped_rows", rollups.Dropped())
+				})
+			}()
+			s.onClose(func() error { stopUsage(); <-usageDone; return nil })
 		}
 	}
 

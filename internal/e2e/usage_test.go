@@ -3,7 +3,11 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,5 +83,32 @@ func TestUsageSumsAcrossInstances(t *testing.T) {
 		if s["denied"].(float64) != float64(3*perInstance-25) || s["units"].(float64) != 25*cost {
 			t.Errorf("top subject %v: want %d denied and %d units", s, 3*perInstance-25, 25*cost)
 		}
+	}
+}
+
+// TestUsageFlushedOnShutdown: what an instance counted since its last flush
+// is written when it stops on SIGTERM, before its catalog closes.
+func TestUsageFlushedOnShutdown(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	in := startServe(t, dir, addr, nil, "--addr", addr, "--admin-token", adminToken, "--usage-flush", "1h")
+	key := setupTenant(in, adminToken, "acme")
+	in.must(http.StatusCreated, "PUT", "/v1/tenants/acme/rules/api", adminToken, map[string]any{
+		"route":  "/api*",
+		"limits": []any{map[string]any{"name": "hour", "algorithm": "fixed_window", "limit": 3, "window": "1h"}},
+	})
+	for range 5 {
+		in.do("POST", "/v1/check", key, map[string]any{"route": "/api/x", "subject": "u"})
+	}
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-in.exited
+	out, err := exec.Command(binary, "usage", "acme", "--step", "day", "--csv", "--database", "sqlite://"+filepath.Join(dir, "sluice.db")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice usage: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), ",api,3,2,0,0,0,3\n") {
+		t.Errorf("usage after the shutdown:\n%s\nwant 3 allowed and 2 denied of api\nserve's log:\n%s", out, in.stderr)
 	}
 }

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""A hot key, leased against direct: 4 sluice serve instances on one Redis, side by side.
+
+    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4]
+
+Four sluice serve processes share one private redis-server and one catalog (a
+fresh PostgreSQL database on 127.0.0.1:5432, dropped at the end). Two rules of
+one tenant have the same limit, a token bucket that never runs out: "leased"
+with "lease": "auto", "direct" without. The load is one `sluice bench
+--target http --hot 1` per instance at once (every check on one subject: the
+hot key), --concurrency callers each, first on one rule, then on the other,
+the order swapped every repetition. Per run: Redis script calls (INFO
+commandstats: evalsha + eval) per admitted check, the instances' CPU per
+check (/proc, summed), Redis CPU per check, throughput and the worst
+instance's p99. Prints each run, then medians and the ratios leased / direct.
+Used for BENCHMARKS.md, issue 22."""
+import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+TOKEN = "bench-leases-admin-token-0123456789"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def proc_cpu(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), check=True, capture_output=True, text=True).stdout
+
+
+def redis_info(port, section):
+    return dict(l.split(":", 1) for l in redis_cli(port, "INFO", section).splitlines() if ":" in l)
+
+
+def redis_cpu(port):
+    i = redis_info(port, "cpu")
+    return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
+
+
+def script_calls(port):
+    n = 0
+    for k, v in redis_info(port, "commandstats").items():
+        if k in ("cmdstat_evalsha", "cmdstat_eval"):
+            n += int(dict(x.split("=") for x in v.split(","))["calls"])
+    return n
+
+
+def call(url, method, body=None):
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"null")
+
+
+def wait(url, proc, what):
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit("%s exited with %s" % (what, proc.returncode))
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except Exception:
+            time.sleep(0.1)
+    sys.exit("%s did not answer %s" % (what, url))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--concurrency", type=int, default=16, help="callers per instance")
+    ap.add_argument("--instances", type=int, default=4)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-leases-")
+    db = "bench_leases_%d" % os.getpid()
+    procs = []
+    try:
+        binary = os.path.join(work, "sluice")
+        subprocess.run(["go", "build", "-o", binary, "./cmd/sluice"], cwd=ROOT, check=True)
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", "CREATE DATABASE " + db], check=True)
+        dsn = "postgres://postgres@127.0.0.1:5432/%s?sslmode=disable" % db
+        redis_port = free_port()
+        procs.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                       "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
+        for _ in range(100):
+            try:
+                if redis_cli(redis_port, "PING").strip() == "PONG":
+                    break
+            except subprocess.CalledProcessError:
+                pass
+            time.sleep(0.05)
+        instances = []
+        for i in range(args.instances):
+            port = free_port()
+            p = subprocess.Popen([binary, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
+                                  "--redis", "redis://127.0.0.1:%d/0" % redis_port, "--database", dsn, "--console=false"],
+                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve%d.log" % i), "w"))
+            procs.append(p)
+            url = "http://127.0.0.1:%d" % port
+            wait(url + "/healthz", p, "instance %d" % i)
+            instances.append((p, url))
+        url = instances[0][1]
+        call(url + "/v1/tenants", "POST", {"name": "acme"})
+        key = call(url + "/v1/tenants/acme/keys", "POST", {"name": "bench", "role": "check"})["secret"]
+        bucket = {"name": "burst", "algorithm": "token_bucket", "capacity": 1000000000, "refill_per_second": 1000000}
+        call(url + "/v1/tenants/acme/rules/leased", "PUT", {"route": "/leased", "limits": [dict(bucket, lease="auto")]})
+        call(url + "/v1/tenants/acme/rules/direct", "PUT", {"route": "/direct", "limits": [bucket]})
+        time.sleep(2)  # every instance's catalog snapshot has both rules
+
+        def run(rule):
+            cmds = [[binary, "bench", "--url", u, "--api-key", key, "--route", "/" + rule, "--hot", "1",
+                     "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
+                     "--metrics-url", "none", "--reference", "", "--json"] for _, u in instances]
+            cpu0 = sum(proc_cpu(p.pid) for p, _ in instances)
+            r0, s0 = redis_cpu(redis_port), script_calls(redis_port)
+            running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+            reps = [json.loads(p.communicate()[0])[0] for p in running]
+            cpu1 = sum(proc_cpu(p.pid) for p, _ in instances)
+            r1, s1 = redis_cpu(redis_port), script_calls(redis_port)
+            admitted = sum(r["allowed"] for r in reps)
+            if admitted == 0 or any(r["failed"] or r["shed"] or r["denied"] for r in reps):
+                sys.exit("%s: %s" % (rule, reps))
+            return {"scripts_per_check": (s1 - s0) / admitted, "server_us": (cpu1 - cpu0) / admitted * 1e6,
+                    "redis_us": (r1 - r0) / admitted * 1e6, "per_second": sum(r["per_second"] for r in reps),
+                    "p99_ms": max(r["p99_ms"] for r in reps)}
+
+        results = {}
+        print("%-7s %3s %14s %11s %10s %10s %8s" % ("rule", "rep", "scripts/check", "server µs", "redis µs", "checks/s", "p99 ms"))
+        for rep in range(args.reps):
+            for rule in (["direct", "leased"] if rep % 2 == 0 else ["leased", "direct"]):
+                r = run(rule)
+                results.setdefault(rule, []).append(r)
+                print("%-7s %3d %14.4f %11.1f %10.1f %10.0f %8.2f" % (rule, rep + 1, r["scripts_per_check"], r["server_us"],
+                      r["redis_us"], r["per_second"], r["p99_ms"]), flush=True)
+        med = {n: {k: statistics.median(r[k] for r in results[n]) for k in results[n][0]} for n in results}
+        d, l = med["direct"], med["leased"]
+        print("\nmedians of %d runs, leased / direct: script calls per check %.4f / %.4f; server CPU per check %.1f / %.1f µs (%.2fx); "
+              "Redis CPU per check %.1f / %.1f µs (%.2fx); throughput %.2fx; p99 %.2f / %.2f ms (%.2fx)" % (
+                  args.reps, l["scripts_per_check"], d["scripts_per_check"], l["server_us"], d["server_us"], l["server_us"] / d["server_us"],
+                  l["redis_us"], d["redis_us"], l["redis_us"] / d["redis_us"], l["per_second"] / d["per_second"],
+                  l["p99_ms"], d["p99_ms"], l["p99_ms"] / d["p99_ms"]))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", "DROP DATABASE IF EXISTS " + db])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

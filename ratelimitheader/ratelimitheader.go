@@ -32,7 +32,7 @@ func Set(h http.Header, policy string, d sluice.Decision) {
 func Policy(policy string, limits []sluice.Limit) string {
 	buf := make([]byte, 0, 64*len(limits))
 	for i, l := range limits {
-		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, sluice.PolicyWindow(l), l.Algorithm == sluice.AlgorithmConcurrency)
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.DecisionLimit(), sluice.PolicyWindow(l), l.Algorithm == sluice.AlgorithmConcurrency)
 	}
 	return string(buf)
 }

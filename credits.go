@@ -221,3 +221,57 @@ func (l Limit) creditsString() string {
 	}
 	return s
 }
+
+// RefillColumn is how a catalog stores a refill in one text column:
+// "every amount mode max", as "month 1000 set 0" or "12h 5 add 50"; "" for
+// none. ParseRefillColumn reads it back.
+func RefillColumn(r Refill) string {
+	if r == (Refill{}) {
+		return ""
+	}
+	every := string(r.Every)
+	if every == "" {
+		every = FormatWindow(r.Period)
+	}
+	return fmt.Sprintf("%s %d %s %d", every, r.Amount, r.Mode, r.Max)
+}
+
+// ParseRefillColumn reads what RefillColumn wrote.
+func ParseRefillColumn(s string) (Refill, error) {
+	if s == "" {
+		return Refill{}, nil
+	}
+	var r Refill
+	var every, mode string
+	if _, err := fmt.Sscanf(s, "%s %d %s %d", &every, &r.Amount, &mode, &r.Max); err != nil {
+		return Refill{}, fmt.Errorf("refill column %q: %w", s, err)
+	}
+	r.Mode = RefillMode(mode)
+	if err := r.SetEvery(every); err != nil {
+		return Refill{}, err
+	}
+	return r, nil
+}
+
+// SetEvery sets the schedule from its wire form: "day", "month" or a
+// duration ParseWindow reads ("12h", "7d").
+func (r *Refill) SetEvery(every string) error {
+	if c := Calendar(every); c.Valid() {
+		r.Every, r.Period = c, 0
+		return nil
+	}
+	d, err := ParseWindow(every)
+	if err != nil {
+		return invalidf("refill every must be \"day\", \"month\" or a duration: %s", err)
+	}
+	r.Every, r.Period = "", d
+	return nil
+}
+
+// EveryString is the schedule's wire form (see SetEvery).
+func (r Refill) EveryString() string {
+	if r.Every != "" {
+		return string(r.Every)
+	}
+	return FormatWindow(r.Period)
+}

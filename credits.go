@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -149,15 +150,15 @@ func (t TopUp) Validate() error {
 	case t.SetBalance && t.Add != 0:
 		return invalidf("a top-up either adds or sets the balance, not both")
 	case t.SetBalance && (t.Set < 0 || t.Set > MaxCredits):
-		return invalidf("set must be a balance from 0 to %d, got %d", int64(MaxCredits), t.Set)
+		return invalidf("a top-up's set must be a balance from 0 to %d, got %d", int64(MaxCredits), t.Set)
 	case !t.SetBalance && t.Add <= 0:
-		return invalidf("add must be a positive number of credits, got %d", t.Add)
+		return invalidf("a top-up's add must be a positive number of credits, got %d", t.Add)
 	case !t.SetBalance && t.Add > MaxCredits:
-		return invalidf("add %d is too large (at most %d)", t.Add, int64(MaxCredits))
+		return invalidf("a top-up's add %d is too large (at most %d)", t.Add, int64(MaxCredits))
 	case t.IdempotencyKey == "":
-		return invalidf("idempotency_key is required, so a retried top-up is applied once")
+		return invalidf("a top-up needs an idempotency_key, so that a retried one is applied once")
 	case len(t.IdempotencyKey) > MaxIdempotencyKeyBytes:
-		return invalidf("idempotency_key is %d bytes, more than the %d allowed", len(t.IdempotencyKey), MaxIdempotencyKeyBytes)
+		return invalidf("the idempotency_key is %d bytes, more than the %d allowed", len(t.IdempotencyKey), MaxIdempotencyKeyBytes)
 	case len(t.Subject) > MaxSubjectBytes:
 		return invalidf("subject is %d bytes, more than the %d allowed", len(t.Subject), MaxSubjectBytes)
 	}
@@ -275,3 +276,11 @@ func (r Refill) EveryString() string {
 	}
 	return FormatWindow(r.Period)
 }
+
+// ErrCreditsUnsupported is returned for a top-up on a store that keeps no
+// credits balances.
+var ErrCreditsUnsupported = errors.New("this store does not keep credits balances")
+
+// AuditCreditsTopUp is the audit action of a top-up (see
+// Catalog.RecordTopUp).
+const AuditCreditsTopUp = "credits.top_up"

@@ -120,7 +120,7 @@ func TestTopUpValidation(t *testing.T) {
 		"zero_add":     {func(u *sluice.TopUp) { u.Add = 0 }, "add must be a positive number"},
 		"negative_set": {func(u *sluice.TopUp) { u.Add, u.SetBalance, u.Set = 0, true, -3 }, "set must be a balance from 0"},
 		"add_and_set":  {func(u *sluice.TopUp) { u.SetBalance = true }, "either adds or sets"},
-		"no_key":       {func(u *sluice.TopUp) { u.IdempotencyKey = "" }, "idempotency_key is required"},
+		"no_key":       {func(u *sluice.TopUp) { u.IdempotencyKey = "" }, "needs an idempotency_key"},
 		"not_credits":  {func(u *sluice.TopUp) { u.Limit = sluice.TokenBucket(5, 1) }, "only a credits limit can be topped up"},
 		"too_much":     {func(u *sluice.TopUp) { u.Add = sluice.MaxCredits + 1 }, "too large"},
 		"key_too_long": {func(u *sluice.TopUp) { u.IdempotencyKey = strings.Repeat("k", 201) }, "more than the 200 allowed"},

@@ -359,3 +359,42 @@ func (e *invalidError) Unwrap() error { return sluice.ErrInvalid }
 func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
+
+// TopUp is the body of POST
+// /v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits: the credits
+// limit, exactly one of add (> 0) and set (>= 0), and an idempotency key
+// (a retried top-up with the same key is applied once, for 24 hours).
+type TopUp struct {
+	Limit          string `json:"limit"`
+	Add            *int64 `json:"add,omitempty"`
+	Set            *int64 `json:"set,omitempty"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// TopUpResult is the answer of a top-up: the balance after it, and whether
+// it was applied (false for a repeated idempotency key, which changed
+// nothing).
+type TopUpResult struct {
+	Balance int64 `json:"balance"`
+	Applied bool  `json:"applied"`
+}
+
+// TopUpRecord is a top-up as the audit log records it.
+type TopUpRecord struct {
+	Rule    string `json:"rule"`
+	Subject string `json:"subject"`
+	TopUp
+}
+
+// NewTopUpRecord spells t for the audit log.
+func NewTopUpRecord(t sluice.TopUp) TopUpRecord {
+	rec := TopUpRecord{Rule: t.Rule, Subject: t.Subject, TopUp: TopUp{Limit: t.Limit.Name, IdempotencyKey: t.IdempotencyKey}}
+	if t.SetBalance {
+		set := t.Set
+		rec.Set = &set
+	} else {
+		add := t.Add
+		rec.Add = &add
+	}
+	return rec
+}

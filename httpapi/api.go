@@ -343,6 +343,7 @@ func (a *API) routes() []route {
 
 		{"GET /v1/audit", a.handleAudit},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
+		{"POST /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleTopUpCredits},
 
 		{"GET /healthz", a.handleHealth},
 		{"GET /readyz", a.handleReady},

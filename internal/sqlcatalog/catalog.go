@@ -543,3 +543,20 @@ func (c *Catalog) RecordReset(ctx context.Context, tenant, rule, subject string)
 	})
 	return fail(fmt.Sprintf("record the reset of subject %q under rule %q of tenant %q", subject, rule, tenant), err)
 }
+
+func (c *Catalog) RecordTopUp(ctx context.Context, t sluice.TopUp) error {
+	if err := (sluice.SubjectReset{Tenant: t.Tenant, Rule: t.Rule, Subject: t.Subject}).Validate(); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	err := c.writeTx(ctx, func(tx *sql.Tx) error {
+		generation, err := tenantGeneration(ctx, tx, t.Tenant)
+		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
+			return err
+		}
+		return c.writeAudit(ctx, tx, record{action: sluice.AuditCreditsTopUp, tenant: t.Tenant, target: t.Rule, generation: generation, after: t})
+	})
+	return fail(fmt.Sprintf("record the top-up of subject %q under rule %q of tenant %q", t.Subject, t.Rule, t.Tenant), err)
+}

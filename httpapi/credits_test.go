@@ -114,3 +114,24 @@ func TestCreditsOverHTTP(t *testing.T) {
 		t.Fatalf("audit entry: %v", e)
 	}
 }
+
+// TestPrepaidCreditsDenyHasNoRetryAfter: a balance without a refill that
+// runs out is a 429 with no Retry-After (no wait ends it; only a top-up
+// does) and retry_after_ms 0, and the top-up admits the next check.
+func TestPrepaidCreditsDenyHasNoRetryAfter(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "api", map[string]any{"route": "/api*", "limits": []map[string]any{
+		{"name": "credits", "algorithm": "credits"},
+	}})
+	r := h.check(key, map[string]any{"route": "/api", "subject": "cust-1"})
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" || r.body["retry_after_ms"] != 0.0 {
+		t.Fatalf("a check with no credits: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.raw)
+	}
+	h.must(http.StatusOK, "POST", "/v1/tenants/acme/rules/api/subjects/cust-1/credits", testAdminToken,
+		map[string]any{"limit": "credits", "add": 1, "idempotency_key": "k"})
+	if r := h.check(key, map[string]any{"route": "/api", "subject": "cust-1"}); r.status != http.StatusOK || r.body["remaining"] != 0.0 {
+		t.Fatalf("after a top-up of 1: %d %s", r.status, r.raw)
+	}
+}

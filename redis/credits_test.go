@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/storetest"
 	"github.com/sluicelabs/sluice/internal/testenv"
 )
 
@@ -59,4 +60,15 @@ func TestCreditsCheckIsOneRoundTrip(t *testing.T) {
 	if len(calls) != 1 || calls["evalsha"] != checks+1 {
 		t.Fatalf("commands for %d checks and a top-up: %v; want evalsha=%d and nothing else", checks, calls, checks+1)
 	}
+}
+
+// TestCreditsSentinel: through Sentinel the store finds the master and runs
+// the same script: the credits and calendar conformance cases, and the
+// concurrent debits over two clients.
+func TestCreditsSentinel(t *testing.T) {
+	master := testenv.Redis(t)
+	sentinel := testenv.RedisSentinel(t, master, "credits")
+	url := "redis-sentinel://credits@" + sentinel.Addr
+	storetest.Run(t, func(t *testing.T) sluice.Store { return open(t, url) })
+	storetest.CreditsNeverOverspend(t, []sluice.CreditStore{open(t, url), open(t, url)}, 200, 10_000)
 }

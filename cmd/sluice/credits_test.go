@@ -23,7 +23,14 @@ func TestCreditsCommands(t *testing.T) {
 	if _, err := a.PutRule(context.Background(), adminapi.Rule{Tenant: "acme", Name: "api", Route: "/api*", Limits: limits}); err != nil {
 		t.Fatal(err)
 	}
-	out := s.mustRunIn(t, "server", "credits", "add", "acme", "api", "cust/1", "500", "--idempotency-key", "inv-1")
+	out := s.mustRunIn(t, "server", "rule", "set", "acme", "monthly", "--route", "/m*", "--credits", "1000/month", "--fixed-window", "quota=50/day@Europe/Berlin")
+	if !strings.Contains(out, "credits: credits, refill set 1000 every month") || !strings.Contains(out, "quota: 50 per calendar day (Europe/Berlin)") {
+		t.Fatalf("rule set --credits printed %q", out)
+	}
+	if _, _, err := s.runIn(t, "server", "rule", "set", "acme", "bad", "--route", "/b*", "--credits", "5/week"); err == nil || !strings.Contains(err.Error(), "refill every") {
+		t.Fatalf("rule set --credits 5/week: %v", err)
+	}
+	out = s.mustRunIn(t, "server", "credits", "add", "acme", "api", "cust/1", "500", "--idempotency-key", "inv-1")
 	if !strings.Contains(out, ": 500 (idempotency key inv-1)") {
 		t.Fatalf("credits add printed %q", out)
 	}

@@ -27,6 +27,7 @@ export const OPERATIONS = Object.freeze({
   deleteRule: ["DELETE", "/v1/tenants/{tenant}/rules/{name}"],
   peekSubject: ["GET", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"],
   resetSubject: ["DELETE", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"],
+  topUpCredits: ["POST", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits"],
   listAudit: ["GET", "/v1/audit"],
   health: ["GET", "/healthz"],
   ready: ["GET", "/readyz"],
@@ -154,6 +155,14 @@ export class Client {
 
   resetSubject(tenant, name, subject) {
     return this.#call("resetSubject", { tenant, name, subject });
+  }
+
+  /**
+   * Adds to ({limit, add, idempotency_key}) or sets ({limit, set, idempotency_key})
+   * a subject's credits balance, once per idempotency key: {balance, applied}.
+   */
+  topUpCredits(tenant, name, subject, topUp) {
+    return this.#call("topUpCredits", { tenant, name, subject }, { body: topUp });
   }
 
   /** One page of the audit log; pass page.next_before as before for the next. */

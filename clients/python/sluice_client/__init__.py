@@ -44,6 +44,7 @@ OPERATIONS: Mapping[str, Tuple[str, str]] = {
     "deleteRule": ("DELETE", "/v1/tenants/{tenant}/rules/{name}"),
     "peekSubject": ("GET", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"),
     "resetSubject": ("DELETE", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}"),
+    "topUpCredits": ("POST", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits"),
     "listAudit": ("GET", "/v1/audit"),
     "health": ("GET", "/healthz"),
     "ready": ("GET", "/readyz"),
@@ -69,6 +70,7 @@ METHODS: Mapping[str, str] = {
     "deleteRule": "delete_rule",
     "peekSubject": "peek_subject",
     "resetSubject": "reset_subject",
+    "topUpCredits": "top_up_credits",
     "listAudit": "list_audit",
     "health": "health",
     "ready": "ready",
@@ -174,6 +176,12 @@ class Client:
 
     def reset_subject(self, tenant: str, rule: str, subject: str) -> None:
         self._call("resetSubject", {"tenant": tenant, "name": rule, "subject": subject})
+
+    def top_up_credits(self, tenant: str, rule: str, subject: str, top_up: JSON) -> JSON:
+        """Adds to ({"limit", "add", "idempotency_key"}) or sets ({"limit",
+        "set", "idempotency_key"}) a subject's credits balance, once per
+        idempotency key: {"balance", "applied"}."""
+        return self._call("topUpCredits", {"tenant": tenant, "name": rule, "subject": subject}, body=top_up)
 
     def list_audit(self, **query: Any) -> JSON:
         """One page of the audit log (tenant, actor, action, since, until,

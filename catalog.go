@@ -473,6 +473,10 @@ type Catalog interface {
 	// before resetting them: a reset the catalog cannot record is not made,
 	// so no reset goes without its entry. It does not bump Version.
 	RecordReset(ctx context.Context, tenant, rule, subject string) error
+	// RecordTopUp records in the audit log, made by ActorOf(ctx), a top-up
+	// of a credits balance about to be made (call it first, as
+	// RecordReset). It does not bump Version.
+	RecordTopUp(ctx context.Context, t TopUp) error
 	// PublishReset tells every watching instance (this one included) that
 	// the counters of subject under (tenant, rule) were reset, so they drop
 	// local deny-cache entries for it: call it after resetting them. It is

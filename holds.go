@@ -299,8 +299,8 @@ func (op HoldOp) Validate() error {
 // limit's lease is freed, whatever the cost).
 func SettleCost(limits []Limit, cost int64) error {
 	for _, l := range limits {
-		if l.Algorithm != AlgorithmConcurrency && cost > l.Capacity {
-			return invalidf("settle cost %d can never fit limit %q, which holds at most %d", cost, l.Name, l.Capacity)
+		if l.Algorithm != AlgorithmConcurrency && cost > l.MaxCost() {
+			return invalidf("settle cost %d can never fit limit %q, which holds at most %d", cost, l.Name, l.MaxCost())
 		}
 	}
 	return nil

@@ -104,8 +104,20 @@ func AppendLimitKey(dst []byte, prefix string, tag []byte, l Limit) []byte {
 		dst = append(dst, "sw"...)
 		dst = strconv.AppendInt(dst, l.Window.Milliseconds(), 10)
 	case AlgorithmFixedWindow:
+		if l.Calendar != "" {
+			// A calendar window: its period and zone are its window, so
+			// changing either starts fresh counters.
+			dst = append(dst, "fc"...)
+			dst = append(dst, l.Calendar...)
+			dst = append(dst, ':')
+			dst = append(dst, l.TimeZone...)
+			break
+		}
 		dst = append(dst, "fw"...)
 		dst = strconv.AppendInt(dst, l.Window.Milliseconds(), 10)
+	case AlgorithmCredits:
+		// The refill is left out: changing the schedule keeps the balance.
+		dst = append(dst, "cr"...)
 	case AlgorithmConcurrency:
 		// The TTL is left out: changing it keeps the leases held.
 		dst = append(dst, "cc"...)

@@ -21,12 +21,13 @@ const (
 	// AlgorithmConcurrency limits units held at once rather than per time:
 	// see Concurrency and holds.go.
 	AlgorithmConcurrency Algorithm = "concurrency"
+	// AlgorithmCredits: see credits.go.
 )
 
 // Valid reports whether a is one of the known algorithms.
 func (a Algorithm) Valid() bool {
 	switch a {
-	case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow, AlgorithmConcurrency:
+	case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow, AlgorithmConcurrency, AlgorithmCredits:
 		return true
 	}
 	return false
@@ -57,6 +58,13 @@ type Limit struct {
 	// leases.go); "" never leases. Only rate limits lease. A rule leases
 	// only if every limit of it says LeaseAuto.
 	Lease string
+	// Calendar, on a fixed_window, makes its windows calendar days or
+	// months (with Window 0) in TimeZone, an IANA name ("Europe/Berlin";
+	// "" is UTC), so a quota resets at midnight on the wall clock.
+	Calendar Calendar
+	TimeZone string
+	// Refill is a credits limit's refill schedule (see credits.go).
+	Refill Refill
 }
 
 // LeaseAuto is the Limit.Lease that opts a limit in to quota leasing.
@@ -124,10 +132,24 @@ func (l Limit) Validate() error {
 		if l.Algorithm == AlgorithmConcurrency {
 			return invalidf("limit %q: a concurrency limit never leases; lease \"auto\" is for token_bucket, sliding_window and fixed_window limits", l.Name)
 		}
+		if l.Calendar != "" {
+			return invalidf("limit %q: a calendar window never leases; lease \"auto\" is for windows of a fixed span", l.Name)
+		}
 	default:
 		return invalidf("limit %q: lease must be \"auto\" or absent, got %q", l.Name, truncate(l.Lease, 64))
 	}
+	if l.Refill != (Refill{}) && l.Algorithm != AlgorithmCredits {
+		return invalidf("limit %q: only a credits limit has a refill; a %s limit refills by its own parameters", l.Name, l.Algorithm)
+	}
+	if l.Calendar != "" && l.Algorithm != AlgorithmFixedWindow {
+		return invalidf("limit %q: only a fixed_window takes a calendar window (\"day\" or \"month\")", l.Name)
+	}
+	if l.TimeZone != "" && l.Calendar == "" {
+		return invalidf("limit %q: a time_zone applies to a calendar window (\"window\": \"day\" or \"month\") only", l.Name)
+	}
 	switch l.Algorithm {
+	case AlgorithmCredits:
+		return l.validateCredits()
 	case AlgorithmTokenBucket:
 		if l.Capacity <= 0 {
 			return invalidf("limit %q: capacity must be a positive integer, got %d", l.Name, l.Capacity)
@@ -152,7 +174,11 @@ func (l Limit) Validate() error {
 		if l.Capacity <= 0 {
 			return invalidf("limit %q: limit must be a positive integer, got %d", l.Name, l.Capacity)
 		}
-		if l.Window < time.Millisecond {
+		if l.Calendar != "" {
+			if err := l.validateCalendar(); err != nil {
+				return err
+			}
+		} else if l.Window < time.Millisecond {
 			return invalidf("limit %q: window must be at least 1ms, got %v", l.Name, l.Window)
 		}
 		if l.Window%time.Millisecond != 0 {
@@ -173,9 +199,9 @@ func (l Limit) Validate() error {
 	case AlgorithmConcurrency:
 		return l.validateConcurrency()
 	case "":
-		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window, fixed_window or concurrency)", l.Name)
+		return invalidf("limit %q: algorithm is required (token_bucket, sliding_window, fixed_window, concurrency or credits)", l.Name)
 	default:
-		return invalidf("limit %q: unknown algorithm %q (want token_bucket, sliding_window, fixed_window or concurrency)", l.Name, l.Algorithm)
+		return invalidf("limit %q: unknown algorithm %q (want token_bucket, sliding_window, fixed_window, concurrency or credits)", l.Name, l.Algorithm)
 	}
 	if l.TTL != 0 {
 		return invalidf("limit %q: only a concurrency limit has a ttl", l.Name)
@@ -327,7 +353,16 @@ func (l Limit) String() string {
 	case AlgorithmSlidingWindow:
 		return fmt.Sprintf("%s: %d per sliding %s", l.Name, l.Capacity, FormatWindow(l.Window))
 	case AlgorithmFixedWindow:
+		if l.Calendar != "" {
+			zone := l.TimeZone
+			if zone == "" {
+				zone = "UTC"
+			}
+			return fmt.Sprintf("%s: %d per calendar %s (%s)", l.Name, l.Capacity, l.Calendar, zone)
+		}
 		return fmt.Sprintf("%s: %d per fixed %s", l.Name, l.Capacity, FormatWindow(l.Window))
+	case AlgorithmCredits:
+		return l.creditsString()
 	case AlgorithmConcurrency:
 		return fmt.Sprintf("%s: %d at once, lease %s", l.Name, l.Capacity, FormatWindow(l.TTL))
 	}
@@ -430,5 +465,28 @@ func PolicyWindow(l Limit) time.Duration {
 	if l.Algorithm == AlgorithmConcurrency {
 		return l.TTL
 	}
+	if l.Calendar == CalendarDay || l.Algorithm == AlgorithmCredits && l.Refill.Every == CalendarDay {
+		return Day
+	}
+	if l.Calendar == CalendarMonth || l.Algorithm == AlgorithmCredits && l.Refill.Every == CalendarMonth {
+		return 30 * Day // a nominal month: policy headers carry one number
+	}
+	if l.Algorithm == AlgorithmCredits {
+		return l.Refill.Period
+	}
 	return l.Window
+}
+
+// validateCalendar checks a calendar fixed_window's period and zone.
+func (l Limit) validateCalendar() error {
+	if !l.Calendar.Valid() {
+		return invalidf("limit %q: a calendar window is \"day\" or \"month\", got %q", l.Name, truncate(string(l.Calendar), 64))
+	}
+	if l.Window != 0 {
+		return invalidf("limit %q: a calendar window has no window span besides its calendar period", l.Name)
+	}
+	if _, err := loadLocation(l.TimeZone); err != nil {
+		return invalidf("limit %q: time_zone %q is not a known IANA time zone (like \"Europe/Berlin\" or \"UTC\")", l.Name, truncate(l.TimeZone, 64))
+	}
+	return nil
 }

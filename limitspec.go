@@ -16,7 +16,12 @@ import (
 //   - sliding_window, fixed_window: [NAME=]LIMIT/WINDOW, "600/1m" or
 //     "daily=5000/d";
 //   - concurrency: [NAME=]LIMIT/TTL, "10/30s" (at most 10 held at once, each
-//     lease freed after 30 seconds).
+//     lease freed after 30 seconds);
+//   - fixed_window by the calendar: [NAME=]LIMIT/day or LIMIT/month, with
+//     @ZONE for a time zone other than UTC, "1000000/month@Europe/Berlin";
+//   - credits: [NAME=]AMOUNT/EVERY[:set|add[:MAX]], "1000/month" (restored
+//     to 1000 on the 1st, UTC), "5/12h:add:50", or "none" for a balance
+//     only top-ups raise.
 //
 // A unit or window is a bare s, m, h, d or w, or anything ParseWindow reads
 // ("500ms", "2d"). The name defaults to the algorithm. The limit is
@@ -32,7 +37,15 @@ func ParseLimitSpec(algo Algorithm, spec string) (Limit, error) {
 	switch algo {
 	case AlgorithmTokenBucket:
 		l, err = parseTokenBucketSpec(value)
-	case AlgorithmSlidingWindow, AlgorithmFixedWindow:
+	case AlgorithmCredits:
+		l, err = parseCreditsSpec(value)
+	case AlgorithmFixedWindow:
+		if l, err = parseCalendarSpec(value); l.Calendar != "" || err != nil {
+			break
+		}
+		n, window, perr := parseCountSpec(value, "window", "[NAME=]LIMIT/WINDOW, e.g. 600/1m")
+		l, err = Limit{Algorithm: algo, Capacity: n, Window: window}, perr
+	case AlgorithmSlidingWindow:
 		n, window, perr := parseCountSpec(value, "window", "[NAME=]LIMIT/WINDOW, e.g. 600/1m")
 		l, err = Limit{Algorithm: algo, Capacity: n, Window: window}, perr
 	case AlgorithmConcurrency:
@@ -105,4 +118,57 @@ func parseSpecPeriod(s string) (time.Duration, error) {
 		return unit, nil
 	}
 	return ParseWindow(s)
+}
+
+// parseCalendarSpec reads LIMIT/day or LIMIT/month, optionally @ZONE; it
+// returns a limit without a Calendar for any other window.
+func parseCalendarSpec(value string) (Limit, error) {
+	limitText, period, ok := strings.Cut(value, "/")
+	if !ok {
+		return Limit{}, nil
+	}
+	period, zone, _ := strings.Cut(period, "@")
+	if !Calendar(period).Valid() {
+		return Limit{}, nil
+	}
+	n, err := strconv.ParseInt(limitText, 10, 64)
+	if err != nil {
+		return Limit{}, fmt.Errorf("limit %q is not a whole number; write [NAME=]LIMIT/month[@ZONE], e.g. 1000000/month@Europe/Berlin", limitText)
+	}
+	return Limit{Algorithm: AlgorithmFixedWindow, Capacity: n, Calendar: Calendar(period), TimeZone: zone}, nil
+}
+
+// parseCreditsSpec reads AMOUNT/EVERY[:MODE[:MAX]] or "none".
+func parseCreditsSpec(value string) (Limit, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%s; write [NAME=]AMOUNT/EVERY[:set|add[:MAX]], e.g. 1000/month or 5/12h:add:50, or none", why)
+	}
+	if value == "none" {
+		return Credits(Refill{}), nil
+	}
+	amountText, rest, ok := strings.Cut(value, "/")
+	if !ok {
+		return Limit{}, bad("missing '/' between the refill amount and its period")
+	}
+	amount, err := strconv.ParseInt(amountText, 10, 64)
+	if err != nil {
+		return Limit{}, bad(fmt.Sprintf("refill amount %q is not a whole number", amountText))
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) > 3 {
+		return Limit{}, bad("too many ':' parts")
+	}
+	r := Refill{Amount: amount, Mode: RefillSet}
+	if err := r.SetEvery(parts[0]); err != nil {
+		return Limit{}, bad(err.Error())
+	}
+	if len(parts) > 1 {
+		r.Mode = RefillMode(parts[1])
+	}
+	if len(parts) > 2 {
+		if r.Max, err = strconv.ParseInt(parts[2], 10, 64); err != nil {
+			return Limit{}, bad(fmt.Sprintf("max %q is not a whole number", parts[2]))
+		}
+	}
+	return Credits(r), nil
 }

@@ -77,3 +77,38 @@ func TestParseLimitSpec(t *testing.T) {
 		})
 	}
 }
+
+func TestCreditsAndCalendarSpecs(t *testing.T) {
+	for spec, want := range map[string]sluice.Limit{
+		"1000/month":          sluice.Credits(sluice.Refill{Every: sluice.CalendarMonth, Amount: 1000, Mode: sluice.RefillSet}),
+		"tokens=5/12h:add:50": sluice.Credits(sluice.Refill{Period: 12 * time.Hour, Amount: 5, Mode: sluice.RefillAdd, Max: 50}).Named("tokens"),
+		"prepaid=none":        sluice.Credits(sluice.Refill{}).Named("prepaid"),
+	} {
+		got, err := sluice.ParseLimitSpec(sluice.AlgorithmCredits, spec)
+		if err != nil || got != want {
+			t.Errorf("credits %q: %+v, %v; want %+v", spec, got, err, want)
+		}
+	}
+	got, err := sluice.ParseLimitSpec(sluice.AlgorithmFixedWindow, "monthly=1000000/month@Europe/Berlin")
+	if want := (sluice.Limit{Name: "monthly", Algorithm: sluice.AlgorithmFixedWindow, Capacity: 1_000_000, Calendar: sluice.CalendarMonth, TimeZone: "Europe/Berlin"}); err != nil || got != want {
+		t.Errorf("calendar window: %+v, %v", got, err)
+	}
+	if got, err := sluice.ParseLimitSpec(sluice.AlgorithmFixedWindow, "5000/d"); err != nil || got.Calendar != "" || got.Window != sluice.Day {
+		t.Errorf("5000/d is 24 hours, not a calendar day: %+v, %v", got, err)
+	}
+	for spec, says := range map[string]string{
+		"1000":         "missing '/'",
+		"1000/week":    "refill every must be",
+		"x/month":      "not a whole number",
+		"5/day:double": `mode must be "set" or "add"`,
+		"5/day:set:50": "max caps an \"add\" refill",
+		"-5/day":       "amount must be a positive integer",
+	} {
+		if _, err := sluice.ParseLimitSpec(sluice.AlgorithmCredits, spec); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("credits %q: %v; want an error saying %q", spec, err, says)
+		}
+	}
+	if _, err := sluice.ParseLimitSpec(sluice.AlgorithmFixedWindow, "5/month@Nowhere/Land"); err == nil || !strings.Contains(err.Error(), "IANA") {
+		t.Errorf("unknown zone: %v", err)
+	}
+}

@@ -60,8 +60,8 @@ func (r Request) Validate() error {
 		return invalidf("cost must not be negative, got %d", r.Cost)
 	}
 	for _, l := range r.Limits {
-		if r.Cost > l.Capacity {
-			return invalidf("cost %d can never fit limit %q, which holds at most %d", r.Cost, l.Name, l.Capacity)
+		if r.Cost > l.MaxCost() {
+			return invalidf("cost %d can never fit limit %q, which holds at most %d", r.Cost, l.Name, l.MaxCost())
 		}
 	}
 	if r.HoldTTL != 0 {

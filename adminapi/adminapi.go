@@ -72,8 +72,11 @@ func (k Key) ToKey() sluice.APIKey {
 
 // Limit is one limit of a rule:
 // {"name", "algorithm": "token_bucket", "capacity", "refill_per_second"},
-// {"name", "algorithm": "sliding_window"|"fixed_window", "limit", "window": "1m"}
-// or {"name", "algorithm": "concurrency", "limit", "ttl": "30s"}.
+// {"name", "algorithm": "sliding_window"|"fixed_window", "limit", "window": "1m"},
+// a calendar {"name", "algorithm": "fixed_window", "limit", "window": "day"|"month",
+// "time_zone": "Europe/Berlin"}, {"name", "algorithm": "concurrency", "limit",
+// "ttl": "30s"} or {"name", "algorithm": "credits", "refill": {"every":
+// "month"|"day"|"12h", "amount", "mode": "set"|"add", "max"}}.
 type Limit struct {
 	Name            string   `json:"name" yaml:"name"`
 	Algorithm       string   `json:"algorithm" yaml:"algorithm"`
@@ -86,6 +89,21 @@ type Limit struct {
 	// Lease "auto" lets the limit be served from quota leases while a key
 	// is hot (rate limits only; see sluice.Limit.Lease).
 	Lease string `json:"lease,omitempty" yaml:"lease,omitempty"`
+	// TimeZone is a calendar window's IANA zone (with window "day" or
+	// "month"); absent is UTC.
+	TimeZone string `json:"time_zone,omitempty" yaml:"time_zone,omitempty"`
+	// Refill is a credits limit's schedule; absent, only top-ups raise
+	// its balance.
+	Refill *Refill `json:"refill,omitempty" yaml:"refill,omitempty"`
+}
+
+// Refill is a credits limit's refill: every "day" or "month" (UTC calendar)
+// or a duration, amount, mode "set" or "add", and for add an optional max.
+type Refill struct {
+	Every  string `json:"every" yaml:"every"`
+	Amount int64  `json:"amount" yaml:"amount"`
+	Mode   string `json:"mode" yaml:"mode"`
+	Max    *int64 `json:"max,omitempty" yaml:"max,omitempty"`
 }
 
 // NewLimit spells l for the API: every field of its algorithm.
@@ -98,6 +116,19 @@ func NewLimit(l sluice.Limit) Limit {
 		out.Capacity, out.RefillPerSecond = &capacity, &refill
 	case sluice.AlgorithmConcurrency:
 		out.Limit, out.TTL = &capacity, sluice.FormatWindow(l.TTL)
+	case sluice.AlgorithmCredits:
+		if r := l.Refill; r != (sluice.Refill{}) {
+			out.Refill = &Refill{Every: r.EveryString(), Amount: r.Amount, Mode: string(r.Mode)}
+			if r.Max > 0 {
+				m := r.Max
+				out.Refill.Max = &m
+			}
+		}
+	case sluice.AlgorithmFixedWindow:
+		out.Limit, out.Window, out.TimeZone = &capacity, sluice.FormatWindow(l.Window), l.TimeZone
+		if l.Calendar != "" {
+			out.Window = string(l.Calendar)
+		}
 	default:
 		out.Limit, out.Window = &capacity, sluice.FormatWindow(l.Window)
 	}
@@ -115,7 +146,33 @@ func (j Limit) ToLimit() (sluice.Limit, error) {
 	if j.TTL != "" && l.Algorithm != sluice.AlgorithmConcurrency {
 		return l, invalidf("Limit %q: only a concurrency limit takes a ttl", l.Name)
 	}
+	if j.Refill != nil && l.Algorithm != sluice.AlgorithmCredits {
+		return l, invalidf("Limit %q: only a credits limit takes a refill; a %s limit refills by its own parameters", l.Name, l.Algorithm)
+	}
+	if j.TimeZone != "" && (l.Algorithm != sluice.AlgorithmFixedWindow || !sluice.Calendar(j.Window).Valid()) {
+		return l, invalidf("Limit %q: time_zone applies to a fixed_window with window \"day\" or \"month\" only", l.Name)
+	}
 	switch l.Algorithm {
+	case sluice.AlgorithmCredits:
+		if j.Capacity != nil || j.RefillPerSecond != nil || j.Limit != nil || j.Window != "" {
+			return l, invalidf("Limit %q: a credits limit takes only a refill (every, amount, mode, max), not capacity, refill_per_second, limit or window", l.Name)
+		}
+		if j.Refill != nil {
+			r := sluice.Refill{Amount: j.Refill.Amount, Mode: sluice.RefillMode(j.Refill.Mode)}
+			if j.Refill.Max != nil {
+				if *j.Refill.Max <= 0 {
+					return l, invalidf("Limit %q: refill max must be a positive integer, got %d", l.Name, *j.Refill.Max)
+				}
+				r.Max = *j.Refill.Max
+			}
+			if err := r.SetEvery(j.Refill.Every); err != nil {
+				return l, invalidf("Limit %q: %s", l.Name, err)
+			}
+			if r == (sluice.Refill{}) {
+				return l, invalidf("Limit %q: refill needs every, amount and mode", l.Name)
+			}
+			l.Refill = r
+		}
 	case sluice.AlgorithmConcurrency:
 		if j.Capacity != nil || j.RefillPerSecond != nil || j.Window != "" {
 			return l, invalidf("Limit %q: a concurrency limit takes limit and ttl, not capacity, refill_per_second or window", l.Name)
@@ -145,6 +202,11 @@ func (j Limit) ToLimit() (sluice.Limit, error) {
 		}
 		if j.Limit == nil || j.Window == "" {
 			return l, invalidf("Limit %q: a %s needs limit and window (like \"1m\")", l.Name, l.Algorithm)
+		}
+		if c := sluice.Calendar(j.Window); c.Valid() {
+			// A calendar window: Validate refuses it on a sliding window.
+			l.Capacity, l.Calendar, l.TimeZone = *j.Limit, c, j.TimeZone
+			break
 		}
 		w, err := sluice.ParseWindow(j.Window)
 		if err != nil {
@@ -472,4 +534,43 @@ func (e *invalidError) Unwrap() error { return sluice.ErrInvalid }
 
 func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
+// TopUp is the body of POST
+// /v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits: the credits
+// limit, exactly one of add (> 0) and set (>= 0), and an idempotency key
+// (a retried top-up with the same key is applied once, for 24 hours).
+type TopUp struct {
+	Limit          string `json:"limit"`
+	Add            *int64 `json:"add,omitempty"`
+	Set            *int64 `json:"set,omitempty"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// TopUpResult is the answer of a top-up: the balance after it, and whether
+// it was applied (false for a repeated idempotency key, which changed
+// nothing).
+type TopUpResult struct {
+	Balance int64 `json:"balance"`
+	Applied bool  `json:"applied"`
+}
+
+// TopUpRecord is a top-up as the audit log records it.
+type TopUpRecord struct {
+	Rule    string `json:"rule"`
+	Subject string `json:"subject"`
+	TopUp
+}
+
+// NewTopUpRecord spells t for the audit log.
+func NewTopUpRecord(t sluice.TopUp) TopUpRecord {
+	rec := TopUpRecord{Rule: t.Rule, Subject: t.Subject, TopUp: TopUp{Limit: t.Limit.Name, IdempotencyKey: t.IdempotencyKey}}
+	if t.SetBalance {
+		set := t.Set
+		rec.Set = &set
+	} else {
+		add := t.Add
+		rec.Add = &add
+	}
+	return rec
 }

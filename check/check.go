@@ -479,7 +479,7 @@ func (e *Engine) namespaceCount(namespace string) *atomic.Int64 {
 // exceedsCapacity reports whether cost can never fit one of limits.
 func exceedsCapacity(limits []sluice.Limit, cost int64) bool {
 	for i := range limits {
-		if cost > limits[i].Capacity {
+		if cost > limits[i].MaxCost() {
 			return true
 		}
 	}

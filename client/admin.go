@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/adminapi"
+	"github.com/sluicelabs/sluice/checkapi"
 )
 
 // Admin calls the admin API of a Sluice service (/v1/tenants/...) with the
@@ -238,4 +239,22 @@ func (a *Admin) doQuery(ctx context.Context, method string, segments []string, q
 		return fmt.Errorf("sluice client: the service answered %d with a body that is not the expected JSON: %w", resp.StatusCode, err)
 	}
 	return nil
+}
+
+// TopUpCredits adds to or sets a subject's balance of a rule's credits
+// limit (in.Add or in.Set), once per in.IdempotencyKey: a retried top-up
+// with the same key answers Applied false and changes nothing.
+func (a *Admin) TopUpCredits(ctx context.Context, tenant, rule, subject string, in adminapi.TopUp) (adminapi.TopUpResult, error) {
+	var out adminapi.TopUpResult
+	err := a.do(ctx, http.MethodPost, []string{"tenants", tenant, "rules", rule, "subjects", subject, "credits"}, in, &out)
+	return out, err
+}
+
+// PeekSubject reads what a subject has left under each limit of a rule (a
+// check of cost 0, which consumes nothing): for a credits limit, its
+// balance (Remaining) and the time to its next refill (ResetAfterMs).
+func (a *Admin) PeekSubject(ctx context.Context, tenant, rule, subject string) (checkapi.Decision, error) {
+	var out checkapi.Decision
+	err := a.do(ctx, http.MethodGet, []string{"tenants", tenant, "rules", rule, "subjects", subject}, nil, &out)
+	return out, err
 }

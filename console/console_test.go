@@ -771,3 +771,29 @@ func TestAuditPage(t *testing.T) {
 		t.Errorf("a tenant key asking for globex's audit: %d, want 403", p.status)
 	}
 }
+
+// TestRuleFormKeepsCreditsAndTimeZones: the rules page says credits and
+// calendar limits in words; the edit form, which has no field for a refill
+// or a time zone, says so and refuses to save such a rule rather than drop
+// them, and the rule is unchanged.
+func TestRuleFormKeepsCreditsAndTimeZones(t *testing.T) {
+	s := newStackFull(t, false, "open", nil)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	body := `{"route":"/a*","limits":[{"name":"credits","algorithm":"credits","refill":{"every":"month","amount":1000,"mode":"set"}},` +
+		`{"name":"month","algorithm":"fixed_window","limit":500,"window":"month","time_zone":"Europe/Berlin"}]}`
+	if status, raw := s.apiCall("PUT", "/v1/tenants/acme/rules/paid", adminToken, body); status != http.StatusCreated {
+		t.Fatalf("put rule: %d %s", status, raw)
+	}
+	b := s.browser()
+	b.signIn(adminToken)
+	must(t, "rules", b.get("/console/tenants/acme/rules"), http.StatusOK,
+		"credits: credits, refill set 1000 every month", "month: 500 per calendar month (Europe/Berlin)")
+	must(t, "edit form", b.get("/console/tenants/acme/rules/paid/edit"), http.StatusOK, "cannot show")
+	form := url.Values{"name": {"paid"}, "editing": {"true"}, "route": {"/a*"}, "failure_mode": {""},
+		"algorithm0": {"fixed_window"}, "limit_name0": {"month"}, "amount0": {"500"}, "window0": {"month"}}
+	must(t, "save", b.post("/console/tenants/acme/rules", form), http.StatusConflict, "cannot show")
+	if _, raw := s.apiCall("GET", "/v1/tenants/acme/rules/paid", adminToken, ""); !strings.Contains(raw, `"refill":{"every":"month","amount":1000,"mode":"set"}`) ||
+		!strings.Contains(raw, `"time_zone":"Europe/Berlin"`) {
+		t.Fatalf("the rule after a refused save: %s", raw)
+	}
+}

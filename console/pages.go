@@ -613,8 +613,33 @@ func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *s
 			f.Limits = append(f.Limits, row)
 		}
 	}
+	if f.Editing && c.storedRuleHasHiddenFields(r, sess, r.PathValue("tenant"), f.Name) {
+		f.FormError = hiddenFieldsMessage
+	}
 	f.padLimits()
 	c.render(w, r, sess, http.StatusOK, "rule-form", f)
+}
+
+// hiddenFieldsMessage refuses to save a rule whose limits hold what the form
+// has no field for: saving would drop it.
+const hiddenFieldsMessage = "This rule has a credits limit or a calendar window in a time zone, which this form cannot show: " +
+	"saving it here would change them. Change it through the admin API or a catalog file (sluice apply)."
+
+// storedRuleHasHiddenFields reports whether the stored rule has a limit
+// the form cannot represent: a credits limit (its refill) or a calendar
+// window's time zone.
+func (c *Console) storedRuleHasHiddenFields(r *http.Request, sess *session, tenant, name string) bool {
+	a := c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", name), nil)
+	var rule adminapi.Rule
+	if !a.ok() || a.decode(&rule) != nil {
+		return false
+	}
+	for _, l := range rule.Limits {
+		if l.Algorithm == string(sluice.AlgorithmCredits) || l.TimeZone != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *ruleForm) padLimits() {
@@ -686,6 +711,8 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 	case f.Name == "":
 		// The name is part of the API's path: without one there is no call.
 		a = apiAnswer{Status: http.StatusBadRequest, Message: "A rule needs a name: lowercase letters, digits and dashes."}
+	case f.Editing && c.storedRuleHasHiddenFields(r, sess, tenant, f.Name):
+		a = apiAnswer{Status: http.StatusConflict, Message: hiddenFieldsMessage}
 	case !f.Editing && c.call(r, sess, http.MethodGet, apiPath("tenants", tenant, "rules", f.Name), nil).ok():
 		// PUT replaces: a new rule must not silently take an existing one's place.
 		a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("A rule named %s already exists; edit it instead, or choose another name.", f.Name)}

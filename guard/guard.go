@@ -340,6 +340,12 @@ func (g *Guard) fallback(ctx context.Context, req sluice.Request, mode sluice.Fa
 	case sluice.FailOpen:
 		return sluice.Decision{Allowed: true, Degraded: true}, nil
 	case sluice.FailLocal:
+		if hasCredits(req.Limits) {
+			// A balance lives in the shared store only: the local store
+			// would start every subject at a fresh balance and spend
+			// credits that were never there. Such a check fails closed.
+			return sluice.Decision{}, unavailable(errors.Join(errCreditsNotLocal, cause))
+		}
 		d, err := g.localStore().Check(ctx, req)
 		if err != nil {
 			return sluice.Decision{}, err
@@ -453,4 +459,17 @@ func unavailable(cause error) error {
 	// %v, not %w: a store timeout must not look like the caller's own
 	// context.DeadlineExceeded to errors.Is.
 	return fmt.Errorf("%w: %v", sluice.ErrStoreUnavailable, cause)
+}
+
+// errCreditsNotLocal says why a check with a credits limit does not fall
+// back to the local store.
+var errCreditsNotLocal = errors.New("a credits balance is kept in the shared store only, so a check with a credits limit fails closed rather than local")
+
+func hasCredits(limits []sluice.Limit) bool {
+	for _, l := range limits {
+		if l.Algorithm == sluice.AlgorithmCredits {
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -488,5 +489,49 @@ func (a *API) handleDeleteOverride(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, err
 		}
 		return http.StatusNoContent, nil, nil
+	})
+}
+
+// handleTopUpCredits tops up a subject's credits balance under a rule:
+// POST .../subjects/{subject}/credits. The subject pattern takes the rest
+// of the path (subjects may hold slashes), so the "/credits" suffix is
+// matched here; exactly one is taken off, so a subject may itself end in
+// "/credits".
+func (a *API) handleTopUpCredits(w http.ResponseWriter, r *http.Request) {
+	subject, ok := strings.CutSuffix(r.PathValue("subject"), "/credits")
+	if !ok {
+		a.fail(w, &apiError{http.StatusNotFound, "not_found", "POST on a subject tops up a credits limit at .../subjects/{subject}/credits."})
+		return
+	}
+	r.SetPathValue("subject", subject)
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		var in adminapi.TopUp
+		if aerr := decodeBody(w, r, &in); aerr != nil {
+			return 0, nil, aerr
+		}
+		q := check.CreditsTopUp{Tenant: r.PathValue("tenant"), Rule: r.PathValue("name"), Subject: subject,
+			Limit: in.Limit, IdempotencyKey: in.IdempotencyKey}
+		switch {
+		case in.Limit == "":
+			return 0, nil, badRequest("A top-up names its credits limit in \"limit\".")
+		case (in.Add == nil) == (in.Set == nil):
+			return 0, nil, badRequest("A top-up carries exactly one of \"add\" (credits to add) and \"set\" (the new balance).")
+		case in.Add != nil:
+			q.Add = *in.Add
+		default:
+			q.Set, q.SetBalance = *in.Set, true
+		}
+		res, err := a.engine.TopUpCredits(ctx, a.catalog, q)
+		if errors.Is(err, check.ErrTopUpNotPublished) {
+			if e := errorFor(err); e.code == "catalog_unavailable" {
+				return 0, nil, &apiError{e.status, e.code, "The balance was topped up, but the catalog database, " +
+					"through which other instances learn of it, is unavailable. Repeat the top-up with the same " +
+					"idempotency_key shortly: it will not be applied twice."}
+			}
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, adminapi.TopUpResult{Balance: res.Balance, Applied: res.Applied}, nil
 	})
 }

@@ -409,6 +409,7 @@ func (a *API) routes() []route {
 		{"GET /v1/tenants/{tenant}/usage", a.handleUsage},
 		{"GET /v1/tenants/{tenant}/usage/top", a.handleTopSubjects},
 		{"DELETE /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleResetSubject},
+		{"POST /v1/tenants/{tenant}/rules/{name}/subjects/{subject...}", a.handleTopUpCredits},
 
 		{"GET /healthz", a.handleHealth},
 		{"GET /readyz", a.handleReady},

@@ -148,7 +148,7 @@ func (a *API) handleCheck(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusTooManyRequests
 	}
 	ratelimitheader.SetWithPolicy(w.Header(), rule.Name, rule.policyFor(res.Plan, res.Override), d)
-	if !d.Allowed && w.Header().Get("Retry-After") == "" {
+	if !d.Allowed && d.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
 		// A deny without per-limit figures (none of ours): still say when.
 		w.Header().Set("Retry-After", fmt.Sprint(ratelimitheader.RetryAfterSeconds(d.RetryAfter)))
 	}

@@ -9,7 +9,9 @@ import "github.com/sluicelabs/sluice"
 // state is one limit's counter. For a token bucket: a = tokens in units of
 // 1/interval, b = last refill (ms), c = the interval those units refer to. For
 // the windows: a = window index, b = count in it, c = count in the previous
-// window (sliding only).
+// window (sliding only); a calendar window's index is its period's (see
+// sluice.Period). For credits: a = index of the last refill period applied,
+// b = balance.
 type state struct {
 	a, b, c  int64
 	expireAt int64 // ms; the state is worthless after this
@@ -51,6 +53,12 @@ func floorDiv(a, b int64) int64 {
 // written when that is later, and the waits it reports are counted from the
 // real now.
 func decide(l sluice.Limit, st *state, now, cost int64) outcome {
+	switch {
+	case l.Algorithm == sluice.AlgorithmCredits:
+		return credits(l, st, now, cost)
+	case l.Calendar != "":
+		return calendarWindow(l, st, now, cost)
+	}
 	skew := int64(0)
 	if st != nil {
 		switch l.Algorithm {
@@ -186,4 +194,80 @@ func fixedWindow(l sluice.Limit, st *state, now, cost int64) outcome {
 	}
 	o.next = state{a: idx, b: curr, expireAt: now + o.resetAfter}
 	return o
+}
+
+// neverExpires is the expiry of a state that dropping would lose (a credits
+// balance): beyond any clock, below 2^53.
+const neverExpires = int64(1) << 52
+
+// calendarWindow is a fixed window whose windows are calendar periods. A
+// state from a later period than now's (a clock stepped back) is judged in
+// its own period, so a spent quota is not reopened.
+func calendarWindow(l sluice.Limit, st *state, now, cost int64) outcome {
+	p, _ := l.PeriodAt(now)
+	if st != nil && st.a > p.Index {
+		next, _ := l.PeriodAt(p.End)
+		p = sluice.Period{Index: st.a, End: next.End}
+	}
+	var curr int64
+	if st != nil && st.a == p.Index {
+		curr = st.b
+	}
+	var o outcome
+	if curr+cost <= l.Capacity {
+		o.allowed = true
+		curr += cost
+		o.write = cost > 0
+	} else {
+		o.retryAfter = p.End - now
+	}
+	o.remaining = max(0, l.Capacity-curr)
+	if curr > 0 {
+		o.resetAfter = p.End - now
+	}
+	o.next = state{a: p.Index, b: curr, expireAt: now + o.resetAfter}
+	return o
+}
+
+// credits spends cost from a balance after the refills due (see
+// sluice.Limit.ApplyRefill). A deny waits for the next refill (0 without
+// one: only a top-up helps). A set refill's balance can be dropped at the
+// next refill, which restores it anyway; any other balance is kept.
+func credits(l sluice.Limit, st *state, now, cost int64) outcome {
+	p, refills := l.PeriodAt(now)
+	balance, last := l.Refill.Amount, p.Index
+	if st != nil {
+		balance = l.ApplyRefill(st.b, st.a, p.Index)
+		last = max(st.a, p.Index) // a clock stepped back refills nothing twice
+	}
+	var o outcome
+	if balance >= cost {
+		o.allowed = true
+		balance -= cost
+		o.write = cost > 0
+	} else if refills {
+		o.retryAfter = p.End - now
+	}
+	o.remaining = balance
+	o.next = state{a: last, b: balance, expireAt: neverExpires}
+	if refills {
+		o.resetAfter = p.End - now
+		if l.Refill.Mode == sluice.RefillSet && last == p.Index {
+			o.next.expireAt = p.End
+		}
+	}
+	return o
+}
+
+// creditsTopUp is the state after a top-up of t at now on st (nil when
+// none), with refills due applied first.
+func creditsTopUp(t sluice.TopUp, st *state, now int64) state {
+	o := credits(t.Limit, st, now, 0)
+	next := o.next
+	if t.SetBalance {
+		next.b = t.Set
+	} else {
+		next.b = min(next.b+t.Add, sluice.MaxCredits)
+	}
+	return next
 }

@@ -266,6 +266,9 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 		// A bucket back to full needs no counter.
 		return next, st != nil || next.a < full
 	}
+	if l.Algorithm == sluice.AlgorithmCredits {
+		return settleCredits(p, st, now, diff)
+	}
 	if st == nil {
 		return state{}, false // nothing of that window counts any more
 	}
@@ -279,6 +282,19 @@ func settle(p holdPart, st *state, now, actual int64) (state, bool) {
 		return state{}, false
 	}
 	return decide(l, &adj, now, 0).next, true
+}
+
+// settleCredits gives a credits limit diff back (> 0) or takes it (< 0,
+// down to an empty balance, never below). A refund after a set refill
+// replaced the balance the estimate came from changes nothing: the refill
+// restored it already.
+func settleCredits(p holdPart, st *state, now, diff int64) (state, bool) {
+	o := credits(p.limit, st, now, 0)
+	if diff > 0 && p.limit.Refill.Mode == sluice.RefillSet && o.next.a != p.window {
+		return state{}, false
+	}
+	o.next.b = max(0, min(sluice.MaxCredits, o.next.b+diff))
+	return o.next, true
 }
 
 // dropLeaseSetIfEmpty drops the lease set under key, and gives its room

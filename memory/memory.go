@@ -419,7 +419,7 @@ func limitDecisions(limits []sluice.Limit, outcomes []outcome) []sluice.LimitDec
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
 			Allowed:    o.allowed,
-			Limit:      l.Capacity,
+			Limit:      l.DecisionLimit(),
 			Remaining:  o.remaining,
 			ResetAfter: time.Duration(o.resetAfter) * time.Millisecond,
 			RetryAfter: time.Duration(o.retryAfter) * time.Millisecond,

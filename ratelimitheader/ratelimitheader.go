@@ -7,7 +7,8 @@
 // here, so they always agree.
 //
 // Seconds are rounded up, so a client that waits them is never early, and
-// Retry-After is at least 1 on a deny.
+// Retry-After is at least 1 on a deny (absent on a deny no wait ends: a
+// credits balance without a refill).
 package ratelimitheader
 
 import (
@@ -32,7 +33,7 @@ func Set(h http.Header, policy string, d sluice.Decision) {
 func Policy(policy string, limits []sluice.Limit) string {
 	buf := make([]byte, 0, 64*len(limits))
 	for i, l := range limits {
-		buf = appendPolicyItem(buf, i, policy, l.Name, l.Capacity, sluice.PolicyWindow(l), l.Algorithm == sluice.AlgorithmConcurrency)
+		buf = appendPolicyItem(buf, i, policy, l.Name, l.DecisionLimit(), sluice.PolicyWindow(l), l.Algorithm == sluice.AlgorithmConcurrency)
 	}
 	return string(buf)
 }
@@ -102,7 +103,9 @@ func SetWithPolicy(h http.Header, policy, policyValue string, d sluice.Decision)
 	h[headerXLimit] = values[2:3:3]
 	h[headerXRemaining] = values[3:4:4]
 	h[headerXReset] = values[4:5:5]
-	if !d.Allowed {
+	// A deny that no wait ends (a credits balance without a refill: only a
+	// top-up helps) says no Retry-After, so clients do not retry for ever.
+	if !d.Allowed && d.RetryAfter > 0 {
 		h[headerRetryAfter] = values[5:6:6]
 	}
 }

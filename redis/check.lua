@@ -8,6 +8,10 @@
 --       capacity, p1, p2 (token bucket: refill tokens, interval ms;
 --       windows: window ms, unused).
 --       algorithm "c" is a concurrency limit (capacity, unused, unused).
+--       algorithm "F" is a calendar fixed window (limit, period table,
+--       unused); "k" and "K" a credits limit with a set (or no) refill and
+--       an add refill (refill amount, period table or "", max). A period
+--       table is "i,b0,b1,b2,b3" (see sluice.Limit.AppendPeriodTable).
 --       A check that takes a hold has one more key, the hold's record, and
 --       more arguments: reserve ("1" or "0"), hold ttl ms, hold nonce,
 --       tenant, rule, subject, and "H" last.
@@ -21,8 +25,9 @@
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
 
 local hold_mode = ARGV[1] == 'hold'
+local topup_mode = ARGV[1] == 'topup'
 local now_arg = ARGV[1]
-if hold_mode then
+if hold_mode or topup_mode then
   now_arg = ARGV[2]
 end
 local now
@@ -49,6 +54,40 @@ end
 
 local function fmt(x)
   return string.format('%.0f', x)
+end
+
+-- The expiry of a state that dropping would lose (a credits balance), and
+-- the bound of a balance (sluice.MaxCredits).
+local never = 4503599627370496
+local max_credits = 1125899906842624
+
+-- The period of a table (see the header) that holds t: its index, start,
+-- end, the bounds and its position in them; nil when t is outside the
+-- table, that is when this instance's clock and Redis's are more than a
+-- period apart.
+local function period_at(tbl, t)
+  local i0, b0, b1, b2, b3 = string.match(tbl, '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$')
+  if not i0 then
+    return nil
+  end
+  local b = {tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3)}
+  for k = 1, 3 do
+    if t >= b[k] and t < b[k + 1] then
+      return tonumber(i0) + k - 1, b[k], b[k + 1], b, k
+    end
+  end
+  return nil
+end
+
+-- Limits whose second parameter is a period table, not a number.
+local function tabled(algo)
+  return algo == 'F' or algo == 'k' or algo == 'K'
+end
+local function param(algo, v)
+  if tabled(algo) then
+    return v
+  end
+  return tonumber(v)
 end
 
 -- The live state of a key, or nil when there is none or it has expired.
@@ -154,6 +193,100 @@ local function fixed_window(limit, w, st, now, cost)
   return allowed, math.max(0, limit - curr), reset, retry, write, {idx, curr, 0}
 end
 
+-- A fixed window of calendar periods. A state from a later period than
+-- now's (a clock stepped back) is judged in its own period, so a spent quota
+-- is not reopened. Mirrors calendarWindow in memory/algorithms.go.
+local function calendar_window(limit, tbl, st, now, cost)
+  local idx, _, pend, b, k = period_at(tbl, now)
+  if not idx then
+    return nil
+  end
+  if st and st.a > idx then
+    if k > 2 then
+      return nil
+    end
+    idx, pend = st.a, b[k + 2]
+  end
+  local curr = 0
+  if st and st.a == idx then
+    curr = st.b
+  end
+  local allowed, write, retry = false, false, 0
+  if curr + cost <= limit then
+    allowed = true
+    curr = curr + cost
+    write = cost > 0
+  else
+    retry = pend - now
+  end
+  local reset = 0
+  if curr > 0 then
+    reset = pend - now
+  end
+  return allowed, math.max(0, limit - curr), reset, retry, write, {idx, curr, 0}
+end
+
+-- The balance after the refills due from period last to idx. Mirrors
+-- sluice.Limit.ApplyRefill.
+local function apply_refill(algo, amount, maxb, balance, last, idx)
+  if amount <= 0 or idx <= last then
+    return balance
+  end
+  if algo == 'k' then
+    return amount
+  end
+  local n = idx - last
+  if maxb > 0 then
+    if balance >= maxb then
+      return balance
+    end
+    if n >= ceildiv(maxb - balance, amount) then
+      return maxb
+    end
+    return balance + n * amount
+  end
+  if n >= ceildiv(max_credits - math.min(balance, max_credits), amount) then
+    return math.max(balance, max_credits)
+  end
+  return balance + n * amount
+end
+
+-- A credits balance: state a = last refill period applied, b = balance.
+-- Returns as the others, then the state's expiry: a set refill's balance
+-- may go at the next refill, which restores it anyway; others never.
+-- Mirrors credits in memory/algorithms.go.
+local function credits(algo, amount, tbl, maxb, st, now, cost)
+  local refills = tbl ~= ''
+  local idx, pend, start = 0, 0, 0
+  if refills then
+    idx, start, pend = period_at(tbl, now)
+    if not idx then
+      return nil
+    end
+  end
+  local balance, last = amount, idx
+  if st then
+    balance = apply_refill(algo, amount, maxb, st.b, st.a, idx)
+    last = math.max(st.a, idx)
+  end
+  local allowed, write, retry = false, false, 0
+  if balance >= cost then
+    allowed = true
+    balance = balance - cost
+    write = cost > 0
+  elseif refills then
+    retry = pend - now
+  end
+  local reset, expire = 0, never
+  if refills then
+    reset = pend - now
+    if algo == 'k' and last == idx then
+      expire = pend
+    end
+  end
+  return allowed, balance, reset, retry, write, {last, balance, 0}, false, expire
+end
+
 -- A concurrency limit: leases in a sorted set scored by expiry, member
 -- "nonce:weight". Expired leases are dropped first (and counted); a check
 -- fits while held + cost <= capacity. A deny's retry is when enough leases
@@ -193,6 +326,11 @@ end
 -- spent, so a limit is decided at the time its state was last written when
 -- that is later, and the waits it reports are counted from the real now.
 local function decide_limit(algo, capacity, p1, p2, st, cost)
+  if algo == 'F' then
+    return calendar_window(capacity, p1, st, now, cost)
+  elseif algo == 'k' or algo == 'K' then
+    return credits(algo, capacity, p1, p2, st, now, cost)
+  end
   local skew = 0
   if st then
     if algo == 't' then
@@ -218,9 +356,16 @@ local function decide_limit(algo, capacity, p1, p2, st, cost)
   return allowed, remaining, reset, retry, write, nxt, extend or false
 end
 
-local function store(key, nxt, reset)
-  redis.call('HSET', key, 'a', fmt(nxt[1]), 'b', fmt(nxt[2]), 'c', fmt(nxt[3]), 'e', fmt(now + reset))
-  redis.call('PEXPIRE', key, reset + ttl_slack)
+-- store writes a state that expires after reset, or at expire when given
+-- (credits; never: kept).
+local function store(key, nxt, reset, expire)
+  expire = expire or now + reset
+  redis.call('HSET', key, 'a', fmt(nxt[1]), 'b', fmt(nxt[2]), 'c', fmt(nxt[3]), 'e', fmt(expire))
+  if expire >= never then
+    redis.call('PERSIST', key)
+  else
+    redis.call('PEXPIRE', key, expire - now + ttl_slack)
+  end
 end
 
 -- settle_limit corrects one reserved rate limit by diff (charged - actual;
@@ -233,6 +378,18 @@ local function settle_limit(key, algo, capacity, p1, p2, window, diff)
     return false
   end
   local st = load(key, now)
+  if algo == 'k' or algo == 'K' then
+    -- Credits: given back, or taken down to an empty balance (never
+    -- below). A refund after a set refill replaced the balance the
+    -- estimate came from changes nothing: the refill restored it.
+    local _, _, _, _, _, nxt, _, expire = decide_limit(algo, capacity, p1, p2, st, 0)
+    if not nxt or (diff > 0 and algo == 'k' and nxt[1] ~= window) then
+      return false
+    end
+    nxt[2] = math.max(0, math.min(max_credits, nxt[2] + diff))
+    store(key, nxt, 0, expire)
+    return true
+  end
   if algo == 't' then
     local full = capacity * p2
     local _, _, _, _, _, nxt = decide_limit(algo, capacity, p1, p2, st, 0)
@@ -256,6 +413,9 @@ local function settle_limit(key, algo, capacity, p1, p2, window, diff)
     return false
   end
   local _, _, reset, _, _, nxt = decide_limit(algo, capacity, p1, p2, st, 0)
+  if not nxt then
+    return false
+  end
   store(key, nxt, reset)
   return true
 end
@@ -290,14 +450,14 @@ local function hold_op()
   local parts = {}
   for j = 1, n do
     local v = redis.call('HMGET', rec, 'k' .. j, 'a' .. j, 'c' .. j, 'x' .. j, 'y' .. j, 'w' .. j, 'i' .. j)
-    parts[j] = {key = v[1], algo = v[2], capacity = tonumber(v[3]), p1 = tonumber(v[4]), p2 = tonumber(v[5]),
+    parts[j] = {key = v[1], algo = v[2], capacity = tonumber(v[3]), p1 = param(v[2], v[4]), p2 = tonumber(v[5]),
       charged = tonumber(v[6]), window = tonumber(v[7])}
   end
   -- A part whose counter has a current limit is settled under it.
   for j = 7, #ARGV, 5 do
     for _, p in ipairs(parts) do
       if p.key == ARGV[j] and p.algo == ARGV[j + 1] then
-        p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+        p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), param(p.algo, ARGV[j + 3]), tonumber(ARGV[j + 4])
       end
     end
   end
@@ -326,7 +486,7 @@ local function hold_op()
   local status, refunded = 'released', 0
   if action == 's' then
     for _, p in ipairs(parts) do
-      if p.algo ~= 'c' and actual > p.capacity then
+      if p.algo ~= 'c' and not (p.algo == 'k' or p.algo == 'K') and actual > p.capacity then
         return {'too_large', p.key, p.capacity}
       end
     end
@@ -351,8 +511,39 @@ local function hold_op()
   return {status, rule, subject, 0, freed, refunded}
 end
 
+-- topup_op tops up the credits balance KEYS[1] once per idempotency
+-- record KEYS[2] (its value the record's expiry, ms, so an injected time
+-- judges it too), after the refills due. ARGV: 'topup', now, algorithm
+-- ('k' or 'K'), refill amount, period table or '', max, 'a' (add) or 's'
+-- (set), the value, the record's ttl ms. Reply: {balance, applied}.
+-- Mirrors memory/credits.go.
+local function topup_op()
+  local key, idem = KEYS[1], KEYS[2]
+  local algo, amount, tbl, maxb = ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+  local op, value, ttl = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+  local _, _, _, _, _, nxt, _, expire = credits(algo, amount, tbl, maxb, load(key, now), now, 0)
+  if not nxt then
+    error('sluice: the clock of Redis and of this instance are more than a calendar period apart')
+  end
+  local seen = redis.call('GET', idem)
+  if seen and tonumber(seen) > now then
+    return {nxt[2], 0}
+  end
+  if op == 's' then
+    nxt[2] = value
+  else
+    nxt[2] = math.min(nxt[2] + value, max_credits)
+  end
+  store(key, nxt, 0, expire)
+  redis.call('SET', idem, fmt(now + ttl), 'PX', ttl + ttl_slack)
+  return {nxt[2], 1}
+end
+
 if hold_mode then
   return hold_op()
+end
+if topup_mode then
+  return topup_op()
 end
 
 -- A check. With a hold, the key after the limits' is its record; a lease
@@ -384,7 +575,12 @@ local function decide(i, c)
     expired = expired + gone
     return allowed, remaining, reset, retry, write, nil, false
   end
-  return decide_limit(algo, capacity, tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), load(KEYS[i], now), c)
+  local allowed, remaining, reset, retry, write, nxt, extend, expire =
+    decide_limit(algo, capacity, param(algo, ARGV[base + 3]), tonumber(ARGV[base + 4]), load(KEYS[i], now), c)
+  if allowed == nil then
+    error('sluice: the clock of Redis and of this instance are more than a calendar period apart')
+  end
+  return allowed, remaining, reset, retry, write, nxt, extend, expire
 end
 
 -- lease_cost records the holder's demand and returns its grant: what the
@@ -438,8 +634,8 @@ end
 local results = {}
 local all = true
 for i = 1, nlimits do
-  local allowed, remaining, reset, retry, write, nxt, extend = decide(i, cost)
-  results[i] = {allowed, remaining, reset, retry, write, nxt, extend}
+  local allowed, remaining, reset, retry, write, nxt, extend, expire = decide(i, cost)
+  results[i] = {allowed, remaining, reset, retry, write, nxt, extend, expire}
   all = all and allowed
 end
 
@@ -458,7 +654,7 @@ for i = 1, nlimits do
       redis.call('PEXPIRE', KEYS[i], r[3] + hold_ttl + ttl_slack)
     end
   elseif (all and r[5]) or r[7] then
-    store(KEYS[i], r[6], r[3])
+    store(KEYS[i], r[6], r[3], r[8])
   end
   reply[#reply + 1] = r[1] and 1 or 0
   reply[#reply + 1] = r[2]
@@ -478,7 +674,7 @@ if all and holding then
     if algo == 'c' or reserve then
       n = n + 1
       local window = 0
-      if algo == 's' or algo == 'f' then
+      if algo == 's' or algo == 'f' or tabled(algo) then
         window = results[i][6][1]
       end
       local suffix = tostring(n)

@@ -124,12 +124,24 @@ func (s *Store) currentLimitArgs(ctx context.Context, op sluice.HoldOp, rec, tag
 	if err != nil || tenant != op.Tenant {
 		return args, nil // no such hold of this tenant: the script says so
 	}
+	nowMs := op.Now.UnixMilli()
+	if op.Now.IsZero() {
+		nowMs = time.Now().UnixMilli()
+	}
 	for _, l := range op.Limits(rule) {
 		if l.Validate() != nil {
 			continue
 		}
 		key := sluice.LimitKey(s.prefix, tag, l)
 		capacity := strconv.FormatInt(l.Capacity, 10)
+		if l.Algorithm == sluice.AlgorithmCredits || l.Calendar != "" {
+			if l.Algorithm == sluice.AlgorithmCredits {
+				capacity = strconv.FormatInt(l.Refill.Amount, 10)
+			}
+			args = append(args, key, scriptAlgorithm(l), capacity, string(l.AppendPeriodTable(nil, nowMs)),
+				strconv.FormatInt(l.Refill.Max, 10))
+			continue
+		}
 		switch l.Algorithm {
 		case sluice.AlgorithmTokenBucket:
 			tokens, interval := l.RefillRate()

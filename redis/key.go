@@ -2,6 +2,7 @@ package redis
 
 import (
 	"strconv"
+	"time"
 	"unsafe"
 
 	"github.com/sluicelabs/sluice"
@@ -24,8 +25,22 @@ func buildCall(prefix string, req sluice.Request) scriptCall {
 	tag := sluice.AppendSubjectTag(tagBuf[:0], req.Tenant, req.Rule, req.Subject)
 
 	size := 40 // now and cost
+	tabled := false
 	for _, l := range req.Limits {
-		size += len(prefix) + len(tag) + len(l.Name) + 3*20 + 32
+		size += len(prefix) + len(tag) + len(l.Name) + 3*20 + 32 + len(l.TimeZone)
+		if l.Calendar != "" || l.Algorithm == sluice.AlgorithmCredits {
+			size += 5 * 21 // a period table
+			tabled = true
+		}
+	}
+	// Calendar periods are computed here, where the zone database is, around
+	// this process's time; the script picks the one holding Redis's time.
+	var tableMs int64
+	if tabled {
+		tableMs = req.Now.UnixMilli()
+		if req.Now.IsZero() {
+			tableMs = time.Now().UnixMilli()
+		}
 	}
 	b := make([]byte, 0, size)
 	// ends[i] is where the i-th string ends in b: the n keys, then now, cost,
@@ -43,9 +58,17 @@ func buildCall(prefix string, req sluice.Request) scriptCall {
 	b = strconv.AppendInt(b, req.Cost, 10)
 	ends = append(ends, len(b))
 	for _, l := range req.Limits {
-		b = strconv.AppendInt(b, l.Capacity, 10)
+		if l.Algorithm == sluice.AlgorithmCredits {
+			b = strconv.AppendInt(b, l.Refill.Amount, 10)
+		} else {
+			b = strconv.AppendInt(b, l.Capacity, 10)
+		}
 		ends = append(ends, len(b))
-		if l.Algorithm == sluice.AlgorithmTokenBucket {
+		if l.Algorithm == sluice.AlgorithmCredits || l.Calendar != "" {
+			b = l.AppendPeriodTable(b, tableMs)
+			ends = append(ends, len(b))
+			b = strconv.AppendInt(b, l.Refill.Max, 10)
+		} else if l.Algorithm == sluice.AlgorithmTokenBucket {
 			tokens, interval := l.RefillRate()
 			b = strconv.AppendInt(b, tokens, 10)
 			ends = append(ends, len(b))
@@ -74,16 +97,30 @@ func buildCall(prefix string, req sluice.Request) scriptCall {
 	for i, l := range req.Limits {
 		a := c.args[2+4*i : 2+4*i+4]
 		a[1], a[2] = str(), str()
-		switch l.Algorithm {
-		case sluice.AlgorithmTokenBucket:
+		switch {
+		case l.Algorithm == sluice.AlgorithmCredits || l.Calendar != "":
+			a[0], a[3] = scriptAlgorithm(l), str()
+		case l.Algorithm == sluice.AlgorithmTokenBucket:
 			a[0], a[3] = "t", str()
-		case sluice.AlgorithmSlidingWindow:
+		case l.Algorithm == sluice.AlgorithmSlidingWindow:
 			a[0], a[3] = "s", "0"
-		case sluice.AlgorithmConcurrency:
+		case l.Algorithm == sluice.AlgorithmConcurrency:
 			a[0], a[3] = "c", "0"
 		default:
 			a[0], a[3] = "f", "0"
 		}
 	}
 	return c
+}
+
+// scriptAlgorithm is check.lua's letter for a calendar window or a credits
+// limit: "F", or "k" (set refill or none) and "K" (add refill).
+func scriptAlgorithm(l sluice.Limit) string {
+	switch {
+	case l.Calendar != "":
+		return "F"
+	case l.Refill.Mode == sluice.RefillAdd:
+		return "K"
+	}
+	return "k"
 }

@@ -318,7 +318,7 @@ func limitDecisions(reply []rueidis.RedisMessage, limits []sluice.Limit) ([]slui
 			Name:       l.Name,
 			Algorithm:  l.Algorithm,
 			Allowed:    r[0] == 1,
-			Limit:      l.Capacity,
+			Limit:      l.DecisionLimit(),
 			Remaining:  r[1],
 			ResetAfter: time.Duration(r[2]) * time.Millisecond,
 			RetryAfter: time.Duration(r[3]) * time.Millisecond,

@@ -1,6 +1,6 @@
 // Types of sluice.js, after the OpenAPI document's schemas.
 
-export type Algorithm = "token_bucket" | "fixed_window" | "sliding_window" | "concurrency";
+export type Algorithm = "token_bucket" | "fixed_window" | "sliding_window" | "concurrency" | "credits";
 export type FailureMode = "closed" | "open" | "local" | "";
 export type Role = "check" | "admin" | "metrics";
 export type TenantStatus = "active" | "suspended";
@@ -175,10 +175,25 @@ export declare class Client {
   listOverrides(tenant: string, rule: string): Promise<Record<string, unknown>[]>;
   getOverride(tenant: string, rule: string, name: string): Promise<Record<string, unknown>>;
   deleteOverride(tenant: string, rule: string, name: string): Promise<null>;
+  topUpCredits(tenant: string, rule: string, subject: string, topUp: TopUpRequest): Promise<TopUpAnswer>;
   listAudit(query?: AuditQuery): Promise<AuditPage>;
   getUsage(tenant: string, query?: { rule?: string; step?: "minute" | "hour" | "day"; from?: string; to?: string }): Promise<Record<string, unknown>>;
   getTopSubjects(tenant: string, query?: { rule?: string; by?: "denied" | "units"; from?: string; to?: string; limit?: number }): Promise<Record<string, unknown>>;
 
   health(): Promise<{ status: "ok" }>;
   ready(): Promise<Ready>;
+}
+
+/** A credits top-up: exactly one of add and set, applied once per idempotency_key (24 h). */
+export interface TopUpRequest {
+  limit: string;
+  add?: number;
+  set?: number;
+  idempotency_key: string;
+}
+
+/** The balance after a top-up; applied is false for a repeated idempotency key. */
+export interface TopUpAnswer {
+  balance: number;
+  applied: boolean;
 }

@@ -34,6 +34,7 @@ export const OPERATIONS = Object.freeze({
   listOverrides: ["GET", "/v1/tenants/{tenant}/rules/{name}/overrides"],
   getOverride: ["GET", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"],
   deleteOverride: ["DELETE", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"],
+  topUpCredits: ["POST", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits"],
   listAudit: ["GET", "/v1/audit"],
   getUsage: ["GET", "/v1/tenants/{tenant}/usage"],
   getTopSubjects: ["GET", "/v1/tenants/{tenant}/usage/top"],
@@ -209,6 +210,14 @@ export class Client {
   /** A tenant's heaviest subjects: { rule?, by?, from?, to?, limit? }. */
   getTopSubjects(tenant, query = {}) {
     return this.#call("getTopSubjects", { tenant }, { query });
+  }
+
+  /**
+   * Adds to ({limit, add, idempotency_key}) or sets ({limit, set, idempotency_key})
+   * a subject's credits balance, once per idempotency key: {balance, applied}.
+   */
+  topUpCredits(tenant, name, subject, topUp) {
+    return this.#call("topUpCredits", { tenant, name, subject }, { body: topUp });
   }
 
   /** One page of the audit log; pass page.next_before as before for the next. */

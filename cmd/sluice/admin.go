@@ -209,6 +209,7 @@ type ruleFlags struct {
 	slidingWindows []string
 	fixedWindows   []string
 	concurrency    []string
+	credits        []string
 	failureMode    string
 	shadow         bool
 	// plans are PLAN:KIND:SPEC, each a limit of a named plan.
@@ -235,6 +236,13 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
   --sliding-window 600/1m      600 per rolling minute
   --fixed-window 100/1s        100 per clock-aligned second
   --fixed-window daily=5000/d  5000 per day (d is 24 hours, w 7 days)
+  --fixed-window 1000000/month@Europe/Berlin
+                               a calendar month (or day) in a time zone
+                               (UTC without @), reset at midnight on the 1st
+  --credits 1000/month         a prepaid balance per subject, restored to
+                               1000 on the 1st (UTC); 5/12h:add:50 adds 5
+                               every 12h up to 50; none: top-ups only
+                               (sluice credits add)
   --concurrency 10/30s         10 in flight at once, each lease freed after
                                30s unless released (see docs/holds.md)
 
@@ -268,6 +276,7 @@ was written through --server or --database.`,
 	f.StringArrayVar(&rf.tokenBuckets, "token-bucket", nil, "token bucket [NAME=]CAPACITY:RATE/s (repeatable)")
 	f.StringArrayVar(&rf.slidingWindows, "sliding-window", nil, "sliding window [NAME=]LIMIT/WINDOW, e.g. 600/1m (repeatable)")
 	f.StringArrayVar(&rf.fixedWindows, "fixed-window", nil, "fixed window [NAME=]LIMIT/WINDOW, e.g. 100/1s (repeatable)")
+	f.StringArrayVar(&rf.credits, "credits", nil, "credits balance [NAME=]AMOUNT/EVERY[:set|add[:MAX]], e.g. 1000/month, or none (repeatable)")
 	f.StringArrayVar(&rf.concurrency, "concurrency", nil, "concurrency limit [NAME=]LIMIT/TTL, e.g. 10/30s: at most LIMIT held at once, each lease freed after TTL (repeatable)")
 	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: each server's --default-failure-mode")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
@@ -362,7 +371,7 @@ func (rf ruleFlags) limits() ([]sluice.Limit, error) {
 		specs []string
 		algo  sluice.Algorithm
 	}{{rf.tokenBuckets, sluice.AlgorithmTokenBucket}, {rf.slidingWindows, sluice.AlgorithmSlidingWindow},
-		{rf.fixedWindows, sluice.AlgorithmFixedWindow}, {rf.concurrency, sluice.AlgorithmConcurrency}} {
+		{rf.fixedWindows, sluice.AlgorithmFixedWindow}, {rf.concurrency, sluice.AlgorithmConcurrency}, {rf.credits, sluice.AlgorithmCredits}} {
 		for _, spec := range group.specs {
 			l, err := sluice.ParseLimitSpec(group.algo, spec)
 			if err != nil {

@@ -236,6 +236,8 @@ func testAuditKeepsEveryLimitField(t *testing.T, c Catalog, _ Open) {
 		sluice.SlidingWindow(600, time.Minute).Named("minute"),
 		leased(sluice.FixedWindow(1000, 24*time.Hour).Named("day")),
 		sluice.Concurrency(5, 30*time.Second).Named("inflight"),
+		sluice.Credits(sluice.Refill{Every: sluice.CalendarDay, Amount: 5, Mode: sluice.RefillAdd, Max: 50}),
+		{Name: "month", Algorithm: sluice.AlgorithmFixedWindow, Capacity: 100, Calendar: sluice.CalendarMonth, TimeZone: "Europe/Berlin"},
 	}
 	// Every field of a limit is set by one of them, so a field added to
 	// sluice.Limit must be added here, and so to the wire form too.

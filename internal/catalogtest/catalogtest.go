@@ -317,7 +317,11 @@ func testRules(t *testing.T, c Catalog, _ Open) {
 	orders := rule("acme", "orders", "/api/orders*",
 		leased(sluice.TokenBucket(100, 0.5).Named("burst")),
 		sluice.SlidingWindow(600, time.Minute).Named("minute"),
-		leased(sluice.FixedWindow(10000, 24*time.Hour).Named("day")))
+		leased(sluice.FixedWindow(10000, 24*time.Hour).Named("day")),
+		// Credits and calendar windows keep their refill, period and zone.
+		sluice.Credits(sluice.Refill{Every: sluice.CalendarMonth, Amount: 1000, Mode: sluice.RefillSet}),
+		sluice.Credits(sluice.Refill{Period: 12 * time.Hour, Amount: 5, Mode: sluice.RefillAdd, Max: 50}).Named("tokens"),
+		sluice.Limit{Name: "month", Algorithm: sluice.AlgorithmFixedWindow, Capacity: 1_000_000, Calendar: sluice.CalendarMonth, TimeZone: "Europe/Berlin"})
 	stored := must(c.PutRule(ctx, orders))(t)
 	// No failure mode is stored as none, so the serving instance's
 	// --default-failure-mode decides, whoever wrote the rule.

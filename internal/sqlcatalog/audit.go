@@ -62,6 +62,8 @@ func auditJSON(v any) (*string, error) {
 		doc = adminapi.NewOverride(v)
 	case sluice.SubjectReset:
 		doc = resetDoc{Rule: v.Rule, Subject: v.Subject}
+	case sluice.TopUp:
+		doc = adminapi.NewTopUpRecord(v)
 	default:
 		return nil, fmt.Errorf("no audit form for %T", v)
 	}

@@ -275,9 +275,11 @@ func (c *Catalog) PutRule(ctx context.Context, r sluice.Rule) (sluice.Rule, erro
 			return record{}, err
 		}
 		for i, l := range r.Limits {
-			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms, lease)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, sluice.WindowColumn(l).Milliseconds(), l.Lease)
+			_, err := tx.ExecContext(ctx, `INSERT INTO rule_limits (tenant, rule, ordinal, name, algorithm, capacity, refill_per_second, window_ms, lease,
+					refill, calendar, time_zone)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+				r.Tenant, r.Name, i, l.Name, string(l.Algorithm), l.Capacity, l.RefillPerSecond, sluice.WindowColumn(l).Milliseconds(), l.Lease,
+				sluice.RefillColumn(l.Refill), string(l.Calendar), l.TimeZone)
 			if err != nil {
 				return record{}, err
 			}
@@ -320,7 +322,7 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 	for i, r := range rules {
 		index[ruleKey{r.Tenant, r.Name}] = i
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT tenant, rule, name, algorithm, capacity, refill_per_second, window_ms, lease FROM rule_limits
+	rows, err = tx.QueryContext(ctx, `SELECT tenant, rule, name, algorithm, capacity, refill_per_second, window_ms, lease, refill, calendar, time_zone FROM rule_limits
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR rule = $2) ORDER BY tenant, rule, ordinal`, tenant, name)
 	if err != nil {
 		return nil, err
@@ -330,9 +332,15 @@ func (c *Catalog) queryRules(ctx context.Context, tx *sql.Tx, tenant, name strin
 		var tenant, rule, name, algorithm string
 		var l sluice.Limit
 		var windowMs int64
-		if err := rows.Scan(&tenant, &rule, &name, &algorithm, &l.Capacity, &l.RefillPerSecond, &windowMs, &l.Lease); err != nil {
+		var refill, calendar string
+		if err := rows.Scan(&tenant, &rule, &name, &algorithm, &l.Capacity, &l.RefillPerSecond, &windowMs, &l.Lease, &refill, &calendar, &l.TimeZone); err != nil {
 			return nil, err
 		}
+		var err error
+		if l.Refill, err = sluice.ParseRefillColumn(refill); err != nil {
+			return nil, err
+		}
+		l.Calendar = sluice.Calendar(calendar)
 		l.Name, l.Algorithm = name, sluice.Algorithm(algorithm)
 		l = l.WithWindowColumn(time.Duration(windowMs) * time.Millisecond)
 		if i, ok := index[ruleKey{tenant, rule}]; ok {
@@ -562,4 +570,21 @@ func (c *Catalog) RecordReset(ctx context.Context, tenant, rule, subject string)
 		return c.writeAudit(ctx, tx, record{action: sluice.AuditSubjectReset, tenant: tenant, target: rule, generation: generation, after: reset})
 	})
 	return fail(fmt.Sprintf("record the reset of subject %q under rule %q of tenant %q", subject, rule, tenant), err)
+}
+
+func (c *Catalog) RecordTopUp(ctx context.Context, t sluice.TopUp) error {
+	if err := (sluice.SubjectReset{Tenant: t.Tenant, Rule: t.Rule, Subject: t.Subject}).Validate(); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	err := c.writeTx(ctx, func(tx *sql.Tx) error {
+		generation, err := tenantGeneration(ctx, tx, t.Tenant)
+		if err != nil && !errors.Is(err, sluice.ErrNotFound) {
+			return err
+		}
+		return c.writeAudit(ctx, tx, record{action: sluice.AuditCreditsTopUp, tenant: t.Tenant, target: t.Rule, generation: generation, after: t})
+	})
+	return fail(fmt.Sprintf("record the top-up of subject %q under rule %q of tenant %q", t.Subject, t.Rule, t.Tenant), err)
 }

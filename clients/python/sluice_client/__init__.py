@@ -51,6 +51,7 @@ OPERATIONS: Mapping[str, Tuple[str, str]] = {
     "listOverrides": ("GET", "/v1/tenants/{tenant}/rules/{name}/overrides"),
     "getOverride": ("GET", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"),
     "deleteOverride": ("DELETE", "/v1/tenants/{tenant}/rules/{name}/overrides/{override}"),
+    "topUpCredits": ("POST", "/v1/tenants/{tenant}/rules/{name}/subjects/{subject}/credits"),
     "listAudit": ("GET", "/v1/audit"),
     "getUsage": ("GET", "/v1/tenants/{tenant}/usage"),
     "getTopSubjects": ("GET", "/v1/tenants/{tenant}/usage/top"),
@@ -85,6 +86,7 @@ METHODS: Mapping[str, str] = {
     "listOverrides": "list_overrides",
     "getOverride": "get_override",
     "deleteOverride": "delete_override",
+    "topUpCredits": "top_up_credits",
     "listAudit": "list_audit",
     "getUsage": "get_usage",
     "getTopSubjects": "get_top_subjects",
@@ -237,6 +239,12 @@ class Client:
     def get_top_subjects(self, tenant: str, **query: Any) -> JSON:
         """A tenant's heaviest subjects (rule, by, from, to, limit)."""
         return self._call("getTopSubjects", {"tenant": tenant}, query=query)
+
+    def top_up_credits(self, tenant: str, rule: str, subject: str, top_up: JSON) -> JSON:
+        """Adds to ({"limit", "add", "idempotency_key"}) or sets ({"limit",
+        "set", "idempotency_key"}) a subject's credits balance, once per
+        idempotency key: {"balance", "applied"}."""
+        return self._call("topUpCredits", {"tenant": tenant, "name": rule, "subject": subject}, body=top_up)
 
     def list_audit(self, **query: Any) -> JSON:
         """One page of the audit log (tenant, actor, action, since, until,

@@ -74,6 +74,11 @@ class ClientTest(unittest.TestCase):
         self.assertIsNone(op.reset_subject(tenant, "orders", "alice"))
         self.assertEqual(op.peek_subject(tenant, "orders", "alice")["remaining"], 3)
 
+        op.put_rule(tenant, "paid", {"route": "/paid*", "limits": [{"name": "credits", "algorithm": "credits"}]})
+        top_up = {"limit": "credits", "add": 5, "idempotency_key": "inv-1"}
+        self.assertEqual(op.top_up_credits(tenant, "paid", "alice", top_up), {"balance": 5, "applied": True})
+        self.assertEqual(op.top_up_credits(tenant, "paid", "alice", top_up), {"balance": 5, "applied": False})
+
         reserved = app.reserve("/jobs/run", subject="batch", cost=4)
         self.assertTrue(reserved["allowed"])
         self.assertEqual(reserved["remaining"], 6)

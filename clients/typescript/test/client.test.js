@@ -73,6 +73,11 @@ test("a tenant's walk-through: rule, key, checks, holds, peek, reset, audit", as
   assert.equal(await operator.resetSubject(tenant, "orders", "alice"), null);
   assert.equal((await operator.peekSubject(tenant, "orders", "alice")).remaining, 3);
 
+  await operator.putRule(tenant, "paid", { route: "/paid*", limits: [{ name: "credits", algorithm: "credits" }] });
+  const topUp = { limit: "credits", add: 5, idempotency_key: "inv-1" };
+  assert.deepEqual(await operator.topUpCredits(tenant, "paid", "alice", topUp), { balance: 5, applied: true });
+  assert.deepEqual(await operator.topUpCredits(tenant, "paid", "alice", topUp), { balance: 5, applied: false });
+
   const reserved = await app.reserve({ route: "/jobs/run", subject: "batch", cost: 4 });
   assert.equal(reserved.allowed, true);
   assert.equal(reserved.remaining, 6);

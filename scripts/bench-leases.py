@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A hot key, leased against direct: 4 sluice serve instances on one Redis, side by side.
 
-    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4]
+    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold]
 
 Four sluice serve processes share one private redis-server and one catalog (a
 fresh PostgreSQL database on 127.0.0.1:5432, dropped at the end). Two rules of
@@ -9,7 +9,9 @@ one tenant have the same limit, a token bucket that never runs out: "leased"
 with "lease": "auto", "direct" without. The load is one `sluice bench
 --target http --hot 1` per instance at once (every check on one subject: the
 hot key), --concurrency callers each, first on one rule, then on the other,
-the order swapped every repetition. Per run: Redis script calls (INFO
+the order swapped every repetition. With --cold, every check goes to one of
+100,000 subjects instead, none hot enough to lease: what leasing costs the
+keys it does not serve. Per run: Redis script calls (INFO
 commandstats: evalsha + eval) per admitted check, the instances' CPU per
 check (/proc, summed), Redis CPU per check, throughput and the worst
 instance's p99. Prints each run, then medians and the ratios leased / direct.
@@ -82,6 +84,7 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=16, help="callers per instance")
     ap.add_argument("--instances", type=int, default=4)
+    ap.add_argument("--cold", action="store_true", help="100,000 subjects, none hot, instead of one hot key")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-leases-")
     db = "bench_leases_%d" % os.getpid()
@@ -120,7 +123,8 @@ def main():
         time.sleep(2)  # every instance's catalog snapshot has both rules
 
         def run(rule):
-            cmds = [[binary, "bench", "--url", u, "--api-key", key, "--route", "/" + rule, "--hot", "1",
+            keys = ["--subjects", "100000"] if args.cold else ["--hot", "1"]
+            cmds = [[binary, "bench", "--url", u, "--api-key", key, "--route", "/" + rule] + keys + [
                      "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
                      "--metrics-url", "none", "--reference", "", "--json"] for _, u in instances]
             cpu0 = sum(proc_cpu(p.pid) for p, _ in instances)

@@ -3,7 +3,9 @@ package check
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -22,9 +24,9 @@ type CreditsTopUp struct {
 // changes), applied in the store (atomically, once per idempotency key),
 // then every instance is told through the catalog, as a subject reset is,
 // so none keeps a deny of the subject from before. Every face that tops up
-// goes through here. A limit the rule does not have, or one that is not a
-// credits limit, is an invalid-input error naming the credits limits the
-// rule has.
+// goes through here. A limit the rule does not have (in its limits, its
+// plans or the subject's override), or one that is not a credits limit, is
+// an invalid-input error naming the credits limits there are.
 func (e *Engine) TopUpCredits(ctx context.Context, c sluice.Catalog, q CreditsTopUp) (sluice.TopUpResult, error) {
 	t, err := c.Tenant(ctx, q.Tenant)
 	if err != nil {
@@ -34,13 +36,35 @@ func (e *Engine) TopUpCredits(ctx context.Context, c sluice.Catalog, q CreditsTo
 	if err != nil {
 		return sluice.TopUpResult{}, err
 	}
+	// The limit sets the subject's checks may spend from, in the order
+	// their definition of the limit is taken (its refill makes the balance
+	// the store computes): the subject's own override, the rule's limits,
+	// then its plans by name. A balance is one per limit name whichever
+	// set a check resolved to, as counters are.
+	var sets [][]sluice.Limit
+	overrides, err := c.Overrides(ctx, q.Tenant, q.Rule)
+	if err != nil {
+		return sluice.TopUpResult{}, err
+	}
+	if o := sluice.NewOverrideMatcher(overrides).Match(q.Subject, time.Now()); o != nil {
+		sets = append(sets, o.Limits)
+	}
+	sets = append(sets, r.Limits)
+	for _, plan := range r.Plans.Names() {
+		sets = append(sets, r.Plans[plan])
+	}
 	var limit *sluice.Limit
 	var names []string
-	for i, l := range r.Limits {
-		if l.Algorithm == sluice.AlgorithmCredits {
-			names = append(names, fmt.Sprintf("%q", l.Name))
-			if l.Name == q.Limit {
-				limit = &r.Limits[i]
+	for _, set := range sets {
+		for i, l := range set {
+			if l.Algorithm != sluice.AlgorithmCredits {
+				continue
+			}
+			if name := fmt.Sprintf("%q", l.Name); !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+			if l.Name == q.Limit && limit == nil {
+				limit = &set[i]
 			}
 		}
 	}
@@ -49,7 +73,7 @@ func (e *Engine) TopUpCredits(ctx context.Context, c sluice.Catalog, q CreditsTo
 		if len(names) > 0 {
 			has = "its credits limits are " + strings.Join(names, ", ")
 		}
-		return sluice.TopUpResult{}, invalidTopUp(fmt.Sprintf("rule %q has no credits limit %q to top up; %s", q.Rule, q.Limit, has))
+		return sluice.TopUpResult{}, invalidTopUp(fmt.Sprintf("rule %q has no credits limit %q to top up in its limits, its plans or the subject's override; %s", q.Rule, q.Limit, has))
 	}
 	up := sluice.TopUp{Tenant: q.Tenant, Rule: q.Rule, Subject: q.Subject, Limit: *limit,
 		Add: q.Add, Set: q.Set, SetBalance: q.SetBalance, IdempotencyKey: q.IdempotencyKey}

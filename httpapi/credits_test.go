@@ -83,7 +83,7 @@ func TestCreditsOverHTTP(t *testing.T) {
 		`{"limit": "credits", "add": 1, "set": 1, "idempotency_key": "k4"}`:  "exactly one of",
 		`{"limit": "credits", "idempotency_key": "k5"}`:                      "exactly one of",
 		`{"limit": "credits", "add": 1}`:                                     "needs an idempotency_key",
-		`{"limit": "burst", "add": 1, "idempotency_key": "k6"}`:              `no credits limit \"burst\" to top up; its credits limits are \"credits\"`,
+		`{"limit": "burst", "add": 1, "idempotency_key": "k6"}`:              `no credits limit \"burst\" to top up in its limits, its plans or the subject's override; its credits limits are \"credits\"`,
 		`{"add": 1, "idempotency_key": "k7"}`:                                `names its credits limit`,
 		`{"limit": "credits", "add": 1.5, "idempotency_key": "k8"}`:          "",
 		`{"limit": "credits", "add": 1, "idempotency_key": "k9", "x": true}`: "",

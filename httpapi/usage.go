@@ -15,73 +15,83 @@ import (
 
 // handleUsage answers a tenant's usage history: the fleet's decisions per
 // rule and period, summed by the catalog database from every instance's
-// flushes, as JSON or (format=csv, or Accept: text/csv) CSV. A tenant's
-// admin key reads its own tenant; the counts are of the tenant as it is now
-// (a tenant deleted and created again starts with no history).
+// flushes. A tenant's admin key reads its own tenant; the counts are of the
+// tenant as it is now (a tenant deleted and created again starts with no
+// history).
 func (a *API) handleUsage(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+	a.usageAnswer(w, r, func(ctx context.Context, reader usage.Reader, tenant, namespace string) (csvBody, *apiError, error) {
 		q, asCSV, aerr := usageQuery(r, time.Now())
 		if aerr != nil {
-			return 0, nil, aerr
-		}
-		tenantName := r.PathValue("tenant")
-		reader, namespace, err := a.usageOf(ctx, tenantName)
-		if err != nil {
-			return 0, nil, err
+			return nil, aerr, nil
 		}
 		q.Namespace = namespace
 		rows, err := reader.ReadUsage(ctx, q)
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
 		gaps, err := reader.ReadGaps(ctx, q)
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
-		body := adminapi.NewUsage(tenantName, q, rows, gaps)
-		if asCSV {
-			return http.StatusOK, rawBody{"text/csv; charset=utf-8", body.CSV()}, nil
-		}
-		return http.StatusOK, body, nil
+		return answerAs(adminapi.NewUsage(tenant, q, rows, gaps), asCSV), nil, nil
 	})
-}
-
-// usageOf returns the catalog's usage reader and the namespace tenant's
-// history is kept under: that of the tenant as it is now.
-func (a *API) usageOf(ctx context.Context, tenant string) (usage.Reader, string, error) {
-	reader, ok := a.catalog.(usage.Reader)
-	if !ok {
-		return nil, "", &apiError{http.StatusNotFound, "not_found", "This catalog keeps no usage history."}
-	}
-	t, err := a.catalog.Tenant(ctx, tenant)
-	if err != nil {
-		return nil, "", err
-	}
-	return reader, t.CounterNamespace(), nil
 }
 
 // handleTopSubjects answers a tenant's heaviest subjects over a range of
 // hours, by denials or by units, summed over the instances that counted
 // them (see usage.TopSubject for what the figures are).
 func (a *API) handleTopSubjects(w http.ResponseWriter, r *http.Request) {
-	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+	a.usageAnswer(w, r, func(ctx context.Context, reader usage.Reader, tenant, namespace string) (csvBody, *apiError, error) {
 		q, asCSV, aerr := topQuery(r, time.Now())
 		if aerr != nil {
-			return 0, nil, aerr
-		}
-		tenantName := r.PathValue("tenant")
-		reader, namespace, err := a.usageOf(ctx, tenantName)
-		if err != nil {
-			return 0, nil, err
+			return nil, aerr, nil
 		}
 		q.Namespace = namespace
 		subjects, err := reader.ReadTop(ctx, q)
 		if err != nil {
+			return nil, nil, err
+		}
+		return answerAs(adminapi.NewTopSubjects(tenant, q, subjects), asCSV), nil, nil
+	})
+}
+
+// csvBody is a usage answer, written as JSON unless it asked for CSV.
+type csvBody interface{ CSV() []byte }
+
+type csvAnswer struct{ csvBody }
+
+// answerAs is body as JSON, or as CSV when asCSV.
+func answerAs(body csvBody, asCSV bool) csvBody {
+	if asCSV {
+		return csvAnswer{body}
+	}
+	return body
+}
+
+// usageAnswer runs read for the tenant of the path, with the catalog's
+// usage reader and the namespace the tenant's history is kept under (that
+// of the tenant as it is now), and writes its answer.
+func (a *API) usageAnswer(w http.ResponseWriter, r *http.Request,
+	read func(ctx context.Context, reader usage.Reader, tenant, namespace string) (csvBody, *apiError, error)) {
+	a.admin(w, r, false, func(ctx context.Context, _ principal) (int, any, error) {
+		reader, ok := a.catalog.(usage.Reader)
+		if !ok {
+			return 0, nil, &apiError{http.StatusNotFound, "not_found", "This catalog keeps no usage history."}
+		}
+		tenant := r.PathValue("tenant")
+		t, err := a.catalog.Tenant(ctx, tenant)
+		if err != nil {
 			return 0, nil, err
 		}
-		body := adminapi.NewTopSubjects(tenantName, q, subjects)
-		if asCSV {
-			return http.StatusOK, rawBody{"text/csv; charset=utf-8", body.CSV()}, nil
+		body, aerr, err := read(ctx, reader, tenant, t.CounterNamespace())
+		switch {
+		case aerr != nil:
+			return 0, nil, aerr
+		case err != nil:
+			return 0, nil, err
+		}
+		if c, ok := body.(csvAnswer); ok {
+			return http.StatusOK, rawBody{"text/csv; charset=utf-8", c.CSV()}, nil
 		}
 		return http.StatusOK, body, nil
 	})

@@ -16,38 +16,12 @@ commandstats: evalsha + eval) per admitted check, the instances' CPU per
 check (/proc, summed), Redis CPU per check, throughput and the worst
 instance's p99. Prints each run, then medians and the ratios leased / direct.
 Used for BENCHMARKS.md, issue 22."""
-import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+
+from benchlib import call as admin_call, free_port, proc_cpu, redis_cpu, redis_info, start_redis, stop, wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-leases-admin-token-0123456789"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def proc_cpu(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def redis_cli(port, *args):
-    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), check=True, capture_output=True, text=True).stdout
-
-
-def redis_info(port, section):
-    return dict(l.split(":", 1) for l in redis_cli(port, "INFO", section).splitlines() if ":" in l)
-
-
-def redis_cpu(port):
-    i = redis_info(port, "cpu")
-    return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
 
 
 def script_calls(port):
@@ -56,26 +30,6 @@ def script_calls(port):
         if k in ("cmdstat_evalsha", "cmdstat_eval"):
             n += int(dict(x.split("=") for x in v.split(","))["calls"])
     return n
-
-
-def call(url, method, body=None):
-    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read() or b"null")
-
-
-def wait(url, proc, what):
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit("%s exited with %s" % (what, proc.returncode))
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except Exception:
-            time.sleep(0.1)
-    sys.exit("%s did not answer %s" % (what, url))
 
 
 def main():
@@ -94,16 +48,8 @@ def main():
         subprocess.run(["go", "build", "-o", binary, "./cmd/sluice"], cwd=ROOT, check=True)
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", "CREATE DATABASE " + db], check=True)
         dsn = "postgres://postgres@127.0.0.1:5432/%s?sslmode=disable" % db
-        redis_port = free_port()
-        procs.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
-        for _ in range(100):
-            try:
-                if redis_cli(redis_port, "PING").strip() == "PONG":
-                    break
-            except subprocess.CalledProcessError:
-                pass
-            time.sleep(0.05)
+        redis, redis_port = start_redis(work)
+        procs.append(redis)
         instances = []
         for i in range(args.instances):
             port = free_port()
@@ -115,11 +61,11 @@ def main():
             wait(url + "/healthz", p, "instance %d" % i)
             instances.append((p, url))
         url = instances[0][1]
-        call(url + "/v1/tenants", "POST", {"name": "acme"})
-        key = call(url + "/v1/tenants/acme/keys", "POST", {"name": "bench", "role": "check"})["secret"]
+        admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "acme"})
+        key = admin_call(url + "/v1/tenants/acme/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
         bucket = {"name": "burst", "algorithm": "token_bucket", "capacity": 1000000000, "refill_per_second": 1000000}
-        call(url + "/v1/tenants/acme/rules/leased", "PUT", {"route": "/leased", "limits": [dict(bucket, lease="auto")]})
-        call(url + "/v1/tenants/acme/rules/direct", "PUT", {"route": "/direct", "limits": [bucket]})
+        admin_call(url + "/v1/tenants/acme/rules/leased", "PUT", TOKEN, {"route": "/leased", "limits": [dict(bucket, lease="auto")]})
+        admin_call(url + "/v1/tenants/acme/rules/direct", "PUT", TOKEN, {"route": "/direct", "limits": [bucket]})
         time.sleep(2)  # every instance's catalog snapshot has both rules
 
         def run(rule):
@@ -156,13 +102,7 @@ def main():
                   l["redis_us"], d["redis_us"], l["redis_us"] / d["redis_us"], l["per_second"] / d["per_second"],
                   l["p99_ms"], d["p99_ms"], l["p99_ms"] / d["p99_ms"]))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", "DROP DATABASE IF EXISTS " + db])
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,56 +1,23 @@
 #!/usr/bin/env python3
-"""Cost of usage rollups per check: sluice serve with --usage-flush 0 against 1s, side by side.
+"""Cost of usage rollups per check: sluice serve with --usage-flush 0 against on, side by side.
 
-    scripts/bench-usage.py [--reps 3] [--duration 10] [--concurrency 64] [--subjects 10000]
+    scripts/bench-usage.py [--reps 3] [--duration 10] [--concurrency 64] [--subjects 10000] [--flush 1s]
 
 Two sluice serve processes on the embedded default (memory store, a SQLite
 catalog each), the same tenant, key and rule (a fixed window that never runs
 out), one with rollups off (--usage-flush 0) and one with them on, flushing
-every second (60 times the default, so the flushes' cost shows too). The load
-is `sluice bench --target http` (closed model, --concurrency callers,
---subjects distinct subjects, so the top-subjects sketch keeps replacing),
+every --flush (default 1s, 60 times serve's default, so the flushes' cost
+shows too). The load is `sluice bench --target http` (closed model,
+--concurrency callers, --subjects distinct subjects, so the top-subjects sketch keeps replacing),
 one service at a time, the order swapped every repetition. Server CPU per
 check is read from /proc/PID/stat around each run. Prints each run, then the
 medians and the ratios on / off. Used for BENCHMARKS.md, issue 24."""
-import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
+
+from benchlib import call as admin_call, free_port, proc_cpu, stop, wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-usage-admin-token-0123456789"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def proc_cpu(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def call(url, method, body=None):
-    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read() or b"null")
-
-
-def wait(url, proc, what):
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit("%s exited with %s" % (what, proc.returncode))
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except Exception:
-            time.sleep(0.1)
-    sys.exit("%s did not answer %s" % (what, url))
 
 
 def main():
@@ -59,6 +26,7 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--subjects", type=int, default=10000)
+    ap.add_argument("--flush", default="1s", help="--usage-flush of the instance with rollups on")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-usage-")
     procs = []
@@ -66,7 +34,7 @@ def main():
         binary = os.path.join(work, "sluice")
         subprocess.run(["go", "build", "-o", binary, "./cmd/sluice"], cwd=ROOT, check=True)
         services = {}
-        for name, flush in (("off", "0"), ("on", "1s")):
+        for name, flush in (("off", "0"), ("on", args.flush)):
             port = free_port()
             os.makedirs(os.path.join(work, name))
             p = subprocess.Popen([binary, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
@@ -76,9 +44,9 @@ def main():
             procs.append(p)
             url = "http://127.0.0.1:%d" % port
             wait(url + "/healthz", p, name)
-            call(url + "/v1/tenants", "POST", {"name": "acme"})
-            key = call(url + "/v1/tenants/acme/keys", "POST", {"name": "bench", "role": "check"})["secret"]
-            call(url + "/v1/tenants/acme/rules/api", "PUT", {"route": "/api*", "limits": [
+            admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "acme"})
+            key = admin_call(url + "/v1/tenants/acme/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
+            admin_call(url + "/v1/tenants/acme/rules/api", "PUT", TOKEN, {"route": "/api*", "limits": [
                 {"name": "hour", "algorithm": "fixed_window", "limit": 1000000000, "window": "1h"}]})
             services[name] = (p, url, key)
 
@@ -108,13 +76,7 @@ def main():
             args.reps, med["off"]["server_us"], med["on"]["server_us"], med["on"]["server_us"] / med["off"]["server_us"],
             med["on"]["per_second"] / med["off"]["per_second"], med["on"]["p99_ms"] / med["off"]["p99_ms"]))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -20,35 +20,11 @@ from the Redis's INFO cpu, before and after, and divided by the checks
 answered. Prints each run and then the medians per service and workload with
 the ratio Sluice / ENV. Needs Go (to build Sluice), redis-server and
 redis-cli. Used for BENCHMARKS.md, issue 29."""
-import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
+
+from benchlib import free_port, proc_cpu, redis_cpu, start_redis, stop, wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def proc_cpu(pid):
-    """User + system CPU seconds of pid."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def redis_cli(port, *args):
-    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), check=True,
-                          capture_output=True, text=True).stdout
-
-
-def redis_cpu(port):
-    info = dict(line.split(":", 1) for line in redis_cli(port, "INFO", "cpu").splitlines() if ":" in line)
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 CONFIG = """domain: bench
@@ -58,19 +34,6 @@ descriptors:
   - key: deny
     rate_limit: {unit: hour, requests_per_unit: 1}
 """
-
-
-def wait(url, proc, what):
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit("%s exited with %s before answering %s" % (what, proc.returncode, url))
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except Exception:
-            time.sleep(0.1)
-    sys.exit("%s did not answer %s" % (what, url))
 
 
 def main():
@@ -98,17 +61,8 @@ def main():
         with open(os.path.join(work, "config", "ratelimit", "config", "config.yaml"), "w") as f:
             f.write(CONFIG)
 
-        redis_port = free_port()
-        redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
+        redis, redis_port = start_redis(work)
         procs.append(redis)
-        for _ in range(100):
-            try:
-                if redis_cli(redis_port, "PING").strip() == "PONG":
-                    break
-            except subprocess.CalledProcessError:
-                pass
-            time.sleep(0.05)
 
         services = {}
         for name in ("env", "sluice"):
@@ -178,13 +132,7 @@ def main():
         deny_s = statistics.median(r["server_us"] for r in results[("sluice", "deny")])
         print("Sluice deny / allow server CPU: %.2fx" % (deny_s / allow_s))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
 

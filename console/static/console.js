@@ -18,27 +18,22 @@ document.addEventListener("click", function (ev) {
   }
 });
 
-(function () {
-  var el = document.getElementById("chart");
+// A chart drawn with uPlot from JSON fetched from the element's data-src
+// every refresh milliseconds. series(d) gives the uPlot series after the
+// time axis, data(d) the arrays to draw, and mark(el, d) sets the data-*
+// attributes that tests and people reading the source check.
+function chart(id, opts) {
+  var el = document.getElementById(id);
   if (!el || typeof uPlot === "undefined") return;
   var plot = null;
-  function size() { return { width: Math.max(280, el.clientWidth), height: 240 }; }
+  function size() { return { width: Math.max(280, el.clientWidth), height: opts.height }; }
   function draw(d) {
-    var data = [d.times, d.allowed, d.denied, d.shadow_denied, d.degraded];
-    // Decisions drawn, for people reading the page's source and for tests.
-    var sum = function (xs) { return Math.round(xs.reduce(function (a, b) { return a + b; }, 0) * d.step); };
-    el.setAttribute("data-allowed", sum(d.allowed));
-    el.setAttribute("data-denied", sum(d.denied));
+    var data = opts.data(d);
+    opts.mark(el, d);
     if (plot) { plot.setData(data); return; }
     plot = new uPlot(Object.assign({
-      series: [
-        {},
-        { label: "allowed/s", stroke: "#1a7f37", width: 2, points: { show: false } },
-        { label: "denied/s", stroke: "#b3261e", width: 2, points: { show: false } },
-        { label: "shadow-denied/s", stroke: "#9a6700", width: 2, dash: [6, 4], points: { show: false } },
-        { label: "degraded/s", stroke: "#6e7781", width: 1, points: { show: false } }
-      ],
-      axes: [{}, { label: "decisions/s" }],
+      series: [{}].concat(opts.series(d)),
+      axes: [{}, { label: opts.axis(d) }],
       scales: { y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; } } }
     }, size()), data, el);
   }
@@ -49,45 +44,46 @@ document.addEventListener("click", function (ev) {
     }).then(function (d) { if (d) draw(d); }).catch(function () {});
   }
   load();
-  setInterval(load, 2000);
+  setInterval(load, opts.refresh);
   window.addEventListener("resize", function () { if (plot) plot.setSize(size()); });
-})();
+}
 
-// The usage page's chart: checks per period from the catalog database, as
-// GET /console/tenants/{t}/usage.json draws them; refreshed every minute.
-(function () {
-  var el = document.getElementById("usage-chart");
-  if (!el || typeof uPlot === "undefined") return;
-  var plot = null;
-  function size() { return { width: Math.max(280, el.clientWidth), height: 260 }; }
-  function draw(d) {
-    var data = [d.times, d.allowed, d.denied, d.shadow_denied, d.degraded, d.shed];
-    var sum = function (xs) { return xs.reduce(function (a, b) { return a + (b || 0); }, 0); };
-    el.setAttribute("data-allowed", sum(d.allowed));
+function line(label, stroke, width, dash) {
+  var s = { label: label, stroke: stroke, width: width, points: { show: false } };
+  if (dash) s.dash = dash;
+  return s;
+}
+
+function total(xs) { return xs.reduce(function (a, b) { return a + (b || 0); }, 0); }
+
+// The overview's live chart: this instance's decisions per second.
+chart("chart", {
+  height: 240, refresh: 2000,
+  data: function (d) { return [d.times, d.allowed, d.denied, d.shadow_denied, d.degraded]; },
+  mark: function (el, d) {
+    el.setAttribute("data-allowed", Math.round(total(d.allowed) * d.step));
+    el.setAttribute("data-denied", Math.round(total(d.denied) * d.step));
+  },
+  series: function () {
+    return [line("allowed/s", "#1a7f37", 2), line("denied/s", "#b3261e", 2),
+      line("shadow-denied/s", "#9a6700", 2, [6, 4]), line("degraded/s", "#6e7781", 1)];
+  },
+  axis: function () { return "decisions/s"; }
+});
+
+// The usage page's chart: the fleet's checks per period from the catalog
+// database; a period an instance dropped is null, drawn as a break.
+chart("usage-chart", {
+  height: 260, refresh: 60000,
+  data: function (d) { return [d.times, d.allowed, d.denied, d.shadow_denied, d.degraded, d.shed]; },
+  mark: function (el, d) {
+    el.setAttribute("data-allowed", total(d.allowed));
+    el.setAttribute("data-denied", total(d.denied));
     el.setAttribute("data-gaps", d.allowed.filter(function (x) { return x === null; }).length);
-    el.setAttribute("data-denied", sum(d.denied));
-    if (plot) { plot.setData(data); return; }
-    var per = d.step === 60 ? "minute" : "hour";
-    plot = new uPlot(Object.assign({
-      series: [
-        {},
-        { label: "allowed", stroke: "#1a7f37", width: 2, points: { show: false } },
-        { label: "denied", stroke: "#b3261e", width: 2, points: { show: false } },
-        { label: "shadow-denied", stroke: "#9a6700", width: 2, dash: [6, 4], points: { show: false } },
-        { label: "degraded", stroke: "#6e7781", width: 1, points: { show: false } },
-        { label: "shed", stroke: "#8250df", width: 1, points: { show: false } }
-      ],
-      axes: [{}, { label: "checks per " + per }],
-      scales: { y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; } } }
-    }, size()), data, el);
-  }
-  function load() {
-    fetch(el.getAttribute("data-src"), { credentials: "same-origin" }).then(function (r) {
-      if (r.status === 401) { window.location.href = "/console/signin"; return null; }
-      return r.ok ? r.json() : null;
-    }).then(function (d) { if (d) draw(d); }).catch(function () {});
-  }
-  load();
-  setInterval(load, 60000);
-  window.addEventListener("resize", function () { if (plot) plot.setSize(size()); });
-})();
+  },
+  series: function () {
+    return [line("allowed", "#1a7f37", 2), line("denied", "#b3261e", 2), line("shadow-denied", "#9a6700", 2, [6, 4]),
+      line("degraded", "#6e7781", 1), line("shed", "#8250df", 1)];
+  },
+  axis: function (d) { return "checks per " + (d.step === 60 ? "minute" : "hour"); }
+});

@@ -47,10 +47,6 @@ func startLeasedFleet(t *testing.T) *leasedFleet {
 		addr := freeAddr(t)
 		in := startServe(t, dir, addr, nil, "--addr", addr, "--redis", redis.URL(), "--database", dsn, "--admin-token", adminToken,
 			"--lease-ttl", "4s", "--lease-max-units", "50")
-		// At most 100 connections to each instance at once (see
-		// TestTwoInstancesAdmitExactlyTheLimit: a dial storm on a loaded
-		// machine once lost a request to EOF).
-		in.client.Transport.(*http.Transport).MaxConnsPerHost = 100
 		f.inst = append(f.inst, in)
 	}
 	f.key = setupTenant(f.inst[0], adminToken, "acme")

@@ -65,14 +65,21 @@ func NewUsage(tenant string, q usage.Query, rows []usage.Row, gaps []usage.Gap) 
 
 // CSV writes the rows as CSV, with a header line naming the columns.
 func (u Usage) CSV() []byte {
+	records := [][]string{{"start", "rule", "allowed", "denied", "shadow_denied", "degraded", "shed", "units"}}
+	for _, r := range u.Rows {
+		records = append(records, []string{r.Start.Format(time.RFC3339), r.Rule, itoa(r.Allowed), itoa(r.Denied),
+			itoa(r.ShadowDenied), itoa(r.Degraded), itoa(r.Shed), itoa(r.Units)})
+	}
+	return csvOf(records)
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// csvOf is records as CSV.
+func csvOf(records [][]string) []byte {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
-	_ = w.Write([]string{"start", "rule", "allowed", "denied", "shadow_denied", "degraded", "shed", "units"})
-	n := func(v int64) string { return strconv.FormatInt(v, 10) }
-	for _, r := range u.Rows {
-		_ = w.Write([]string{r.Start.Format(time.RFC3339), r.Rule, n(r.Allowed), n(r.Denied), n(r.ShadowDenied), n(r.Degraded), n(r.Shed), n(r.Units)})
-	}
-	w.Flush()
+	_ = w.WriteAll(records) // a bytes.Buffer does not fail
 	return buf.Bytes()
 }
 
@@ -112,12 +119,9 @@ func NewTopSubjects(tenant string, q usage.TopQuery, subjects []usage.TopSubject
 
 // CSV writes the subjects as CSV, with a header line naming the columns.
 func (t TopSubjects) CSV() []byte {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	_ = w.Write([]string{"rule", "subject", "denied", "units"})
+	records := [][]string{{"rule", "subject", "denied", "units"}}
 	for _, s := range t.Subjects {
-		_ = w.Write([]string{s.Rule, s.Subject, strconv.FormatInt(s.Denied, 10), strconv.FormatInt(s.Units, 10)})
+		records = append(records, []string{s.Rule, s.Subject, itoa(s.Denied), itoa(s.Units)})
 	}
-	w.Flush()
-	return buf.Bytes()
+	return csvOf(records)
 }

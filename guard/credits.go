@@ -2,8 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -19,25 +17,11 @@ func (g *Guard) TopUp(ctx context.Context, t sluice.TopUp) (sluice.TopUpResult, 
 	if err := t.Validate(); err != nil {
 		return sluice.TopUpResult{}, err
 	}
-	sh := g.shardOf(t.Tenant, t.Rule, t.Subject)
-	var res sluice.TopUpResult
-	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		start := time.Now()
-		var err error
-		callCtx, c := g.callContext(ctx, sh, start)
-		res, err = cs.TopUp(callCtx, t)
-		c.leave()
-		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
+	res, err := storeCall(g, ctx, g.shardOf(t.Tenant, t.Rule, t.Subject), func(ctx context.Context) (sluice.TopUpResult, error) {
+		return cs.TopUp(ctx, t)
 	})
-	if err == nil {
-		return res, nil
+	if err != nil {
+		return sluice.TopUpResult{}, changeError(err)
 	}
-	var gone *callerGone
-	switch {
-	case errors.Is(err, sluice.ErrInvalid), errors.Is(err, ErrOverloaded):
-		return sluice.TopUpResult{}, err
-	case errors.As(err, &gone):
-		return sluice.TopUpResult{}, gone.err
-	}
-	return sluice.TopUpResult{}, unavailable(err)
+	return res, nil
 }

@@ -386,22 +386,10 @@ func (g *Guard) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	if err := g.localStore().Reset(ctx, tenant, rule, subject, limits); err != nil && errors.Is(err, sluice.ErrInvalid) {
 		return err
 	}
-	sh := g.shardOf(tenant, rule, subject)
-	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		start := time.Now()
-		callCtx, c := g.callContext(ctx, sh, start)
-		err := g.primary.Reset(callCtx, tenant, rule, subject, limits)
-		c.leave()
-		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
+	_, err := storeCall(g, ctx, g.shardOf(tenant, rule, subject), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.primary.Reset(ctx, tenant, rule, subject, limits)
 	})
-	if err == nil || errors.Is(err, sluice.ErrInvalid) || errors.Is(err, ErrOverloaded) {
-		return err
-	}
-	var gone *callerGone
-	if errors.As(err, &gone) {
-		return gone.err
-	}
-	return unavailable(err)
+	return changeError(err)
 }
 
 // State returns the breakers' state: "closed", "open" or "half-open" when

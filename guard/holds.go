@@ -2,8 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -29,32 +27,11 @@ func (g *Guard) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	if err != nil {
 		return sluice.HoldResult{}, err
 	}
-	sh := &g.shards[0]
-	if ts, ok := g.sharded.(tagSharded); ok {
-		if i := ts.ShardOfTag(tag); i >= 0 && i < len(g.shards) {
-			sh = &g.shards[i]
-		}
-	}
-	var res sluice.HoldResult
-	_, err = sh.breaker.Execute(func() (sluice.Decision, error) {
-		start := time.Now()
-		var err error
-		callCtx, c := g.callContext(ctx, sh, start)
-		res, err = holder.Hold(callCtx, op)
-		c.leave()
-		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
+	res, err := storeCall(g, ctx, g.shardOfTag(tag), func(ctx context.Context) (sluice.HoldResult, error) {
+		return holder.Hold(ctx, op)
 	})
-	if err == nil {
-		return res, nil
+	if err != nil {
+		return sluice.HoldResult{}, holdError(err)
 	}
-	var gone *callerGone
-	switch {
-	case errors.Is(err, sluice.ErrInvalid), errors.Is(err, ErrOverloaded):
-		return sluice.HoldResult{}, err
-	case errors.As(err, &gone):
-		return sluice.HoldResult{}, gone.err
-	case errors.Is(err, sluice.ErrStoreUnavailable):
-		return sluice.HoldResult{}, err
-	}
-	return sluice.HoldResult{}, errors.Join(sluice.ErrStoreUnavailable, err)
+	return res, nil
 }

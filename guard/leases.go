@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sluicelabs/sluice"
 )
@@ -27,17 +26,10 @@ func (g *Guard) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	if !ok {
 		return sluice.LeaseGrant{}, ErrLeasesUnsupported
 	}
-	sh := g.shardOf(req.Tenant, req.Rule, req.Subject)
-	var grant sluice.LeaseGrant
-	_, err := sh.breaker.Execute(func() (sluice.Decision, error) {
-		start := time.Now()
-		callCtx, c := g.callContext(ctx, sh, start)
-		var err error
-		grant, err = leaser.Lease(callCtx, req)
-		c.leave()
-		return grant.Decision, g.judge(ctx, c.ctx, sh, start, err)
+	grant, err := storeCall(g, ctx, g.shardOf(req.Tenant, req.Rule, req.Subject), func(ctx context.Context) (sluice.LeaseGrant, error) {
+		return leaser.Lease(ctx, req)
 	})
-	return grant, leaseError(err)
+	return grant, holdError(err)
 }
 
 // ReturnLease gives a lease's unused units back on the primary store,
@@ -51,37 +43,10 @@ func (g *Guard) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice
 	if err != nil {
 		return sluice.LeaseReturnResult{}, err
 	}
-	sh := &g.shards[0]
-	if ts, ok := g.sharded.(tagSharded); ok {
-		if i := ts.ShardOfTag(tag); i >= 0 && i < len(g.shards) {
-			sh = &g.shards[i]
-		}
-	}
-	var res sluice.LeaseReturnResult
-	_, err = sh.breaker.Execute(func() (sluice.Decision, error) {
-		start := time.Now()
-		callCtx, c := g.callContext(ctx, sh, start)
-		var err error
-		res, err = leaser.ReturnLease(callCtx, ret)
-		c.leave()
-		return sluice.Decision{}, g.judge(ctx, c.ctx, sh, start, err)
+	res, err := storeCall(g, ctx, g.shardOfTag(tag), func(ctx context.Context) (sluice.LeaseReturnResult, error) {
+		return leaser.ReturnLease(ctx, ret)
 	})
-	return res, leaseError(err)
-}
-
-// leaseError is err as Hold reports it.
-func leaseError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var gone *callerGone
-	switch {
-	case errors.Is(err, sluice.ErrInvalid), errors.Is(err, ErrOverloaded), errors.Is(err, sluice.ErrStoreUnavailable):
-		return err
-	case errors.As(err, &gone):
-		return gone.err
-	}
-	return errors.Join(sluice.ErrStoreUnavailable, err)
+	return res, holdError(err)
 }
 
 // Fallback answers req by mode as Check does once the store failed with

@@ -23,11 +23,22 @@
 --
 -- The same script settles, releases or extends a hold (see hold_op below)
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
+--
+-- When ARGV[1] is "B" it decides a batch of plain checks (buckets and
+-- windows, no hold or lease) in order, at one instant: ARGV[2] is now_ms
+-- for all ("" = TIME), then per check its number of limits and its own
+-- arguments (as above; its now is not read), and KEYS holds every check's
+-- keys in the same order. The reply is the checks' replies one after
+-- another. The checks share the call's own cost and its TIME (see
+-- redis/batch.go).
 
 local hold_mode = ARGV[1] == 'hold'
 local topup_mode = ARGV[1] == 'topup'
+local batch_mode = ARGV[1] == 'B'
 local now_arg = ARGV[1]
 if hold_mode or topup_mode then
+  now_arg = ARGV[2]
+elseif batch_mode then
   now_arg = ARGV[2]
 end
 local now
@@ -52,43 +63,17 @@ local function ceildiv(a, b)
   return math.floor((a + b - 1) / b)
 end
 
+-- fmt writes an integer exactly (every value here is one, below 2^53):
+-- '%d' formats it as an integer, where '%.0f' or Redis's own conversion of
+-- a Lua number go through glibc's slower floating-point printing.
 local function fmt(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- The expiry of a state that dropping would lose (a credits balance), and
 -- the bound of a balance (sluice.MaxCredits).
 local never = 4503599627370496
 local max_credits = 1125899906842624
-
--- The period of a table (see the header) that holds t: its index, start,
--- end, the bounds and its position in them; nil when t is outside the
--- table, that is when this instance's clock and Redis's are more than a
--- period apart.
-local function period_at(tbl, t)
-  local i0, b0, b1, b2, b3 = string.match(tbl, '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$')
-  if not i0 then
-    return nil
-  end
-  local b = {tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3)}
-  for k = 1, 3 do
-    if t >= b[k] and t < b[k + 1] then
-      return tonumber(i0) + k - 1, b[k], b[k + 1], b, k
-    end
-  end
-  return nil
-end
-
--- Limits whose second parameter is a period table, not a number.
-local function tabled(algo)
-  return algo == 'F' or algo == 'k' or algo == 'K'
-end
-local function param(algo, v)
-  if tabled(algo) then
-    return v
-  end
-  return tonumber(v)
-end
 
 -- The live state of a key, or nil when there is none or it has expired.
 local function load(key, now)
@@ -193,10 +178,177 @@ local function fixed_window(limit, w, st, now, cost)
   return allowed, math.max(0, limit - curr), reset, retry, write, {idx, curr, 0}
 end
 
+-- Defined below the plain checks' path (see plain_check), which needs none
+-- of them: a function costs Redis's CPU at every call of the script.
+local calendar_window, credits
+
+-- A clock can step backwards (NTP, a failover to a host whose clock is
+-- behind). Deciding at such a time would reopen a window that is already
+-- spent, so a limit is decided at the time its state was last written when
+-- that is later, and the waits it reports are counted from the real now.
+local function decide_limit(algo, capacity, p1, p2, st, cost)
+  if algo == 'F' then
+    return calendar_window(capacity, p1, st, now, cost)
+  elseif algo == 'k' or algo == 'K' then
+    return credits(algo, capacity, p1, p2, st, now, cost)
+  end
+  local skew = 0
+  if st then
+    if algo == 't' then
+      skew = math.max(0, st.b - now)
+    else
+      skew = math.max(0, st.a * p1 - now)
+    end
+  end
+  local allowed, remaining, reset, retry, write, nxt, extend
+  if algo == 't' then
+    allowed, remaining, reset, retry, write, nxt, extend = token_bucket(capacity, p1, p2, st, now + skew, cost)
+  elseif algo == 's' then
+    allowed, remaining, reset, retry, write, nxt = sliding_window(capacity, p1, st, now + skew, cost)
+  else
+    allowed, remaining, reset, retry, write, nxt = fixed_window(capacity, p1, st, now + skew, cost)
+  end
+  if retry > 0 then
+    retry = retry + skew
+  end
+  if reset > 0 then
+    reset = reset + skew
+  end
+  return allowed, remaining, reset, retry, write, nxt, extend or false
+end
+
+-- store writes a state that expires after reset, or at expire when given
+-- (credits; never: kept).
+local function store(key, nxt, reset, expire)
+  expire = expire or now + reset
+  redis.call('HSET', key, 'a', fmt(nxt[1]), 'b', fmt(nxt[2]), 'c', fmt(nxt[3]), 'e', fmt(expire))
+  if expire >= never then
+    redis.call('PERSIST', key)
+  else
+    redis.call('PEXPIRE', key, fmt(expire - now + ttl_slack))
+  end
+end
+
+-- plain_check decides a plain check (only buckets and windows, no hold or
+-- lease) of n limits, whose keys follow KEYS[kb] and whose arguments (now,
+-- cost, then four per limit) follow ARGV[ab], and writes its reply into out
+-- after out[at].
+-- It is the general path below (decide, then write or peek) with less
+-- work: each state is read once, and a deny's peek of the limits that
+-- allowed reuses it, since nothing was written in between. Most checks are
+-- plain, and Redis's CPU per check is what every instance shares.
+local function plain_check(kb, ab, n, out, at)
+  local c = tonumber(ARGV[ab + 2])
+  if n == 1 then
+    local key = KEYS[kb + 1]
+    local allowed, remaining, reset, retry, write, nxt, extend = decide_limit(ARGV[ab + 3],
+      tonumber(ARGV[ab + 4]), tonumber(ARGV[ab + 5]), tonumber(ARGV[ab + 6]), load(key, now), c)
+    if (allowed and write) or extend then
+      store(key, nxt, reset)
+    end
+    local a = allowed and 1 or 0
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = a, now, a, remaining
+    out[at + 5], out[at + 6], out[at + 7] = reset, retry, 0
+    return
+  end
+  out[at + 1] = 1
+  out[at + 2] = now
+  local all = true
+  local parts = {}
+  for i = 1, n do
+    local base = ab + 2 + (i - 1) * 4
+    local key, algo = KEYS[kb + i], ARGV[base + 1]
+    local capacity, p1, p2 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+    local st = load(key, now)
+    local allowed, remaining, reset, retry, write, nxt, extend = decide_limit(algo, capacity, p1, p2, st, c)
+    parts[i] = {key, algo, capacity, p1, p2, st, allowed, remaining, reset, retry, write, nxt, extend}
+    all = all and allowed
+  end
+  for i = 1, n do
+    local r = parts[i]
+    local allowed, remaining, reset, retry, write, nxt, extend = r[7], r[8], r[9], r[10], r[11], r[12], r[13]
+    if not all and allowed then
+      -- Nothing is consumed: report this limit as a peek sees it.
+      allowed, remaining, reset, retry, write, nxt, extend = decide_limit(r[2], r[3], r[4], r[5], r[6], 0)
+    end
+    if (all and write) or extend then
+      store(r[1], nxt, reset)
+    end
+    local o = at + 2 + (i - 1) * 4
+    out[o + 1] = allowed and 1 or 0
+    out[o + 2] = remaining
+    out[o + 3] = reset
+    out[o + 4] = retry
+  end
+  if not all then
+    out[at + 1] = 0
+  end
+  out[at + 3 + 4 * n] = 0 -- no leases expired: a plain check has none
+end
+
+if batch_mode then
+  local out, kb, ab, at = {}, 0, 2, 0
+  while ab < #ARGV do
+    local n = tonumber(ARGV[ab + 1])
+    plain_check(kb, ab + 1, n, out, at)
+    kb = kb + n
+    ab = ab + 3 + 4 * n
+    at = at + 3 + 4 * n
+  end
+  return out
+end
+if not hold_mode and not topup_mode and ARGV[#ARGV] ~= 'H' and ARGV[#ARGV] ~= 'L' then
+  local plain = true
+  for i = 1, #KEYS do
+    local algo = ARGV[2 + (i - 1) * 4 + 1]
+    if algo ~= 't' and algo ~= 's' and algo ~= 'f' then
+      plain = false
+      break
+    end
+  end
+  if plain then
+    local out = {}
+    if #KEYS == 1 then
+      out = {0, 0, 0, 0, 0, 0, 0} -- sized for its reply: filled, not grown
+    end
+    plain_check(0, 0, #KEYS, out, 0)
+    return out
+  end
+end
+
+-- The period of a table (see the header) that holds t: its index, start,
+-- end, the bounds and its position in them; nil when t is outside the
+-- table, that is when this instance's clock and Redis's are more than a
+-- period apart.
+local function period_at(tbl, t)
+  local i0, b0, b1, b2, b3 = string.match(tbl, '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$')
+  if not i0 then
+    return nil
+  end
+  local b = {tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3)}
+  for k = 1, 3 do
+    if t >= b[k] and t < b[k + 1] then
+      return tonumber(i0) + k - 1, b[k], b[k + 1], b, k
+    end
+  end
+  return nil
+end
+
+-- Limits whose second parameter is a period table, not a number.
+local function tabled(algo)
+  return algo == 'F' or algo == 'k' or algo == 'K'
+end
+local function param(algo, v)
+  if tabled(algo) then
+    return v
+  end
+  return tonumber(v)
+end
+
 -- A fixed window of calendar periods. A state from a later period than
 -- now's (a clock stepped back) is judged in its own period, so a spent quota
 -- is not reopened. Mirrors calendarWindow in memory/algorithms.go.
-local function calendar_window(limit, tbl, st, now, cost)
+function calendar_window(limit, tbl, st, now, cost)
   local idx, _, pend, b, k = period_at(tbl, now)
   if not idx then
     return nil
@@ -255,7 +407,7 @@ end
 -- Returns as the others, then the state's expiry: a set refill's balance
 -- may go at the next refill, which restores it anyway; others never.
 -- Mirrors credits in memory/algorithms.go.
-local function credits(algo, amount, tbl, maxb, st, now, cost)
+function credits(algo, amount, tbl, maxb, st, now, cost)
   local refills = tbl ~= ''
   local idx, pend, start = 0, 0, 0
   if refills then
@@ -319,53 +471,6 @@ local function concurrency(key, capacity, cost, take_until)
     end
   end
   return allowed, math.max(0, capacity - held), latest - now, retry, write, expired
-end
-
--- A clock can step backwards (NTP, a failover to a host whose clock is
--- behind). Deciding at such a time would reopen a window that is already
--- spent, so a limit is decided at the time its state was last written when
--- that is later, and the waits it reports are counted from the real now.
-local function decide_limit(algo, capacity, p1, p2, st, cost)
-  if algo == 'F' then
-    return calendar_window(capacity, p1, st, now, cost)
-  elseif algo == 'k' or algo == 'K' then
-    return credits(algo, capacity, p1, p2, st, now, cost)
-  end
-  local skew = 0
-  if st then
-    if algo == 't' then
-      skew = math.max(0, st.b - now)
-    else
-      skew = math.max(0, st.a * p1 - now)
-    end
-  end
-  local allowed, remaining, reset, retry, write, nxt, extend
-  if algo == 't' then
-    allowed, remaining, reset, retry, write, nxt, extend = token_bucket(capacity, p1, p2, st, now + skew, cost)
-  elseif algo == 's' then
-    allowed, remaining, reset, retry, write, nxt = sliding_window(capacity, p1, st, now + skew, cost)
-  else
-    allowed, remaining, reset, retry, write, nxt = fixed_window(capacity, p1, st, now + skew, cost)
-  end
-  if retry > 0 then
-    retry = retry + skew
-  end
-  if reset > 0 then
-    reset = reset + skew
-  end
-  return allowed, remaining, reset, retry, write, nxt, extend or false
-end
-
--- store writes a state that expires after reset, or at expire when given
--- (credits; never: kept).
-local function store(key, nxt, reset, expire)
-  expire = expire or now + reset
-  redis.call('HSET', key, 'a', fmt(nxt[1]), 'b', fmt(nxt[2]), 'c', fmt(nxt[3]), 'e', fmt(expire))
-  if expire >= never then
-    redis.call('PERSIST', key)
-  else
-    redis.call('PEXPIRE', key, expire - now + ttl_slack)
-  end
 end
 
 -- settle_limit corrects one reserved rate limit by diff (charged - actual;

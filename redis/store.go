@@ -82,6 +82,9 @@ type Store struct {
 	// commits batches replicated writes (see groupcommit.go); nil without
 	// replica acks, and on a Cluster.
 	commits *groupCommit
+	// batches batches concurrent plain checks (see batch.go); nil on a
+	// Cluster and with replica acks.
+	batches *checkBatcher
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -165,6 +168,8 @@ func New(client rueidis.Client, opts Options) *Store {
 		s.startSlotMap()
 	} else if s.replicas.acks > 0 {
 		s.commits = newGroupCommit(client, s.replicas.acks, s.replicas.timeout)
+	} else {
+		s.batches = &checkBatcher{client: client}
 	}
 	return s
 }
@@ -275,7 +280,13 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	}
 	// A peek writes no count; a check that took nothing (a deny) changed
 	// nothing a failover could lose.
-	reply, err := s.execScript(ctx, call.keys, call.args, req.Cost > 0 || req.Holds(), checkAllowed)
+	var reply []rueidis.RedisMessage
+	var err error
+	if s.batches != nil && batchable(req) {
+		reply, err = s.batches.do(ctx, call)
+	} else {
+		reply, err = s.execScript(ctx, call.keys, call.args, req.Cost > 0 || req.Holds(), checkAllowed)
+	}
 	if err != nil {
 		return sluice.Decision{}, unavailable("check", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/scriptbatch"
 )
 
 //go:embed check.lua
@@ -84,7 +85,7 @@ type Store struct {
 	commits *groupCommit
 	// batches batches concurrent plain checks (see batch.go); nil on a
 	// Cluster and with replica acks.
-	batches *checkBatcher
+	batches *scriptbatch.Batcher[scriptCall, []rueidis.RedisMessage]
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -169,7 +170,7 @@ func New(client rueidis.Client, opts Options) *Store {
 	} else if s.replicas.acks > 0 {
 		s.commits = newGroupCommit(client, s.replicas.acks, s.replicas.timeout)
 	} else {
-		s.batches = &checkBatcher{client: client}
+		s.batches = newCheckBatcher(client)
 	}
 	return s
 }
@@ -283,7 +284,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Decision,
 	var reply []rueidis.RedisMessage
 	var err error
 	if s.batches != nil && batchable(req) {
-		reply, err = s.batches.do(ctx, call)
+		reply, err = s.batches.Do(ctx, call)
 	} else {
 		reply, err = s.execScript(ctx, call.keys, call.args, req.Cost > 0 || req.Holds(), checkAllowed)
 	}

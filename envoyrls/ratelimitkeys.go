@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/internal/scriptbatch"
 )
 
 // envoyproxy/ratelimit keeps each fixed window's count in Redis under
@@ -98,40 +99,90 @@ func usesRatelimitKey(r *Rule) bool {
 	return r.Limit.Algorithm == sluice.AlgorithmFixedWindow && r.UnitMultiplier == 1 && r.Limit.Capacity > 0
 }
 
-// ratelimitScript adds the hits to the window's count unless that would pass
-// the limit (a deny consumes nothing: CountingStrict; where
-// envoyproxy/ratelimit counts denied hits too, the count is only higher), and
-// keeps the key for the window's length. It replies the verdict and the count.
+// ratelimitScript counts checks under envoyproxy/ratelimit's keys, one key
+// per check (a batch of concurrent checks in one call, see ratelimitBatcher).
+// ARGV holds four per check: the counting ('s' strict: a deny consumes
+// nothing, CountingStrict; 'a' every hit counts, as envoyproxy/ratelimit
+// does, CountingEnvoy), the hits, the limit and the window in seconds. A
+// strict check adds its hits unless that would pass the limit; a counting
+// one adds them whatever the verdict, and is over the limit when the count
+// with them passes it. Where envoyproxy/ratelimit counts denied hits too,
+// the count is only higher. The reply is, per check, the verdict and the
+// count.
+//
+// A key lives for its window from the hit that made it. envoyproxy/ratelimit
+// sets the expiry on every hit; here the expiry is set once, in the same
+// atomic step as the count that made the key, which saves Redis a command
+// per check. (A key envoyproxy/ratelimit made and died before expiring is
+// expired by its next hit there; its window's start is in the key, so such
+// a key is never read again after the window.)
 var ratelimitScript = rueidis.NewLuaScript(`
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-local hits, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-if count + hits > limit then
-  return {0, count}
+local out = {}
+for i = 1, #KEYS do
+  local a = (i - 1) * 4
+  local key, hits, limit = KEYS[i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local count, allowed, added
+  if hits > 0 and ARGV[a + 1] == 'a' then
+    count, added = redis.call('INCRBY', key, hits), true
+    allowed = count <= limit
+  else
+    count = tonumber(redis.call('GET', key) or '0')
+    allowed = count + hits <= limit
+    if allowed and hits > 0 then
+      count, added = redis.call('INCRBY', key, hits), true
+    end
+  end
+  if added and count == hits then
+    redis.call('EXPIRE', key, ARGV[a + 4])
+  end
+  out[2 * i - 1] = allowed and 1 or 0
+  out[2 * i] = count
 end
-if hits > 0 then
-  count = redis.call('INCRBY', KEYS[1], hits)
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-end
-return {1, count}
+return out
 `)
 
-// countAllScript adds the hits to the window's count whatever the verdict,
-// as envoyproxy/ratelimit does (CountingEnvoy): the hits are over the limit
-// when the count with them passes it. It replies the verdict and the count.
-var countAllScript = rueidis.NewLuaScript(`
-local hits, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local count
-if hits > 0 then
-  count = redis.call('INCRBY', KEYS[1], hits)
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-else
-  count = tonumber(redis.call('GET', KEYS[1]) or '0')
-end
-if count > limit then
-  return {0, count}
-end
-return {1, count}
-`)
+// ratelimitCall is one check's key and arguments of ratelimitScript.
+type ratelimitCall struct {
+	key  string
+	args [4]string
+}
+
+// newRatelimitBatcher batches concurrent checks on client (see
+// internal/scriptbatch): on a single Redis or a Sentinel's master only, as
+// these keys have no hash tag and a Cluster would split them over slots.
+func newRatelimitBatcher(client rueidis.Client) *scriptbatch.Batcher[ratelimitCall, [2]int64] {
+	exec := func(ctx context.Context, calls []ratelimitCall) ([][2]int64, error) {
+		keys := make([]string, len(calls))
+		args := make([]string, 0, 4*len(calls))
+		for i, c := range calls {
+			keys[i] = c.key
+			args = append(args, c.args[:]...)
+		}
+		reply, err := ratelimitScript.Exec(ctx, client, keys, args).AsIntSlice()
+		if err == nil && len(reply) != 2*len(calls) {
+			err = fmt.Errorf("script replied %d values for %d checks, want 2 each", len(reply), len(calls))
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([][2]int64, len(calls))
+		for i := range out {
+			out[i] = [2]int64{reply[2*i], reply[2*i+1]}
+		}
+		return out, nil
+	}
+	return &scriptbatch.Batcher[ratelimitCall, [2]int64]{Exec: exec,
+		One: func(ctx context.Context, c ratelimitCall) ([2]int64, error) {
+			reply, err := ratelimitScript.Exec(ctx, client, []string{c.key}, c.args[:]).AsIntSlice()
+			if err == nil && len(reply) != 2 {
+				err = fmt.Errorf("script replied %d values, want 2", len(reply))
+			}
+			if err != nil {
+				return [2]int64{}, err
+			}
+			return [2]int64{reply[0], reply[1]}, nil
+		}}
+}
 
 // RatelimitKeyStore is a sluice.Store that counts the checks the Envoy
 // server marked (Options.RatelimitKeys) under envoyproxy/ratelimit's keys in
@@ -143,6 +194,9 @@ type RatelimitKeyStore struct {
 	client rueidis.Client
 	prefix string
 	now    func() time.Time
+	// batches batches concurrent checks; on a Cluster it has no Exec, and
+	// each check goes alone.
+	batches *scriptbatch.Batcher[ratelimitCall, [2]int64]
 }
 
 var _ sluice.Store = (*RatelimitKeyStore)(nil)
@@ -150,20 +204,25 @@ var _ sluice.Store = (*RatelimitKeyStore)(nil)
 // NewRatelimitKeyStore wraps next; client is the Redis envoyproxy/ratelimit
 // uses, and prefix its CACHE_KEY_PREFIX. The caller keeps owning client.
 func NewRatelimitKeyStore(next sluice.Store, client rueidis.Client, prefix string) *RatelimitKeyStore {
-	return &RatelimitKeyStore{next: next, client: client, prefix: prefix, now: time.Now}
+	s := &RatelimitKeyStore{next: next, client: client, prefix: prefix, now: time.Now}
+	s.batches = newRatelimitBatcher(client)
+	if client.Mode() == rueidis.ClientModeCluster {
+		s.batches.Exec = nil
+	}
+	return s
 }
 
 // Check counts a marked check under its envoyproxy/ratelimit key, and passes
 // any other to the wrapped store.
 func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	script, hits := ratelimitScript, req.Cost
+	counting, hits := "s", req.Cost
 	descriptor, marked := strings.CutPrefix(req.Subject, ratelimitKeyMarker)
 	if strings.HasPrefix(req.Subject, countAllMarker) {
 		n, after, ok := parseCountAll(req.Subject)
 		if !ok {
 			return sluice.Decision{}, fmt.Errorf("%w: malformed envoyproxy/ratelimit-format subject", sluice.ErrInvalid)
 		}
-		script, hits, descriptor, marked = countAllScript, req.Cost+n, after, true
+		counting, hits, descriptor, marked = "a", req.Cost+n, after, true
 	}
 	if !marked || !strings.HasPrefix(req.Tenant, "envoy:") || len(req.Limits) != 1 || req.Limits[0].Algorithm != sluice.AlgorithmFixedWindow {
 		return s.next.Check(ctx, req)
@@ -183,12 +242,15 @@ func (s *RatelimitKeyStore) Check(ctx context.Context, req sluice.Request) (slui
 	start := now.Unix() / unit * unit
 	untilEnd := time.Unix(start+unit, 0).Sub(now)
 	key := s.prefix + descriptor + strconv.FormatInt(start, 10)
-	reply, err := script.Exec(ctx, s.client, []string{key},
-		[]string{strconv.FormatInt(hits, 10), strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(unit, 10)}).AsIntSlice()
-	if err != nil || len(reply) != 2 {
-		if err == nil {
-			err = fmt.Errorf("script replied %d values, want 2", len(reply))
-		}
+	call := ratelimitCall{key: key, args: [4]string{counting, strconv.FormatInt(hits, 10), strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(unit, 10)}}
+	var reply [2]int64
+	var err error
+	if s.batches.Exec != nil {
+		reply, err = s.batches.Do(ctx, call)
+	} else {
+		reply, err = s.batches.One(ctx, call)
+	}
+	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis ratelimit-format check: %w: %w", sluice.ErrStoreUnavailable, err)
 	}
 	allowed := reply[0] == 1

@@ -2,7 +2,7 @@
 """Cost per check, Sluice against envoyproxy/ratelimit, side by side in one run.
 
     scripts/bench-vs-env.py [--reps 3] [--duration 10] [--concurrency 64]
-                            [--subjects 1000] ENV_BINARY
+                            [--subjects 1000] [--before CHECKOUT] ENV_BINARY
 
 Both services are started as /bin/ratelimit is started in ENV's own compose
 file: a binary named ratelimit, ENV's variables and nothing else (Sluice runs
@@ -18,7 +18,9 @@ swapped every repetition, for two workloads:
 Per run, CPU is read from /proc/PID/stat (user + system) of the service and
 from the Redis's INFO cpu, before and after, and divided by the checks
 answered. Prints each run and then the medians per service and workload with
-the ratio Sluice / ENV. Needs Go (to build Sluice), redis-server and
+the ratio Sluice / ENV. With --before, a second Sluice, built from another
+checkout (a worktree of an earlier commit), runs in the same rotation, and
+the ratios after / before are printed too. Needs Go (to build Sluice), redis-server and
 redis-cli. Used for BENCHMARKS.md, issue 29."""
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
 
@@ -43,6 +45,7 @@ def main():
     ap.add_argument("--duration", type=int, default=10, help="seconds per measured run")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--subjects", type=int, default=1000)
+    ap.add_argument("--before", help="a checkout of Sluice to measure beside this one (after / before ratios)")
     args = ap.parse_args()
     if not os.access(args.env_binary, os.X_OK):
         sys.exit("%s is not an executable" % args.env_binary)
@@ -51,9 +54,13 @@ def main():
     procs = []
     try:
         print("building sluice...", file=sys.stderr)
-        for name in ("sluice", "env"):
+        names = ["env", "sluice"] + (["before"] if args.before else [])
+        for name in names:
             os.makedirs(os.path.join(work, name))
         subprocess.run(["go", "build", "-o", os.path.join(work, "sluice", "ratelimit"), "./cmd/sluice"], cwd=ROOT, check=True)
+        if args.before:
+            subprocess.run(["go", "build", "-o", os.path.join(work, "before", "ratelimit"), "./cmd/sluice"],
+                           cwd=args.before, check=True)
         bench = os.path.join(work, "sluice-bench")
         shutil.copy(os.path.join(work, "sluice", "ratelimit"), bench)
         shutil.copy(args.env_binary, os.path.join(work, "env", "ratelimit"))
@@ -65,7 +72,7 @@ def main():
         procs.append(redis)
 
         services = {}
-        for name in ("env", "sluice"):
+        for name in names:
             http, grpc, debug = free_port(), free_port(), free_port()
             env = {"PATH": "/usr/bin:/bin", "USE_STATSD": "false", "LOG_LEVEL": "warn",
                    "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:%d" % redis_port,
@@ -110,7 +117,7 @@ def main():
         results = {}
         print("%-8s %-6s %3s %12s %12s %10s %8s %8s" % ("service", "load", "rep", "server µs", "redis µs", "checks/s", "p50 ms", "p99 ms"))
         for rep in range(args.reps):
-            order = ["env", "sluice"] if rep % 2 == 0 else ["sluice", "env"]
+            order = names[rep % len(names):] + names[:rep % len(names)]
             for workload in ("allow", "deny"):
                 for name in order:
                     r = run(name, workload)
@@ -128,6 +135,14 @@ def main():
                       workload, e["server_us"], s["server_us"], s["server_us"] / e["server_us"], e["redis_us"], s["redis_us"],
                       s["redis_us"] / e["redis_us"] if e["redis_us"] else float("nan"), e["p99_ms"], s["p99_ms"],
                       s["p99_ms"] / e["p99_ms"], s["per_second"] / e["per_second"]))
+        if args.before:
+            print("\nafter / before (medians):")
+            for workload in ("allow", "deny"):
+                a = {k: statistics.median(r[k] for r in results[("sluice", workload)]) for k in results[("sluice", workload)][0]}
+                b = {k: statistics.median(r[k] for r in results[("before", workload)]) for k in results[("before", workload)][0]}
+                print("%-6s server CPU/check %.2fx (%.1f -> %.1f µs); Redis CPU/check %.2fx (%.1f -> %.1f µs); p99 %.2fx; throughput %.2fx" % (
+                    workload, a["server_us"] / b["server_us"], b["server_us"], a["server_us"], a["redis_us"] / b["redis_us"],
+                    b["redis_us"], a["redis_us"], a["p99_ms"] / b["p99_ms"], a["per_second"] / b["per_second"]))
         allow_s = statistics.median(r["server_us"] for r in results[("sluice", "allow")])
         deny_s = statistics.median(r["server_us"] for r in results[("sluice", "deny")])
         print("Sluice deny / allow server CPU: %.2fx" % (deny_s / allow_s))

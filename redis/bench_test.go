@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -166,4 +167,46 @@ func redisCPU(b *testing.B, srv *testenv.RedisServer) time.Duration {
 		}
 	}
 	return time.Duration(total * 1e9)
+}
+
+// BenchmarkRedisCPUPerCheck measures the CPU per check of this process and
+// of redis-server (redis-cpu-ns/op) for one-limit checks of 1,000 subjects:
+// a fixed window (as envoyproxy/ratelimit's YAML makes) and a token bucket,
+// from one caller and from 64. Issue 29 compares it across commits.
+func BenchmarkRedisCPUPerCheck(b *testing.B) {
+	srv := testenv.Redis(b)
+	store, err := sluiceredis.Open(srv.URL(), sluiceredis.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	for _, l := range []sluice.Limit{sluice.FixedWindow(1_000_000_000, time.Hour).Named("hour"),
+		sluice.TokenBucket(1_000_000_000, 1_000_000).Named("bucket")} {
+		var n atomic.Int64
+		// check fails b with Error, not Fatal (see incr in BenchmarkCheck).
+		check := func(b *testing.B) bool {
+			i := n.Add(1)
+			req := sluice.Request{Tenant: "bench", Rule: "cpu", Subject: "s" + strconv.FormatInt(i%1000, 10),
+				Limits: []sluice.Limit{l}, Cost: 1}
+			if _, err := store.Check(ctx, req); err != nil {
+				b.Error(err)
+				return false
+			}
+			return true
+		}
+		b.Run(string(l.Algorithm)+"/serial", func(b *testing.B) {
+			defer measureCPU(b, srv)()
+			for b.Loop() && check(b) {
+			}
+		})
+		b.Run(string(l.Algorithm)+"/parallel64", func(b *testing.B) {
+			defer measureCPU(b, srv)()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() && check(b) {
+				}
+			})
+		})
+	}
 }

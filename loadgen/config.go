@@ -18,7 +18,7 @@ import (
 // flag of the field at fault (--rate for Rate), since that is what the
 // operator can change.
 type Config struct {
-	Target      string // "http" or "envoy"
+	Target      string // "http", "envoy" or "envoy-json"
 	URL         string
 	APIKey      string
 	Route       string
@@ -91,7 +91,7 @@ func ParseDescriptor(s, subjectKey string) (Descriptor, error) {
 func (c Config) ParsedDescriptors() ([]Descriptor, error) {
 	if len(c.Descriptors) == 0 {
 		if c.SubjectKey == "" {
-			return nil, errors.New("--target envoy needs a --descriptor key=value[,key=value...] (or a --subject-key to build one from)")
+			return nil, errors.New("--target envoy and envoy-json need a --descriptor key=value[,key=value...] (or a --subject-key to build one from)")
 		}
 		return []Descriptor{{{Key: c.SubjectKey}}}, nil
 	}
@@ -142,6 +142,22 @@ func (c Config) Validate() error {
 		if c.Reference != "" && !strings.HasPrefix(c.Reference, "/") {
 			return fmt.Errorf("--reference %q must be a path starting with /", c.Reference)
 		}
+	case "envoy-json":
+		if c.Holds || c.Reserve {
+			return errors.New("--holds and --reserve are for --target http: Envoy's API has no call to release a hold (see docs/envoy.md)")
+		}
+		if c.Domain == "" {
+			return errors.New("--domain is required with --target envoy-json: it selects the rate limit configuration file")
+		}
+		if c.Cost > math.MaxUint32 {
+			return fmt.Errorf("--cost %d does not fit Envoy's hits_addend (at most %d)", c.Cost, uint32(math.MaxUint32))
+		}
+		if c.Reference != "" && !strings.HasPrefix(c.Reference, "/") {
+			return fmt.Errorf("--reference %q must be a path starting with /, such as /healthcheck", c.Reference)
+		}
+		if _, err := c.ParsedDescriptors(); err != nil {
+			return err
+		}
 	case "envoy":
 		if c.Holds || c.Reserve {
 			return errors.New("--holds and --reserve are for --target http: Envoy's API has no call to release a hold (see docs/envoy.md)")
@@ -165,7 +181,7 @@ func (c Config) Validate() error {
 			return err
 		}
 	default:
-		return fmt.Errorf("--target %q is not a target; use http (the check API) or envoy (the gRPC rate limit service)", c.Target)
+		return fmt.Errorf("--target %q is not a target; use http (the check API), envoy (the gRPC rate limit service) or envoy-json (its HTTP face, POST /json)", c.Target)
 	}
 	if c.Cost < 0 {
 		return fmt.Errorf("--cost must not be negative, got %d", c.Cost)
@@ -233,6 +249,18 @@ func newBenchTargets(cfg Config) (benchTargets, error) {
 	ds, err := cfg.ParsedDescriptors()
 	if err != nil {
 		return benchTargets{}, err
+	}
+	if cfg.Target == "envoy-json" {
+		check, err := NewEnvoyJSON(base, cfg.Domain, ds, cfg.SubjectKey, uint32(cfg.Cost), cfg.Concurrency)
+		if err != nil {
+			return benchTargets{}, err
+		}
+		t := benchTargets{target: check, targetName: "POST /json " + cfg.Domain, close: func() error { return nil }}
+		if cfg.Reference != "" {
+			t.reference = NewHTTPGet(base+cfg.Reference, cfg.Concurrency)
+			t.referenceName = "GET " + cfg.Reference + " (reference)"
+		}
+		return t, nil
 	}
 	conns, err := DialGRPC(cfg.GRPCAddr, cfg.GRPCConns)
 	if err != nil {

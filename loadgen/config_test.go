@@ -25,6 +25,8 @@ func httpTarget(c *loadgen.Config) { c.APIKey, c.Route = "k", "/x" }
 
 func envoyTarget(c *loadgen.Config) { c.Target, c.Domain = "envoy", "api" }
 
+func envoyJSONTarget(c *loadgen.Config) { c.Target, c.Domain = "envoy-json", "api" }
+
 func TestConfigValidate(t *testing.T) {
 	overload := func(c *loadgen.Config) { c.Overload, c.Rate = true, 10 }
 	for name, c := range map[string]struct {
@@ -54,6 +56,10 @@ func TestConfigValidate(t *testing.T) {
 		"entry_no_key":       {[]func(*loadgen.Config){envoyTarget, func(c *loadgen.Config) { c.Descriptors = []string{"=v,user"} }}, "no key"},
 		"subject_key_unused": {[]func(*loadgen.Config){envoyTarget, func(c *loadgen.Config) { c.Descriptors = []string{"api=orders"} }}, `--subject-key "user"`},
 		"no_descriptor":      {[]func(*loadgen.Config){envoyTarget, func(c *loadgen.Config) { c.SubjectKey = "" }}, "--descriptor"},
+		"json_no_domain":     {[]func(*loadgen.Config){func(c *loadgen.Config) { c.Target = "envoy-json" }}, "--domain is required with --target envoy-json"},
+		"json_reserve":       {[]func(*loadgen.Config){envoyJSONTarget, func(c *loadgen.Config) { c.Reserve = true }}, "--reserve"},
+		"json_relative_ref":  {[]func(*loadgen.Config){envoyJSONTarget, func(c *loadgen.Config) { c.Reference = "healthcheck" }}, "--reference"},
+		"json_no_descriptor": {[]func(*loadgen.Config){envoyJSONTarget, func(c *loadgen.Config) { c.SubjectKey = "" }}, "--descriptor"},
 		"overload_no_rate":   {[]func(*loadgen.Config){httpTarget, func(c *loadgen.Config) { c.Overload = true }}, "set --rate"},
 		"overload_factor":    {[]func(*loadgen.Config){httpTarget, overload, func(c *loadgen.Config) { c.StepFactor = 1 }}, "--step-factor"},
 		"overload_max_rate":  {[]func(*loadgen.Config){httpTarget, overload, func(c *loadgen.Config) { c.MaxRate = 5 }}, "--max-rate"},
@@ -73,6 +79,7 @@ func TestConfigValidate(t *testing.T) {
 		"envoy_descriptors": {envoyTarget, func(c *loadgen.Config) {
 			c.Descriptors, c.Reference = []string{"api=orders,user", "tier=free"}, ""
 		}},
+		"envoy_json":           {envoyJSONTarget, func(c *loadgen.Config) { c.Reference = "/healthcheck" }},
 		"envoy_no_subject_key": {envoyTarget, func(c *loadgen.Config) { c.Descriptors, c.SubjectKey = []string{"api=orders"}, "" }},
 		"overload_no_cpu": {httpTarget, func(c *loadgen.Config) {
 			c.Overload, c.Rate, c.MetricsURL = true, 100, "none"

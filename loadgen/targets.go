@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/checkapi"
 )
@@ -134,4 +136,39 @@ func (s StoreCheck) Do(ctx context.Context, subject string) (Outcome, error) {
 		return Denied, nil
 	}
 	return Allowed, nil
+}
+
+// EnvoyJSON is envoyproxy/ratelimit's HTTP face as a target: POST /json with
+// a RateLimitRequest in protobuf's JSON form, answered 200 (OK) or 429
+// (OVER_LIMIT). It puts the HTTP check API beside a reference service's own
+// HTTP face on the same client (issue 29's HTTP comparison).
+type EnvoyJSON struct {
+	client *http.Client
+	url    string
+	build  *EnvoyCheck // builds each request; never dials
+}
+
+// NewEnvoyJSON returns a target for the /json endpoint of the service at
+// baseURL (http://host:port), with the descriptors and subject key of
+// NewEnvoyCheck.
+func NewEnvoyJSON(baseURL, domain string, descriptors []Descriptor, subjectKey string, hits uint32, concurrency int) (*EnvoyJSON, error) {
+	build, err := NewEnvoyCheck(nil, domain, descriptors, subjectKey, hits)
+	if err != nil {
+		return nil, err
+	}
+	return &EnvoyJSON{client: newHTTPClient(concurrency), url: baseURL + "/json", build: build}, nil
+}
+
+// Do sends one request for subject.
+func (e *EnvoyJSON) Do(ctx context.Context, subject string) (Outcome, error) {
+	body, err := protojson.Marshal(e.build.Request(subject))
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return doHTTP(e.client, req)
 }

@@ -20,13 +20,24 @@ from the Redis's INFO cpu, before and after, and divided by the checks
 answered. Prints each run and then the medians per service and workload with
 the ratio Sluice / ENV. With --before, a second Sluice, built from another
 checkout (a worktree of an earlier commit), runs in the same rotation, and
-the ratios after / before are printed too. Needs Go (to build Sluice), redis-server and
-redis-cli. Used for BENCHMARKS.md, issue 29."""
+the ratios after / before are printed too.
+
+With --http, the HTTP faces instead, on the same Redis and YAML: ENV's
+POST /json against Sluice's (in ENV mode, `sluice bench --target envoy-json`),
+and against a `sluice serve` (SQLite catalog, same Redis) answering
+POST /v1/check for rules of the same limits, whose GET /healthz is measured
+after each check run with the same load (the throughput ratio check / healthz).
+The serve's CPU is read from its own /metrics (process_cpu_seconds_total,
+per run, as `sluice bench` reports it), the others' from /proc.
+
+Needs Go (to build Sluice), redis-server and redis-cli. Used for
+BENCHMARKS.md, issue 29."""
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
 
-from benchlib import free_port, proc_cpu, redis_cpu, start_redis, stop, wait
+from benchlib import call as admin_call, free_port, proc_cpu, redis_cpu, start_redis, stop, wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKEN = "bench-vs-env-admin-token-0123456789"
 
 
 CONFIG = """domain: bench
@@ -46,7 +57,10 @@ def main():
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--subjects", type=int, default=1000)
     ap.add_argument("--before", help="a checkout of Sluice to measure beside this one (after / before ratios)")
+    ap.add_argument("--http", action="store_true", help="the HTTP faces: ENV's /json against Sluice's /json and POST /v1/check")
     args = ap.parse_args()
+    if args.http and args.before:
+        sys.exit("--before measures the gRPC face; leave it out with --http")
     if not os.access(args.env_binary, os.X_OK):
         sys.exit("%s is not an executable" % args.env_binary)
 
@@ -84,10 +98,14 @@ def main():
                                  stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, name + ".log"), "w"))
             procs.append(p)
             wait("http://127.0.0.1:%d/healthcheck" % http, p, name)
-            services[name] = (p, grpc)
+            services[name] = (p, grpc, http)
+
+        if args.http:
+            http_mode(args, work, bench, redis, redis_port, services, procs)
+            return
 
         def run(name, workload):
-            p, grpc = services[name]
+            p, grpc, _ = services[name]
             cmd = [bench, "bench", "--target", "envoy", "--grpc-addr", "127.0.0.1:%d" % grpc, "--domain", "bench",
                    "--descriptor", workload, "--subject-key", workload, "--subjects", str(args.subjects),
                    "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
@@ -108,7 +126,7 @@ def main():
 
         # Every deny subject spent once, on each service's own keys.
         for name in services:
-            p, grpc = services[name]
+            p, grpc, _ = services[name]
             subprocess.run([bench, "bench", "--target", "envoy", "--grpc-addr", "127.0.0.1:%d" % grpc,
                             "--domain", "bench", "--descriptor", "deny", "--subject-key", "deny",
                             "--subjects", str(args.subjects), "--concurrency", "8", "--duration", "3s",
@@ -149,6 +167,84 @@ def main():
     finally:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def http_mode(args, work, bench, redis, redis_port, services, procs):
+    """The HTTP faces side by side; see the module's docstring."""
+    port = free_port()
+    # Not the copy named ratelimit: under that name Sluice runs in ENV mode.
+    serve = subprocess.Popen([bench, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
+                              "--redis", "redis://127.0.0.1:%d/0" % redis_port,
+                              "--database", "sqlite://" + os.path.join(work, "catalog.db"), "--console=false"],
+                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve.log"), "w"))
+    procs.append(serve)
+    url = "http://127.0.0.1:%d" % port
+    wait(url + "/healthz", serve, "sluice serve")
+    admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "bench"})
+    key = admin_call(url + "/v1/tenants/bench/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
+    # The YAML's two limits, as the catalog spells them.
+    admin_call(url + "/v1/tenants/bench/rules/allow", "PUT", TOKEN, {"route": "/allow", "limits": [
+        {"name": "hour", "algorithm": "fixed_window", "limit": 1000000000, "window": "1h"}]})
+    admin_call(url + "/v1/tenants/bench/rules/deny", "PUT", TOKEN, {"route": "/deny", "limits": [
+        {"name": "hour", "algorithm": "fixed_window", "limit": 1, "window": "1h"}]})
+
+    def load(name, workload, seconds, concurrency, reference=False):
+        common = ["--subjects", str(args.subjects), "--concurrency", str(concurrency), "--duration", "%ds" % seconds, "--json"]
+        if name == "serve":
+            return [bench, "bench", "--target", "http", "--url", url, "--api-key", key, "--route", "/" + workload,
+                    "--reference", "/healthz" if reference else "", "--metrics-url", url + "/metrics"] + common
+        http = services[name][2]
+        return [bench, "bench", "--target", "envoy-json", "--url", "http://127.0.0.1:%d" % http, "--domain", "bench",
+                "--descriptor", workload, "--subject-key", workload, "--metrics-url", "none", "--reference", ""] + common
+
+    def check(name, workload, rep):
+        answered = rep["allowed"] + rep["denied"]
+        if answered == 0 or rep["failed"] or rep["shed"]:
+            sys.exit("%s %s: %d answered, %d failed, %d shed: %s" % (name, workload, answered, rep["failed"],
+                                                                     rep["shed"], rep.get("first_error", "")))
+        return answered
+
+    def run(name, workload):
+        if name == "serve":
+            reps = json.loads(subprocess.run(load(name, workload, args.duration, args.concurrency, True),
+                                             check=True, capture_output=True, text=True).stdout)
+            r, ref = reps[0], reps[1]  # the run, then /healthz under the same load
+            check(name, workload, r)
+            if "cpu_us_per_check" not in r or "cpu_us_per_check" not in ref:
+                sys.exit("sluice serve's CPU was not measured: %s" % r.get("cpu_error", ref.get("cpu_error")))
+            return {"server_us": r["cpu_us_per_check"], "per_second": r["per_second"], "p99_ms": r["p99_ms"],
+                    "healthz_per_second": ref["per_second"], "healthz_us": ref["cpu_us_per_check"]}
+        p = services[name][0]
+        cpu0 = proc_cpu(p.pid)
+        r = json.loads(subprocess.run(load(name, workload, args.duration, args.concurrency),
+                                      check=True, capture_output=True, text=True).stdout)[0]
+        cpu1 = proc_cpu(p.pid)
+        return {"server_us": (cpu1 - cpu0) / check(name, workload, r) * 1e6, "per_second": r["per_second"], "p99_ms": r["p99_ms"]}
+
+    names = ["env", "sluice", "serve"]
+    for name in names:  # every deny subject spent once, on each face's own keys
+        subprocess.run(load(name, "deny", 3, 8), check=True, capture_output=True)
+    results = {}
+    print("%-8s %-6s %3s %12s %10s %8s %14s" % ("service", "load", "rep", "server µs", "checks/s", "p99 ms", "healthz/s"))
+    for rep in range(args.reps):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for workload in ("allow", "deny"):
+            for name in order:
+                r = run(name, workload)
+                results.setdefault((name, workload), []).append(r)
+                print("%-8s %-6s %3d %12.1f %10.0f %8.2f %14s" % (name, workload, rep + 1, r["server_us"], r["per_second"],
+                      r["p99_ms"], "%.0f" % r["healthz_per_second"] if "healthz_per_second" in r else ""), flush=True)
+
+    print("\nmedians of %d runs (env: ENV POST /json; sluice: Sluice POST /json in ENV mode; serve: sluice serve POST /v1/check):" % args.reps)
+    for workload in ("allow", "deny"):
+        med = {name: {k: statistics.median(r[k] for r in results[(name, workload)]) for k in results[(name, workload)][0]}
+               for name in names}
+        e, j, c = med["env"], med["sluice"], med["serve"]
+        print("%-6s server CPU/check: ENV %.1f µs; Sluice /json %.1f µs (%.2fx); /v1/check %.1f µs (%.2fx); "
+              "p99 %.2fx / %.2fx; /v1/check throughput %.2fx /healthz's (CPU %.2fx)" % (
+                  workload, e["server_us"], j["server_us"], j["server_us"] / e["server_us"], c["server_us"],
+                  c["server_us"] / e["server_us"], j["p99_ms"] / e["p99_ms"], c["p99_ms"] / e["p99_ms"],
+                  c["per_second"] / c["healthz_per_second"], c["server_us"] / c["healthz_us"]))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ Targets:
     The entry keyed --subject-key gets the drawn subject as its value (a bare
     key is enough: --descriptor user). OK is allowed, OVER_LIMIT denied. The
     load goes over --grpc-conns shared connections, without TLS.
+  --target envoy-json: the same requests to the HTTP face of Envoy's rate limit
+    service at --url (POST /json, as envoyproxy/ratelimit and sluice in its
+    mode serve it); 200 is allowed, 429 denied. --reference is a GET path
+    (envoyproxy/ratelimit's is /healthcheck; "" for none).
 
 A deny is an answer, not an error. A shed request (HTTP 503 with the error code
 "overloaded", or gRPC RESOURCE_EXHAUSTED) is counted apart with its own
@@ -84,7 +88,7 @@ machine they share the CPU (and the CPU figure is the server process's alone).`,
 // (loadgen.DefaultConfig) in cfg.
 func addBenchFlags(f *pflag.FlagSet, cfg *loadgen.Config) {
 	d := *cfg
-	f.StringVar(&cfg.Target, "target", d.Target, "what to load: http (POST /v1/check) or envoy (the gRPC rate limit service)")
+	f.StringVar(&cfg.Target, "target", d.Target, "what to load: http (POST /v1/check), envoy (the gRPC rate limit service) or envoy-json (its POST /json)")
 	f.StringVar(&cfg.URL, "url", d.URL, "base URL of the sluice serve to load (HTTP target, reference and metrics)")
 	f.StringVar(&cfg.APIKey, "api-key", "", "http: a check API key of the tenant whose rule is exercised")
 	f.StringVar(&cfg.Route, "route", "", "http: the route every check names (it selects the tenant's rule)")
@@ -94,7 +98,7 @@ func addBenchFlags(f *pflag.FlagSet, cfg *loadgen.Config) {
 	f.DurationVar(&cfg.Duration, "duration", d.Duration, "length of each measured run")
 	f.IntVar(&cfg.Subjects, "subjects", d.Subjects, "number of distinct subjects")
 	f.Float64Var(&cfg.Hot, "hot", d.Hot, "fraction of checks (0 to 1) that go to one hot subject")
-	f.StringVar(&cfg.Reference, "reference", d.Reference, "http: path measured after the run with the same load, as the reference; envoy: the gRPC health check is the reference (empty: none)")
+	f.StringVar(&cfg.Reference, "reference", d.Reference, "http and envoy-json: path measured after the run with the same load, as the reference; envoy: the gRPC health check is the reference (empty: none)")
 	f.BoolVar(&cfg.JSON, "json", false, "print the results as JSON")
 	f.BoolVar(&cfg.Holds, "holds", false, "http: send acquire/release pairs, a check that takes a hold (a rule with a concurrency limit, or --reserve) then DELETE /v1/holds/{id}, measured together")
 	f.BoolVar(&cfg.Reserve, "reserve", false, `http: send "reserve": true with each check (with --holds: the hold is released, the estimate stands)`)

@@ -154,6 +154,13 @@ type Rule struct {
 	Unit            rlspb.RateLimitResponse_RateLimit_Unit
 	UnitMultiplier  uint32
 	FailureMode     sluice.FailureMode
+	// Plans (a Sluice extension) are the descriptor's named limit sets, by
+	// plan name: each a Rule like this one but for its limits. A request
+	// picks one with a sluice_plan entry; the engine checks the rule with
+	// that plan (check.Query.Plan), and the plan's Rule is what the
+	// descriptor's status reports.
+	Plans map[string]*Rule
+	plan  string
 	// Also are the further limits of a descriptor with several
 	// (rate_limits, a Sluice extension): the request passes only if every
 	// one allows, checked in one store call, and a deny by one consumes
@@ -169,6 +176,18 @@ func (r *Rule) limits() []sluice.Limit {
 		out = append(out, a.Limit)
 	}
 	return out
+}
+
+// enginePlans are r's plans as the engine checks them, nil without any.
+func (r *Rule) enginePlans() sluice.Plans {
+	if len(r.Plans) == 0 {
+		return nil
+	}
+	ps := make(sluice.Plans, len(r.Plans))
+	for name, p := range r.Plans {
+		ps[name] = p.limits()
+	}
+	return ps
 }
 
 // neverFits returns the rule (r, or one of Also) whose limit can never hold
@@ -219,8 +238,17 @@ type yamlDescriptor struct {
 	ShareThreshold bool             `yaml:"share_threshold"`
 	// Metadata is free-form: no field of it is checked.
 	Metadata yaml.Node `yaml:"metadata"`
+	// Plans (a Sluice extension) are named limit sets a request picks with
+	// a sluice_plan entry, in place of the descriptor's own rate_limit(s).
+	Plans map[string]yamlPlan `yaml:"plans"`
 	// line is where the descriptor starts, for errors.
 	line int
+}
+
+// yamlPlan is one plan's limits, written as a descriptor's are.
+type yamlPlan struct {
+	RateLimit  *yamlRateLimit  `yaml:"rate_limit"`
+	RateLimits []yamlRateLimit `yaml:"rate_limits"`
 }
 
 // UnmarshalYAML records the descriptor's line, so an invalid rule is named
@@ -363,6 +391,12 @@ func checkFields(n *yaml.Node, t reflect.Type) error {
 	switch {
 	case t == reflect.TypeOf(yaml.Node{}):
 		// Free-form.
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			if err := checkFields(n.Content[i], t.Elem()); err != nil {
+				return err
+			}
+		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for _, c := range n.Content {
 			if err := checkFields(c, t.Elem()); err != nil {
@@ -410,6 +444,8 @@ func schemaName(t reflect.Type) string {
 		return "descriptor's"
 	case reflect.TypeOf(yamlRateLimit{}):
 		return "rate_limit's"
+	case reflect.TypeOf(yamlPlan{}):
+		return "plan's"
 	}
 	return "replaces entry's"
 }
@@ -485,7 +521,12 @@ func addDescriptors(parent *node, descs []yamlDescriptor, d *Domain) error {
 				return fmt.Errorf("line %d: descriptor %s: metadata: %w", yd.line, n.path, err)
 			}
 			r.Metadata = md
+			if err := addPlans(r, n, yd.Plans, d); err != nil {
+				return fmt.Errorf("line %d: descriptor %s: %w", yd.line, n.path, err)
+			}
 			n.rule = r
+		} else if yd.Plans != nil {
+			return fmt.Errorf("line %d: descriptor %s: plans replace a descriptor's own limits, so it needs a rate_limit (or rate_limits) too: the limits of requests that name no plan", yd.line, n.path)
 		}
 		if err := addDescriptors(n, yd.Descriptors, d); err != nil {
 			return err
@@ -742,6 +783,74 @@ func addAlso(r *Rule, n *node, ys []yamlRateLimit, d *Domain) error {
 		seen[a.Limit.Name] = true
 	}
 	return nil
+}
+
+// addPlans gives r the plans of its descriptor: each a rule like r (its
+// name, replaces, shadow and failure mode are the descriptor's) with the
+// plan's limits. A plan's limit of the same name as one of r's (per_minute,
+// per_day...) counts on the same counter, as plans do on every face.
+func addPlans(r *Rule, n *node, plans map[string]yamlPlan, d *Domain) error {
+	if plans == nil {
+		return nil
+	}
+	if len(plans) == 0 {
+		return errors.New("plans is empty; give each plan a name and a rate_limit, or remove plans")
+	}
+	if len(plans) > sluice.MaxPlans {
+		return fmt.Errorf("plans has %d plans; at most %d are allowed", len(plans), sluice.MaxPlans)
+	}
+	r.Plans = make(map[string]*Rule, len(plans))
+	for _, name := range sortedKeys(plans) {
+		yp := plans[name]
+		if err := sluice.PlanName(name).Validate(); err != nil {
+			return fmt.Errorf("plan %q: %w", name, err)
+		}
+		ys := yp.RateLimits
+		switch {
+		case yp.RateLimit != nil && yp.RateLimits != nil:
+			return fmt.Errorf("plan %q: rate_limit and rate_limits both give its limits; use rate_limits alone for several", name)
+		case yp.RateLimit != nil:
+			ys = []yamlRateLimit{*yp.RateLimit}
+		case len(ys) == 0:
+			return fmt.Errorf("plan %q has no limits: give it a rate_limit or rate_limits", name)
+		}
+		for i := range ys {
+			y := &ys[i]
+			switch {
+			case y.Unlimited:
+				return fmt.Errorf("plan %q: entry %d is unlimited; a plan's limits each need a requests_per_unit above 0", name, i+1)
+			case y.RequestsPerUnit == nil || *y.RequestsPerUnit == 0:
+				return fmt.Errorf("plan %q: entry %d has no requests_per_unit (or 0); a plan's limits each need one above 0", name, i+1)
+			case y.Name != "" || len(y.Replaces) > 0 || y.FailureMode != "":
+				return fmt.Errorf("plan %q: entry %d sets name, replaces or failure_mode, which belong to the descriptor's own rate_limit, not to a plan", name, i+1)
+			}
+		}
+		p, err := newRule(n, &ys[0], d)
+		if err != nil {
+			return fmt.Errorf("plan %q: %w", name, err)
+		}
+		if len(ys) > 1 {
+			if err := addAlso(p, n, ys, d); err != nil {
+				return fmt.Errorf("plan %q: rate_limits: %w", name, err)
+			}
+		}
+		p.Name, p.Replaces, p.Shadow, p.FailureMode = r.Name, r.Replaces, r.Shadow, r.FailureMode
+		for _, a := range p.Also {
+			a.Name = r.Name
+		}
+		p.QuotaMode, p.DetailedMetric, p.Metadata = r.QuotaMode, r.DetailedMetric, r.Metadata
+		r.Plans[name] = p
+	}
+	return r.enginePlans().Validate()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // escapePath percent-escapes the characters that structure a rule path, so

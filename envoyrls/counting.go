@@ -78,7 +78,7 @@ func (s *Server) holdBackIncrements(ctx context.Context, d *Domain, cd *compiled
 		if !it.countsAll || it.cost == 0 {
 			continue
 		}
-		res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Subject: withoutExcess(it.subject), Cost: 0, Start: start})
+		res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Plan: it.plan, Subject: withoutExcess(it.subject), Cost: 0, Start: start})
 		if err != nil {
 			return s.checkFailed(ctx, d, []*item{it}, it.rule.FailureMode, err)
 		}

@@ -284,7 +284,33 @@ func (s *Server) engineRule(d *Domain, r *Rule) *check.Rule {
 		limits[0].Capacity = 1
 	}
 	return s.engine.NewRule(metrics.Labels{Source: metrics.SourceEnvoy, Domain: d.Name, Rule: r.Path},
-		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: limits, Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
+		check.Rule{Namespace: tenant(d), Name: r.Path, Limits: limits, Plans: r.enginePlans(), Mode: r.FailureMode, Shadow: r.Shadow || s.shadow})
+}
+
+// PlanKey is the key of the descriptor entry that names a request's plan
+// (a Sluice extension): the entry is not matched against the descriptor
+// tree; its value picks one of the matched descriptor's plans.
+const PlanKey = "sluice_plan"
+
+// planOf splits a descriptor's entries into those matched against the
+// tree and the plan a PlanKey entry names ("" without one, or with an
+// empty value). Only a descriptor with a plan entry is copied.
+func planOf(entries []*ratelimitv3.RateLimitDescriptor_Entry) ([]*ratelimitv3.RateLimitDescriptor_Entry, string, error) {
+	at := -1
+	for i, e := range entries {
+		if e.GetKey() == PlanKey {
+			if at >= 0 {
+				return nil, "", fmt.Errorf("two %s entries (%q and %q); a descriptor names one plan", PlanKey, entries[at].GetValue(), e.GetValue())
+			}
+			at = i
+		}
+	}
+	if at < 0 {
+		return entries, "", nil
+	}
+	rest := make([]*ratelimitv3.RateLimitDescriptor_Entry, 0, len(entries)-1)
+	rest = append(append(rest, entries[:at]...), entries[at+1:]...)
+	return rest, entries[at].GetValue(), nil
 }
 
 // countsZeroLimit says whether d counts the hits of r, a rule of
@@ -381,8 +407,11 @@ var healthServices = []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName
 
 // item is one request descriptor on its way to a status.
 type item struct {
-	rule     *Rule
-	check    *check.Rule
+	// rule is the matched rule, or the plan of it the request named.
+	rule  *Rule
+	check *check.Rule
+	// plan is the plan the request named ("": none).
+	plan     string
 	subject  string
 	cost     int64
 	replaced bool
@@ -432,7 +461,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if domain == nil {
 			s.stats.domainNotFound(req.GetDomain())
 		}
-		if domain == nil || len(desc.GetEntries()) == 0 {
+		entries, plan, err := planOf(desc.GetEntries())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		if domain == nil || len(entries) == 0 {
 			// No entries match no rule: OK, as in envoyproxy/ratelimit.
 			continue
 		}
@@ -441,15 +474,24 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			if err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
-			it.rule, it.subject, it.check = rule, overrideSubject(desc), engineRule
+			it.rule, it.subject, it.check = rule, overrideSubject(entries), engineRule
 			if s.stats != nil {
 				it.stats = s.stats.keyStats(descriptorKey(req.GetDomain(), desc))
 			}
 			continue
 		}
-		if m, ok := domain.Match(desc.GetEntries()); ok {
+		if m, ok := domain.Match(entries); ok {
 			it.rule, it.check = m.Rule, cd.rules[m.Rule]
-			it.subject, it.countsAll = s.keySubject(domain, m.Rule, desc.GetEntries(), m.Subject, &it.cost)
+			if plan != "" {
+				// Refused before any store call, so a request naming an
+				// unknown plan consumes nothing in its other descriptors;
+				// the engine's own plans say which there are.
+				if _, err := it.check.Plans.Limits(nil, plan); err != nil {
+					return nil, status.Errorf(codes.InvalidArgument, "domain %q, descriptor %d (%s): %v", domain.Name, i, m.Rule.Path, err)
+				}
+				it.rule, it.plan = m.Rule.Plans[plan], plan
+			}
+			it.subject, it.countsAll = s.keySubject(domain, it.rule, entries, m.Subject, &it.cost)
 			it.stats = cd.stats[m.Rule]
 			if m.Rule.DetailedMetric && s.stats != nil {
 				it.stats = s.stats.keyStats(detailedMetricKey(req.GetDomain(), desc))
@@ -613,9 +655,9 @@ type override struct {
 // maxOverrideRules bounds the distinct override limits remembered per domain.
 const maxOverrideRules = 1024
 
-func overrideSubject(desc *ratelimitv3.RateLimitDescriptor) string {
+func overrideSubject(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
 	var subject strings.Builder
-	for _, e := range desc.GetEntries() {
+	for _, e := range entries {
 		for _, part := range []string{e.GetKey(), e.GetValue()} {
 			subject.WriteString(strconv.Itoa(len(part)))
 			subject.WriteByte(':')
@@ -711,7 +753,7 @@ func (s *Server) checkOne(ctx context.Context, d *Domain, cd *compiledDomain, it
 	if done := s.decideWithoutStore(cd, it, start); done {
 		return nil
 	}
-	res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Subject: it.subject, Cost: it.cost, Start: start})
+	res, err := s.engine.Check(ctx, check.Query{Rule: it.check, Plan: it.plan, Subject: it.subject, Cost: it.cost, Start: start})
 	zeroLimit := it.countsAll && it.rule.Limit.Capacity == 0
 	if zeroLimit && it.cost > 0 && (err != nil || res.Outcome == check.Degraded) {
 		// A hit of a rule that admits none is over the limit, counted or

@@ -94,9 +94,12 @@ func (s *Server) keySubject(d *Domain, r *Rule, entries []*ratelimitv3.RateLimit
 
 // usesRatelimitKey reports whether r is counted as envoyproxy/ratelimit
 // counts: a fixed window of one whole unit. Sluice's extensions (other
-// algorithms, unit_multiplier) keep Sluice's keys: there is nothing to share.
+// algorithms, unit_multiplier, lease) keep Sluice's keys: there is nothing
+// to share. A leased limit must: its leases are granted on Sluice's keys,
+// and a direct check on other keys would count the same units twice over.
 func usesRatelimitKey(r *Rule) bool {
-	return r.Limit.Algorithm == sluice.AlgorithmFixedWindow && r.UnitMultiplier == 1 && r.Limit.Capacity > 0
+	return r.Limit.Algorithm == sluice.AlgorithmFixedWindow && r.UnitMultiplier == 1 && r.Limit.Capacity > 0 &&
+		r.Limit.Lease != sluice.LeaseAuto
 }
 
 // ratelimitScript counts checks under envoyproxy/ratelimit's keys, one key
@@ -189,7 +192,12 @@ func newRatelimitBatcher(client rueidis.Client) *scriptbatch.Batcher[ratelimitCa
 // Redis, and passes every other check to the store it wraps. Windows follow
 // this process's clock, as envoyproxy/ratelimit's follow its own: the two
 // must agree on the time to agree on the window.
+//
+// It passes the wrapped store's optional capabilities through too (see
+// capabilities): holds, leases and top-ups are never of a marked check, so
+// they are the wrapped store's alone.
 type RatelimitKeyStore struct {
+	capabilities
 	next   sluice.Store
 	client rueidis.Client
 	prefix string
@@ -199,12 +207,17 @@ type RatelimitKeyStore struct {
 	batches *scriptbatch.Batcher[ratelimitCall, [2]int64]
 }
 
-var _ sluice.Store = (*RatelimitKeyStore)(nil)
+var (
+	_ sluice.Leaser      = (*RatelimitKeyStore)(nil)
+	_ sluice.CreditStore = (*RatelimitKeyStore)(nil)
+	_ sluice.Leaser      = (*ratelimitKeysOnceConnected)(nil)
+	_ sluice.CreditStore = (*ratelimitKeysOnceConnected)(nil)
+)
 
 // NewRatelimitKeyStore wraps next; client is the Redis envoyproxy/ratelimit
 // uses, and prefix its CACHE_KEY_PREFIX. The caller keeps owning client.
 func NewRatelimitKeyStore(next sluice.Store, client rueidis.Client, prefix string) *RatelimitKeyStore {
-	s := &RatelimitKeyStore{next: next, client: client, prefix: prefix, now: time.Now}
+	s := &RatelimitKeyStore{capabilities: capabilities{next}, next: next, client: client, prefix: prefix, now: time.Now}
 	s.batches = newRatelimitBatcher(client)
 	if client.Mode() == rueidis.ClientModeCluster {
 		s.batches.Exec = nil
@@ -282,10 +295,13 @@ func (s *RatelimitKeyStore) Reset(ctx context.Context, tenant, rule, subject str
 // check and reset of valid input fails at once as unavailable
 // (sluice.ErrStoreConnecting), so the rules' failure modes answer.
 func RatelimitKeysOnceConnected(next sluice.Store, client func() rueidis.Client, prefix string) sluice.Store {
-	return &ratelimitKeysOnceConnected{next: next, client: client, prefix: prefix}
+	return &ratelimitKeysOnceConnected{capabilities: capabilities{next}, next: next, client: client, prefix: prefix}
 }
 
 type ratelimitKeysOnceConnected struct {
+	// Holds, leases and top-ups go to next whether or not the ratelimit
+	// connection is up: they never touch its keys.
+	capabilities
 	next   sluice.Store
 	client func() rueidis.Client
 	prefix string
@@ -327,6 +343,90 @@ func (r *ratelimitKeysOnceConnected) Reset(ctx context.Context, tenant, rule, su
 		return errRatelimitKeysConnecting
 	}
 	return s.Reset(ctx, tenant, rule, subject, limits)
+}
+
+// capabilities passes the optional interfaces the check engine and its
+// guard look for (sluice.Holder, sluice.Leaser, sluice.CreditStore, a
+// Ping, shards) to the wrapped store. The key format needs Redis, whose
+// stores (redis.Store, redis.Connecting) have every one; with another
+// store a call answers as a store without it would (its Unsupported
+// error; one shard).
+type capabilities struct{ next sluice.Store }
+
+// Hold passes to the wrapped store. See sluice.Holder.
+func (c capabilities) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, error) {
+	h, ok := c.next.(sluice.Holder)
+	if !ok {
+		return sluice.HoldResult{}, sluice.ErrHoldsUnsupported
+	}
+	return h.Hold(ctx, op)
+}
+
+// Lease passes to the wrapped store. See sluice.Leaser. A marked subject
+// (one counted under envoyproxy/ratelimit's keys) never leases: its units
+// are not in the wrapped store's counters.
+func (c capabilities) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	if strings.HasPrefix(req.Subject, ratelimitKeyMarker) || strings.HasPrefix(req.Subject, countAllMarker) {
+		return sluice.LeaseGrant{}, fmt.Errorf("%w: a check counted under envoyproxy/ratelimit's keys is checked directly, never leased", sluice.ErrInvalid)
+	}
+	l, ok := c.next.(sluice.Leaser)
+	if !ok {
+		return sluice.LeaseGrant{}, errNoLeases
+	}
+	return l.Lease(ctx, req)
+}
+
+// ReturnLease passes to the wrapped store. See sluice.Leaser.
+func (c capabilities) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice.LeaseReturnResult, error) {
+	l, ok := c.next.(sluice.Leaser)
+	if !ok {
+		return sluice.LeaseReturnResult{}, errNoLeases
+	}
+	return l.ReturnLease(ctx, ret)
+}
+
+var errNoLeases = errors.New("the store does not lease quota")
+
+// TopUp passes to the wrapped store. See sluice.CreditStore.
+func (c capabilities) TopUp(ctx context.Context, t sluice.TopUp) (sluice.TopUpResult, error) {
+	cs, ok := c.next.(sluice.CreditStore)
+	if !ok {
+		return sluice.TopUpResult{}, sluice.ErrCreditsUnsupported
+	}
+	return cs.TopUp(ctx, t)
+}
+
+// Ping is the wrapped store's liveness probe (every Redis store has one).
+func (c capabilities) Ping(ctx context.Context) error {
+	if p, ok := c.next.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+// Shards, Shard and ShardOfTag are the wrapped store's, so each shard of a
+// Cluster keeps its own breaker.
+func (c capabilities) Shards() int {
+	if s, ok := c.next.(interface{ Shards() int }); ok {
+		return s.Shards()
+	}
+	return 1
+}
+
+func (c capabilities) Shard(tenant, rule, subject string) int {
+	if s, ok := c.next.(interface {
+		Shard(tenant, rule, subject string) int
+	}); ok {
+		return s.Shard(tenant, rule, subject)
+	}
+	return 0
+}
+
+func (c capabilities) ShardOfTag(tag string) int {
+	if s, ok := c.next.(interface{ ShardOfTag(string) int }); ok {
+		return s.ShardOfTag(tag)
+	}
+	return 0
 }
 
 // KeyFormatSluice is the default of --envoy-key-format: Sluice's own keys.

@@ -10,6 +10,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/envoyrls"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/metrics"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
 
@@ -472,4 +474,85 @@ func TestCheckKeyFormat(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", c, err, c.want)
 		}
 	}
+}
+
+// TestRatelimitKeyFormatLeases: under --envoy-key-format ratelimit a rule
+// with lease: auto leases when its key is hot (the wrapper passes the
+// store's leases through), on Sluice's keys: its direct checks count there
+// too, so the leased units and the direct ones are one count. Admitted
+// checks never pass the limit.
+func TestRatelimitKeyFormatLeases(t *testing.T) {
+	const config = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 500, lease: auto}
+`
+	redisURL := testenv.Redis(t).URL()
+	rs, err := sluiceredis.Open(redisURL, sluiceredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	copts, err := sluiceredis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	reg := prometheus.NewRegistry()
+	engine := check.New(envoyrls.NewRatelimitKeyStore(rs, client, "rl_"), check.Options{Metrics: metrics.New(reg),
+		LeaseHotRate: 5, LeaseTTL: 10 * time.Second})
+	t.Cleanup(func() { engine.Close() })
+	srv := envoyrls.NewServer(envoyrls.Options{Engine: engine, RatelimitKeys: true})
+	cfg, err := envoyrls.LoadDir(configDir(t, config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetConfig(cfg)
+	user := fmt.Sprintf("u%d", time.Now().UnixNano())
+	admitted := 0
+	for range 600 {
+		resp, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode == rlspb.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted != 500 {
+		t.Fatalf("admitted %d of 600 requests under a limit of 500", admitted)
+	}
+	saved := counterValue(t, reg, "sluice_quota_lease_store_calls_saved_total")
+	if saved < 400 {
+		t.Fatalf("%v checks decided from a lease of 600: the hot key did not lease", saved)
+	}
+	// The format's own key for this user was never written: a leased
+	// limit counts on Sluice's keys only.
+	key := "rl_api_user_" + user + "_" + strconv.FormatInt(time.Now().Unix()/3600*3600, 10)
+	if n, err := client.Do(context.Background(), client.B().Exists().Key(key).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS %s = %d, %v: a leased limit was counted under envoyproxy/ratelimit's key", key, n, err)
+	}
+}
+
+// counterValue is the value of the unlabelled counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

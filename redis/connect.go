@@ -53,9 +53,10 @@ type Connecting struct {
 }
 
 var (
-	_ sluice.Store  = (*Connecting)(nil)
-	_ sluice.Holder = (*Connecting)(nil)
-	_ sluice.Leaser = (*Connecting)(nil)
+	_ sluice.Store       = (*Connecting)(nil)
+	_ sluice.Holder      = (*Connecting)(nil)
+	_ sluice.Leaser      = (*Connecting)(nil)
+	_ sluice.CreditStore = (*Connecting)(nil)
 )
 
 // Connect returns a Store on Redis at rawURL (see Open) that connects in the
@@ -228,6 +229,20 @@ func (c *Connecting) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (s
 		return sluice.LeaseReturnResult{}, err
 	}
 	return s.ReturnLease(ctx, ret)
+}
+
+// TopUp tops up a credits balance once connected. See sluice.CreditStore.
+// (Without it, sluice serve's store kept no credits: the engine tops up
+// only a store that does.)
+func (c *Connecting) TopUp(ctx context.Context, t sluice.TopUp) (sluice.TopUpResult, error) {
+	s, err := c.current("top up")
+	if err != nil {
+		if verr := t.Validate(); verr != nil {
+			return sluice.TopUpResult{}, verr
+		}
+		return sluice.TopUpResult{}, err
+	}
+	return s.TopUp(ctx, t)
 }
 
 // Ping checks that Redis answers; before the store has connected it fails

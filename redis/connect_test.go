@@ -227,3 +227,35 @@ func TestConnectingLeases(t *testing.T) {
 		t.Fatalf("after a lease of 4 with 3 back: %+v %v, want 9 left", d, err)
 	}
 }
+
+// TestConnectingTopsUp: the store sluice serve opens keeps credits (the
+// engine tops up only a store that does, so without it serve's top-ups were
+// refused), and before it has connected a top-up is unavailable, bad input
+// still bad.
+func TestConnectingTopsUp(t *testing.T) {
+	srv := testenv.Redis(t)
+	srv.Stop()
+	c := connect(t, srv.URL())
+	var store sluice.Store = c
+	cs, ok := store.(sluice.CreditStore)
+	if !ok {
+		t.Fatal("Connecting keeps no credits")
+	}
+	ctx := context.Background()
+	l := sluice.Credits(sluice.Refill{})
+	up := sluice.TopUp{Tenant: "t", Rule: "r", Subject: "s", Limit: l, Add: 5, IdempotencyKey: "k1"}
+	if _, err := cs.TopUp(ctx, up); !errors.Is(err, sluice.ErrStoreConnecting) {
+		t.Fatalf("top-up before Redis answers: %v", err)
+	}
+	bad := up
+	bad.Add = 0
+	if _, err := cs.TopUp(ctx, bad); !errors.Is(err, sluice.ErrInvalid) {
+		t.Fatalf("bad top-up before Redis answers: %v", err)
+	}
+	srv.Start()
+	<-c.Connected()
+	res, err := cs.TopUp(ctx, up)
+	if err != nil || res.Balance != 5 || !res.Applied {
+		t.Fatalf("top-up: %+v %v", res, err)
+	}
+}

@@ -160,7 +160,6 @@ type Rule struct {
 	// that plan (check.Query.Plan), and the plan's Rule is what the
 	// descriptor's status reports.
 	Plans map[string]*Rule
-	plan  string
 	// Also are the further limits of a descriptor with several
 	// (rate_limits, a Sluice extension): the request passes only if every
 	// one allows, checked in one store call, and a deny by one consumes

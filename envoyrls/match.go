@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"strconv"
-	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
@@ -26,7 +25,10 @@ func (d *Domain) Match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (m Matc
 	if d == nil || len(entries) == 0 {
 		return Match{}, false
 	}
-	var subject strings.Builder
+	// The subject is built on the stack and made a string once: a Builder
+	// grew it two or three times per check.
+	var room [96]byte
+	subject := room[:0]
 	cur := d.root
 	for i, e := range entries {
 		next := cur.child(e.GetKey(), e.GetValue())
@@ -35,15 +37,15 @@ func (d *Domain) Match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (m Matc
 		}
 		switch {
 		case next.kind == matchKeyOnly, next.kind == matchWildcard && !next.shareThreshold:
-			subject.WriteString(strconv.Itoa(len(e.GetValue())))
-			subject.WriteByte(':')
-			subject.WriteString(e.GetValue())
+			subject = strconv.AppendInt(subject, int64(len(e.GetValue())), 10)
+			subject = append(subject, ':')
+			subject = append(subject, e.GetValue()...)
 		}
 		if i == len(entries)-1 {
 			if next.rule == nil {
 				return Match{}, false
 			}
-			return Match{Rule: next.rule, Subject: subject.String()}, true
+			return Match{Rule: next.rule, Subject: string(subject)}, true
 		}
 		cur = next
 	}

@@ -677,7 +677,10 @@ const maxConcurrentChecks = 16
 // does. The store calls run concurrently, so a request with several limited
 // descriptors waits about one round trip, not one per descriptor.
 func (s *Server) checkEach(ctx context.Context, d *Domain, cd *compiledDomain, items []item, start time.Time) error {
-	var pending []*item
+	// Room for the common case of one descriptor, so it allocates nothing
+	// here: pending stays on the stack as long as nothing keeps it.
+	var room [1]*item
+	pending := room[:0]
 	for i := range items {
 		if !s.decideWithoutStore(cd, &items[i], start) {
 			pending = append(pending, &items[i])
@@ -688,9 +691,19 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, cd *compiledDomain, i
 			return overLimitDespite(ctx, items, err)
 		}
 	}
-	if len(pending) == 1 {
+	switch len(pending) {
+	case 0:
+		return nil
+	case 1:
 		return overLimitDespite(ctx, items, s.checkOne(ctx, d, cd, pending[0], start))
 	}
+	return overLimitDespite(ctx, items, s.checkConcurrently(ctx, d, cd, slices.Clone(pending), start))
+}
+
+// checkConcurrently checks pending's items at once, at most
+// maxConcurrentChecks store calls in flight, and returns the first error.
+// pending is its own: the workers share it.
+func (s *Server) checkConcurrently(ctx context.Context, d *Domain, cd *compiledDomain, pending []*item, start time.Time) error {
 	errs := make([]error, len(pending))
 	var wg sync.WaitGroup
 	// A bounded number of workers: a request's descriptors (up to
@@ -713,7 +726,7 @@ func (s *Server) checkEach(ctx context.Context, d *Domain, cd *compiledDomain, i
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return overLimitDespite(ctx, items, err)
+			return err
 		}
 	}
 	return nil

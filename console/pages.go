@@ -40,7 +40,7 @@ func parsePages() (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
-			"templates/layout.html", "templates/live.html", "templates/"+name+".html")
+			"templates/layout.html", "templates/live.html", "templates/limit-rows.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse template %s: %w", name, err)
 		}
@@ -596,22 +596,7 @@ func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *s
 			return
 		}
 		f.Editing, f.Name, f.Route, f.FailureMode, f.Shadow = true, rule.Name, rule.Route, rule.FailureMode, rule.Shadow
-		for _, l := range rule.Limits {
-			row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
-			if l.Algorithm == string(sluice.AlgorithmConcurrency) {
-				row.Window = l.TTL // one field: a concurrency limit has no window
-			}
-			switch {
-			case l.Capacity != nil:
-				row.Amount = strconv.FormatInt(*l.Capacity, 10)
-			case l.Limit != nil:
-				row.Amount = strconv.FormatInt(*l.Limit, 10)
-			}
-			if l.RefillPerSecond != nil {
-				row.Refill = strconv.FormatFloat(*l.RefillPerSecond, 'f', -1, 64)
-			}
-			f.Limits = append(f.Limits, row)
-		}
+		f.Limits = limitRowsOf(rule.Limits)
 	}
 	if f.Editing && c.storedRuleHasHiddenFields(r, sess, r.PathValue("tenant"), f.Name) {
 		f.FormError = hiddenFieldsMessage
@@ -634,7 +619,14 @@ func (c *Console) storedRuleHasHiddenFields(r *http.Request, sess *session, tena
 	if !a.ok() || a.decode(&rule) != nil {
 		return false
 	}
-	for _, l := range rule.Limits {
+	return hasHiddenFields(rule.Limits)
+}
+
+// hasHiddenFields reports whether a limit of ls holds what the limit rows
+// have no field for: a credits limit (its refill) or a calendar window's
+// time zone.
+func hasHiddenFields(ls []adminapi.Limit) bool {
+	for _, l := range ls {
 		if l.Algorithm == string(sluice.AlgorithmCredits) || l.TimeZone != "" {
 			return true
 		}
@@ -642,45 +634,65 @@ func (c *Console) storedRuleHasHiddenFields(r *http.Request, sess *session, tena
 	return false
 }
 
-func (f *ruleForm) padLimits() {
-	for len(f.Limits) < limitRows {
-		f.Limits = append(f.Limits, limitRow{})
+// limitRowsOf fills the form's limit rows with ls.
+func limitRowsOf(ls []adminapi.Limit) []limitRow {
+	var rows []limitRow
+	for _, l := range ls {
+		row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
+		if l.Algorithm == string(sluice.AlgorithmConcurrency) {
+			row.Window = l.TTL // one field: a concurrency limit has no window
+		}
+		switch {
+		case l.Capacity != nil:
+			row.Amount = strconv.FormatInt(*l.Capacity, 10)
+		case l.Limit != nil:
+			row.Amount = strconv.FormatInt(*l.Limit, 10)
+		}
+		if l.RefillPerSecond != nil {
+			row.Refill = strconv.FormatFloat(*l.RefillPerSecond, 'f', -1, 64)
+		}
+		rows = append(rows, row)
 	}
-	for i := range f.Limits {
-		f.Limits[i].Index = i
-	}
+	return rows
 }
 
-func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *session) {
-	tenant := r.PathValue("tenant")
-	f := ruleForm{
-		Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("name")),
-		Route: strings.TrimSpace(r.PostFormValue("route")), FailureMode: r.PostFormValue("failure_mode"),
-		Shadow: r.PostFormValue("shadow") == "on", Errors: map[string]string{},
+// padRows numbers rows and adds empty ones up to limitRows.
+func padRows(rows []limitRow) []limitRow {
+	for len(rows) < limitRows {
+		rows = append(rows, limitRow{})
 	}
-	body := map[string]any{"route": f.Route, "shadow": f.Shadow, "failure_mode": f.FailureMode}
-	limits := []map[string]any{}
+	for i := range rows {
+		rows[i].Index = i
+	}
+	return rows
+}
+
+func (f *ruleForm) padLimits() { f.Limits = padRows(f.Limits) }
+
+// readLimitRows reads the limit rows of a posted form into the API's JSON
+// limits; errs holds, by row ("limit0"...), what is not a number at all.
+// Numbers go to the API as typed, so that it judges them.
+func readLimitRows(r *http.Request) (rows []limitRow, limits []map[string]any, errs map[string]string) {
+	limits, errs = []map[string]any{}, map[string]string{}
 	for i := range limitRows {
 		field := func(n string) string { return strings.TrimSpace(r.PostFormValue(fmt.Sprintf("%s%d", n, i))) }
 		row := limitRow{Index: i, Name: field("limit_name"), Algorithm: field("algorithm"), Amount: field("amount"),
 			Refill: field("refill"), Window: field("window")}
-		f.Limits = append(f.Limits, row)
+		rows = append(rows, row)
 		if row.Algorithm == "" {
 			continue
 		}
 		l := map[string]any{"name": row.Name, "algorithm": row.Algorithm}
 		key := fmt.Sprintf("limit%d", i)
-		// Numbers go to the API as typed, so that it judges them; only
-		// what is not a number at all is refused here.
 		amount, ok := jsonNumber(row.Amount)
 		if !ok {
-			f.Errors[key] = fmt.Sprintf("Capacity or limit %q is not a number.", row.Amount)
+			errs[key] = fmt.Sprintf("Capacity or limit %q is not a number.", row.Amount)
 			continue
 		}
 		if row.Algorithm == "token_bucket" {
 			refill, ok := jsonNumber(row.Refill)
 			if !ok {
-				f.Errors[key] = fmt.Sprintf("Refill per second %q is not a number.", row.Refill)
+				errs[key] = fmt.Sprintf("Refill per second %q is not a number.", row.Refill)
 				continue
 			}
 			l["capacity"], l["refill_per_second"] = amount, refill
@@ -700,6 +712,19 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 		}
 		limits = append(limits, l)
 	}
+	return rows, limits, errs
+}
+
+func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	f := ruleForm{
+		Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("name")),
+		Route: strings.TrimSpace(r.PostFormValue("route")), FailureMode: r.PostFormValue("failure_mode"),
+		Shadow: r.PostFormValue("shadow") == "on", Errors: map[string]string{},
+	}
+	body := map[string]any{"route": f.Route, "shadow": f.Shadow, "failure_mode": f.FailureMode}
+	var limits []map[string]any
+	f.Limits, limits, f.Errors = readLimitRows(r)
 	body["limits"] = limits
 	if len(f.Errors) > 0 {
 		f.padLimits()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -537,18 +538,54 @@ func limitText(l adminapi.Limit) string {
 	return lim.String()
 }
 
-// overridesPage is a rule's overrides, read-only.
+// overridesPage is a rule's plans and overrides, with the form that
+// creates or replaces one.
 type overridesPage struct {
 	Rule      adminapi.Rule
 	Overrides []adminapi.Override
 	Now       time.Time
+	Form      overrideForm
 }
 
-// handleOverrides shows a rule's plans and overrides. They are changed
-// through the admin API or the command line (sluice override set).
-func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *session) {
+// LimitNames are the names an override's limits may take: the rule's and
+// its plans', each once, plans in name order.
+func (p overridesPage) LimitNames() []string {
+	var names []string
+	add := func(ls []adminapi.Limit) {
+		for _, l := range ls {
+			if !slices.Contains(names, l.Name) {
+				names = append(names, l.Name)
+			}
+		}
+	}
+	add(p.Rule.Limits)
+	plans := make([]string, 0, len(p.Rule.Plans))
+	for name := range p.Rule.Plans {
+		plans = append(plans, name)
+	}
+	sort.Strings(plans)
+	for _, name := range plans {
+		add(p.Rule.Plans[name])
+	}
+	return names
+}
+
+// overrideForm is the override form's input and the API's refusal of it.
+type overrideForm struct {
+	// Editing is set when the form replaces override Name (its name is
+	// then fixed); otherwise a name already taken is refused.
+	Editing        bool
+	Name, Subjects string
+	ExpiresAt      string
+	Limits         []limitRow
+	Errors         map[string]string
+	FormError      string
+}
+
+// overridesPage renders the page of rule name with form f.
+func (c *Console) overridesPage(w http.ResponseWriter, r *http.Request, sess *session, status int, f overrideForm) {
 	tenant, name := r.PathValue("tenant"), r.PathValue("name")
-	var p overridesPage
+	p := overridesPage{Form: f}
 	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", name), &p.Rule) {
 		return
 	}
@@ -557,7 +594,190 @@ func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *
 		return
 	}
 	p.Overrides, p.Now = body.Overrides, time.Now()
-	c.render(w, r, sess, http.StatusOK, "overrides", p)
+	if p.Form.Errors == nil {
+		p.Form.Errors = map[string]string{}
+	}
+	p.Form.Limits = padRows(p.Form.Limits)
+	c.render(w, r, sess, status, "overrides", p)
+}
+
+// handleOverrides shows a rule's plans and overrides, and the form for a
+// new override.
+func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.overridesPage(w, r, sess, http.StatusOK, overrideForm{})
+}
+
+// hiddenOverrideFieldsMessage refuses to replace an override whose limits
+// hold what the form has no field for.
+const hiddenOverrideFieldsMessage = "This override has a credits limit or a calendar window in a time zone, which this form cannot show: " +
+	"saving it here would change them. Change it through the admin API, sluice override set or a catalog file."
+
+// handleEditOverride shows the page with the form filled with an override,
+// to replace it.
+func (c *Console) handleEditOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	var o adminapi.Override
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", rule, "overrides", name), &o) {
+		return
+	}
+	f := overrideForm{Editing: true, Name: o.Name, Subjects: strings.Join(o.Subjects, "\n"), Limits: limitRowsOf(o.Limits)}
+	if o.ExpiresAt != nil {
+		f.ExpiresAt = o.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if hasHiddenFields(o.Limits) {
+		f.FormError = hiddenOverrideFieldsMessage
+	}
+	c.overridesPage(w, r, sess, http.StatusOK, f)
+}
+
+// splitSubjects reads the subjects field: values and prefix* patterns
+// separated by commas or line breaks.
+func splitSubjects(s string) []string {
+	out := []string{}
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// expiryLayouts are the times without an offset the expiry field reads as
+// UTC: what a datetime-local input sends, and the same with a space.
+var expiryLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02 15:04:05"}
+
+// expiryOf spells the expiry field for the API: a time without an offset
+// is read as UTC; anything else goes as typed, for the API to judge.
+func expiryOf(s string) string {
+	for _, layout := range expiryLayouts {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t.Format(time.RFC3339)
+		}
+	}
+	return s
+}
+
+func (c *Console) handleSaveOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule := r.PathValue("tenant"), r.PathValue("name")
+	f := overrideForm{Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("override_name")),
+		Subjects: r.PostFormValue("subjects"), ExpiresAt: strings.TrimSpace(r.PostFormValue("expires_at"))}
+	var limits []map[string]any
+	f.Limits, limits, f.Errors = readLimitRows(r)
+	if len(f.Errors) > 0 {
+		c.overridesPage(w, r, sess, http.StatusBadRequest, f)
+		return
+	}
+	body := map[string]any{"subjects": splitSubjects(f.Subjects), "limits": limits}
+	if f.ExpiresAt != "" {
+		body["expires_at"] = expiryOf(f.ExpiresAt)
+	}
+	path := apiPath("tenants", tenant, "rules", rule, "overrides", f.Name)
+	var a apiAnswer
+	if f.Name == "" {
+		// The name is part of the API's path: without one there is no call.
+		a = apiAnswer{Status: http.StatusBadRequest, Message: "An override needs a name: lowercase letters, digits and dashes."}
+	} else {
+		switch cur := c.call(r, sess, http.MethodGet, path, nil); {
+		case !f.Editing && cur.ok():
+			// PUT replaces: a new override must not silently take an existing one's place.
+			a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("Rule %s already has an override named %s; edit it instead, or choose another name.", rule, f.Name)}
+		case f.Editing && cur.ok() && overrideHasHiddenFields(cur):
+			a = apiAnswer{Status: http.StatusConflict, Message: hiddenOverrideFieldsMessage}
+		default:
+			a = c.call(r, sess, http.MethodPut, path, body)
+		}
+	}
+	if !a.ok() {
+		switch field := overrideFieldOf(a.Message, f.Limits); field {
+		case "":
+			f.FormError = a.Message
+		default:
+			f.Errors[field] = a.Message
+		}
+		c.overridesPage(w, r, sess, a.Status, f)
+		return
+	}
+	verb := "created"
+	if a.Status == http.StatusOK {
+		verb = "replaced"
+	}
+	c.redirect(w, r, sess, overridesURL(tenant, rule), fmt.Sprintf("Override %s of rule %s %s.", f.Name, rule, verb))
+}
+
+// overrideHasHiddenFields reports whether the override the API answered
+// has a limit the form cannot show.
+func overrideHasHiddenFields(a apiAnswer) bool {
+	var o adminapi.Override
+	return a.decode(&o) == nil && hasHiddenFields(o.Limits)
+}
+
+// overrideLimitInMessage finds the limit an override's error names.
+var overrideLimitInMessage = regexp.MustCompile(`(?:no limit named|[Ll]imit) "([^"]*)"`)
+
+// overrideFieldOf finds the field of the override form an API message is
+// about; "" when it names none.
+func overrideFieldOf(msg string, rows []limitRow) string {
+	if m := overrideLimitInMessage.FindStringSubmatch(msg); m != nil {
+		for _, row := range rows {
+			if row.Algorithm != "" && (row.Name == m[1] || row.Name == "" && row.Algorithm == m[1]) {
+				return fmt.Sprintf("limit%d", row.Index)
+			}
+		}
+	}
+	lower := strings.ToLower(msg)
+	switch {
+	case strings.Contains(lower, "expires_at"):
+		return "expires_at"
+	case strings.Contains(lower, "subject"):
+		return "subjects"
+	case strings.Contains(lower, "override name") || strings.Contains(lower, "needs a name"):
+		return "override_name"
+	case strings.Contains(lower, "limit"):
+		return "limits"
+	}
+	return ""
+}
+
+func overridesURL(tenant, rule string) string {
+	return Prefix + "tenants/" + url.PathEscape(tenant) + "/rules/" + url.PathEscape(rule) + "/overrides"
+}
+
+// deleteOverrideConfirmation reads the override through the API and
+// returns the page that asks before deleting it.
+func (c *Console) deleteOverrideConfirmation(w http.ResponseWriter, r *http.Request, sess *session) (confirmAction, bool) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	var o adminapi.Override
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", rule, "overrides", name), &o) {
+		return confirmAction{}, false
+	}
+	back := overridesURL(tenant, rule)
+	return confirmAction{
+		Title: "Delete override " + name,
+		Message: fmt.Sprintf("Deleting override %s of rule %s (subjects %s) gives its subjects their plan's or the rule's limits again, at once.",
+			name, rule, strings.Join(o.Subjects, ", ")),
+		Button: "Delete override " + name, Action: back + "/" + url.PathEscape(name) + "/delete", Cancel: back,
+	}, true
+}
+
+func (c *Console) handleConfirmDeleteOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	if p, ok := c.deleteOverrideConfirmation(w, r, sess); ok {
+		c.renderConfirm(w, r, sess, http.StatusOK, p)
+	}
+}
+
+func (c *Console) handleDeleteOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	if !confirmed(r) {
+		if p, ok := c.deleteOverrideConfirmation(w, r, sess); ok {
+			p.Error = notConfirmedMessage
+			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
+		}
+		return
+	}
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "overrides", name), nil) {
+		return
+	}
+	c.redirect(w, r, sess, overridesURL(tenant, rule), fmt.Sprintf("Override %s of rule %s deleted.", name, rule))
 }
 
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {

@@ -150,6 +150,21 @@ func TestConsoleCreatesAndDeletesOverrides(t *testing.T) {
 	must(t, "past message", b.post(page, form("late", "cust-98", "2001-01-01T00:00:00Z", "minute", "10")), http.StatusBadRequest,
 		"is in the past")
 
+	// An admin key of another tenant is refused as the API refuses it.
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"globex"}`)
+	_, raw = s.apiCall("POST", "/v1/tenants/globex/keys", adminToken, `{"role":"admin"}`)
+	var other struct{ Secret string }
+	if err := json.Unmarshal([]byte(raw), &other); err != nil {
+		t.Fatal(err)
+	}
+	ob := s.browser()
+	ob.signIn(other.Secret)
+	must(t, "another tenant's form", ob.post(page, form("sneaky", "cust-1", "", "minute", "1")), http.StatusForbidden, "belongs to another tenant")
+	must(t, "another tenant's delete", ob.post(page+"/launch-week/delete", url.Values{"confirm": {"yes"}}), http.StatusForbidden)
+	if after := overrides(); after != before {
+		t.Fatalf("another tenant changed the overrides:\n%s\n%s", before, after)
+	}
+
 	// Replace: the edit page fills the form; saving replaces the override.
 	must(t, "edit", b.get(page+"/launch-week/edit"), http.StatusOK, "Replace override launch-week", `value="launch-week" readonly`,
 		"cust-17\npartner-*\nvip-9", `value="2099-12-09T00:00:00Z"`, `value="5000"`)
@@ -191,4 +206,30 @@ func TestConsoleCreatesAndDeletesOverrides(t *testing.T) {
 	}
 	must(t, "audit delete", b.get("/console/audit?action=override.delete"), http.StatusOK, "search/launch-week")
 	must(t, "delete a gone one", b.post(page+"/launch-week/delete", url.Values{"confirm": {"yes"}}), http.StatusNotFound)
+}
+
+// TestConsoleKeepsOverrideFieldsItCannotShow: an override whose limits hold
+// what the form has no field for (a credits refill) is not replaced from
+// the form, which would drop it.
+func TestConsoleKeepsOverrideFieldsItCannotShow(t *testing.T) {
+	s := newStack(t)
+	s.apiCall("POST", "/v1/tenants", adminToken, `{"name":"acme"}`)
+	if status, raw := s.apiCall("PUT", "/v1/tenants/acme/rules/api", adminToken, `{"route":"/v1/*",
+		"limits":[{"name":"prepaid","algorithm":"credits","refill":{"every":"month","amount":1000,"mode":"set"}}]}`); status != http.StatusCreated {
+		t.Fatalf("put rule: %d %s", status, raw)
+	}
+	if status, raw := s.apiCall("PUT", "/v1/tenants/acme/rules/api/overrides/big", adminToken,
+		`{"subjects":"cust-1","limits":[{"name":"prepaid","algorithm":"credits","refill":{"every":"month","amount":50000,"mode":"set"}}]}`); status != http.StatusCreated {
+		t.Fatalf("put override: %d %s", status, raw)
+	}
+	_, before := s.apiCall("GET", "/v1/tenants/acme/rules/api/overrides/big", adminToken, "")
+	b := s.browser()
+	b.signIn(adminToken)
+	page := "/console/tenants/acme/rules/api/overrides"
+	must(t, "edit", b.get(page+"/big/edit"), http.StatusOK, "which this form cannot show")
+	form := url.Values{"editing": {"true"}, "override_name": {"big"}, "subjects": {"cust-1"}}
+	must(t, "replace", b.post(page, form), http.StatusConflict, "which this form cannot show")
+	if _, after := s.apiCall("GET", "/v1/tenants/acme/rules/api/overrides/big", adminToken, ""); after != before {
+		t.Fatalf("the override changed:\n%s\n%s", before, after)
+	}
 }

@@ -162,6 +162,25 @@ func TestBrowser(t *testing.T) {
 	waitText("rule listed", "#rules", "/orders*")
 	shot("rules")
 
+	// An override of the rule, created and deleted on its page; it is gone
+	// before the traffic below, which counts the rule's own limit.
+	run("new override", chromedp.Navigate(base+"tenants/acme/rules/orders/overrides"), chromedp.WaitVisible(chromedp.CSS("#override-name")),
+		chromedp.SendKeys(chromedp.CSS("#override-name"), "big-customer"), chromedp.SendKeys(chromedp.CSS("#override-subjects"), "cust-1, vip-*"),
+		chromedp.SendKeys(chromedp.CSS("#override-expires"), "2099-01-01T00:00"),
+		chromedp.SetValue(chromedp.CSS("#algorithm0"), "fixed_window"), chromedp.SendKeys(chromedp.CSS("#limit_name0"), "hours"),
+		chromedp.SendKeys(chromedp.CSS("#amount0"), "300"), chromedp.SendKeys(chromedp.CSS("#window0"), "1h"),
+		chromedp.Click(chromedp.CSS("#save-override")), chromedp.WaitVisible(chromedp.CSS("#err-limit0")))
+	waitText("misspelt limit refused", "#err-limit0", "has no limit named")
+	shot("override-error")
+	run("fix the limit name", chromedp.SetValue(chromedp.CSS("#limit_name0"), "hour"), chromedp.Click(chromedp.CSS("#save-override")),
+		chromedp.WaitVisible(chromedp.CSS("#overrides")))
+	waitText("override listed", "#overrides", "vip-*")
+	waitText("override expiry in UTC", "#overrides", "2099-01-01T00:00:00Z")
+	shot("overrides")
+	run("delete override", chromedp.Click(chromedp.CSS(`#overrides a.danger`)), chromedp.WaitVisible(chromedp.CSS("#confirm-button")),
+		chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	waitText("override deleted", "main", "No overrides")
+
 	// Traffic: the overview, open before it, updates by itself.
 	run("overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#live")))
 	denied := 0
@@ -228,6 +247,7 @@ func TestBrowser(t *testing.T) {
 		{"confirm-delete-tenant", "tenants/acme/delete", "#confirm"},
 		{"confirm-revoke-key", strings.TrimPrefix(keyPath, "/console/"), "#confirm-button"},
 		{"confirm-delete-rule", "tenants/acme/rules/orders/delete", "#confirm-button"},
+		{"overrides", "tenants/acme/rules/orders/overrides", "#override-form"},
 	}
 	for _, width := range []int64{1280, 390} {
 		run(fmt.Sprint("width ", width), chromedp.EmulateViewport(width, 844))

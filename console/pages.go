@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ func parsePages() (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS,
-			"templates/layout.html", "templates/live.html", "templates/"+name+".html")
+			"templates/layout.html", "templates/live.html", "templates/limit-rows.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse template %s: %w", name, err)
 		}
@@ -537,18 +538,54 @@ func limitText(l adminapi.Limit) string {
 	return lim.String()
 }
 
-// overridesPage is a rule's overrides, read-only.
+// overridesPage is a rule's plans and overrides, with the form that
+// creates or replaces one.
 type overridesPage struct {
 	Rule      adminapi.Rule
 	Overrides []adminapi.Override
 	Now       time.Time
+	Form      overrideForm
 }
 
-// handleOverrides shows a rule's plans and overrides. They are changed
-// through the admin API or the command line (sluice override set).
-func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *session) {
+// LimitNames are the names an override's limits may take: the rule's and
+// its plans', each once, plans in name order.
+func (p overridesPage) LimitNames() []string {
+	var names []string
+	add := func(ls []adminapi.Limit) {
+		for _, l := range ls {
+			if !slices.Contains(names, l.Name) {
+				names = append(names, l.Name)
+			}
+		}
+	}
+	add(p.Rule.Limits)
+	plans := make([]string, 0, len(p.Rule.Plans))
+	for name := range p.Rule.Plans {
+		plans = append(plans, name)
+	}
+	sort.Strings(plans)
+	for _, name := range plans {
+		add(p.Rule.Plans[name])
+	}
+	return names
+}
+
+// overrideForm is the override form's input and the API's refusal of it.
+type overrideForm struct {
+	// Editing is set when the form replaces override Name (its name is
+	// then fixed); otherwise a name already taken is refused.
+	Editing        bool
+	Name, Subjects string
+	ExpiresAt      string
+	Limits         []limitRow
+	Errors         map[string]string
+	FormError      string
+}
+
+// overridesPage renders the page of rule name with form f.
+func (c *Console) overridesPage(w http.ResponseWriter, r *http.Request, sess *session, status int, f overrideForm) {
 	tenant, name := r.PathValue("tenant"), r.PathValue("name")
-	var p overridesPage
+	p := overridesPage{Form: f}
 	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", name), &p.Rule) {
 		return
 	}
@@ -557,7 +594,190 @@ func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *
 		return
 	}
 	p.Overrides, p.Now = body.Overrides, time.Now()
-	c.render(w, r, sess, http.StatusOK, "overrides", p)
+	if p.Form.Errors == nil {
+		p.Form.Errors = map[string]string{}
+	}
+	p.Form.Limits = padRows(p.Form.Limits)
+	c.render(w, r, sess, status, "overrides", p)
+}
+
+// handleOverrides shows a rule's plans and overrides, and the form for a
+// new override.
+func (c *Console) handleOverrides(w http.ResponseWriter, r *http.Request, sess *session) {
+	c.overridesPage(w, r, sess, http.StatusOK, overrideForm{})
+}
+
+// hiddenOverrideFieldsMessage refuses to replace an override whose limits
+// hold what the form has no field for.
+const hiddenOverrideFieldsMessage = "This override has a credits limit or a calendar window in a time zone, which this form cannot show: " +
+	"saving it here would change them. Change it through the admin API, sluice override set or a catalog file."
+
+// handleEditOverride shows the page with the form filled with an override,
+// to replace it.
+func (c *Console) handleEditOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	var o adminapi.Override
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", rule, "overrides", name), &o) {
+		return
+	}
+	f := overrideForm{Editing: true, Name: o.Name, Subjects: strings.Join(o.Subjects, "\n"), Limits: limitRowsOf(o.Limits)}
+	if o.ExpiresAt != nil {
+		f.ExpiresAt = o.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if hasHiddenFields(o.Limits) {
+		f.FormError = hiddenOverrideFieldsMessage
+	}
+	c.overridesPage(w, r, sess, http.StatusOK, f)
+}
+
+// splitSubjects reads the subjects field: values and prefix* patterns
+// separated by commas or line breaks.
+func splitSubjects(s string) []string {
+	out := []string{}
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// expiryLayouts are the times without an offset the expiry field reads as
+// UTC: what a datetime-local input sends, and the same with a space.
+var expiryLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02 15:04:05"}
+
+// expiryOf spells the expiry field for the API: a time without an offset
+// is read as UTC; anything else goes as typed, for the API to judge.
+func expiryOf(s string) string {
+	for _, layout := range expiryLayouts {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t.Format(time.RFC3339)
+		}
+	}
+	return s
+}
+
+func (c *Console) handleSaveOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule := r.PathValue("tenant"), r.PathValue("name")
+	f := overrideForm{Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("override_name")),
+		Subjects: r.PostFormValue("subjects"), ExpiresAt: strings.TrimSpace(r.PostFormValue("expires_at"))}
+	var limits []map[string]any
+	f.Limits, limits, f.Errors = readLimitRows(r)
+	if len(f.Errors) > 0 {
+		c.overridesPage(w, r, sess, http.StatusBadRequest, f)
+		return
+	}
+	body := map[string]any{"subjects": splitSubjects(f.Subjects), "limits": limits}
+	if f.ExpiresAt != "" {
+		body["expires_at"] = expiryOf(f.ExpiresAt)
+	}
+	path := apiPath("tenants", tenant, "rules", rule, "overrides", f.Name)
+	var a apiAnswer
+	if f.Name == "" {
+		// The name is part of the API's path: without one there is no call.
+		a = apiAnswer{Status: http.StatusBadRequest, Message: "An override needs a name: lowercase letters, digits and dashes."}
+	} else {
+		switch cur := c.call(r, sess, http.MethodGet, path, nil); {
+		case !f.Editing && cur.ok():
+			// PUT replaces: a new override must not silently take an existing one's place.
+			a = apiAnswer{Status: http.StatusConflict, Message: fmt.Sprintf("Rule %s already has an override named %s; edit it instead, or choose another name.", rule, f.Name)}
+		case f.Editing && cur.ok() && overrideHasHiddenFields(cur):
+			a = apiAnswer{Status: http.StatusConflict, Message: hiddenOverrideFieldsMessage}
+		default:
+			a = c.call(r, sess, http.MethodPut, path, body)
+		}
+	}
+	if !a.ok() {
+		switch field := overrideFieldOf(a.Message, f.Limits); field {
+		case "":
+			f.FormError = a.Message
+		default:
+			f.Errors[field] = a.Message
+		}
+		c.overridesPage(w, r, sess, a.Status, f)
+		return
+	}
+	verb := "created"
+	if a.Status == http.StatusOK {
+		verb = "replaced"
+	}
+	c.redirect(w, r, sess, overridesURL(tenant, rule), fmt.Sprintf("Override %s of rule %s %s.", f.Name, rule, verb))
+}
+
+// overrideHasHiddenFields reports whether the override the API answered
+// has a limit the form cannot show.
+func overrideHasHiddenFields(a apiAnswer) bool {
+	var o adminapi.Override
+	return a.decode(&o) == nil && hasHiddenFields(o.Limits)
+}
+
+// overrideLimitInMessage finds the limit an override's error names.
+var overrideLimitInMessage = regexp.MustCompile(`(?:no limit named|[Ll]imit) "([^"]*)"`)
+
+// overrideFieldOf finds the field of the override form an API message is
+// about; "" when it names none.
+func overrideFieldOf(msg string, rows []limitRow) string {
+	if m := overrideLimitInMessage.FindStringSubmatch(msg); m != nil {
+		for _, row := range rows {
+			if row.Algorithm != "" && (row.Name == m[1] || row.Name == "" && row.Algorithm == m[1]) {
+				return fmt.Sprintf("limit%d", row.Index)
+			}
+		}
+	}
+	lower := strings.ToLower(msg)
+	switch {
+	case strings.Contains(lower, "expires_at"):
+		return "expires_at"
+	case strings.Contains(lower, "subject"):
+		return "subjects"
+	case strings.Contains(lower, "override name") || strings.Contains(lower, "needs a name"):
+		return "override_name"
+	case strings.Contains(lower, "limit"):
+		return "limits"
+	}
+	return ""
+}
+
+func overridesURL(tenant, rule string) string {
+	return Prefix + "tenants/" + url.PathEscape(tenant) + "/rules/" + url.PathEscape(rule) + "/overrides"
+}
+
+// deleteOverrideConfirmation reads the override through the API and
+// returns the page that asks before deleting it.
+func (c *Console) deleteOverrideConfirmation(w http.ResponseWriter, r *http.Request, sess *session) (confirmAction, bool) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	var o adminapi.Override
+	if !c.get(w, r, sess, apiPath("tenants", tenant, "rules", rule, "overrides", name), &o) {
+		return confirmAction{}, false
+	}
+	back := overridesURL(tenant, rule)
+	return confirmAction{
+		Title: "Delete override " + name,
+		Message: fmt.Sprintf("Deleting override %s of rule %s (subjects %s) gives its subjects their plan's or the rule's limits again, at once.",
+			name, rule, strings.Join(o.Subjects, ", ")),
+		Button: "Delete override " + name, Action: back + "/" + url.PathEscape(name) + "/delete", Cancel: back,
+	}, true
+}
+
+func (c *Console) handleConfirmDeleteOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	if p, ok := c.deleteOverrideConfirmation(w, r, sess); ok {
+		c.renderConfirm(w, r, sess, http.StatusOK, p)
+	}
+}
+
+func (c *Console) handleDeleteOverride(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
+	if !confirmed(r) {
+		if p, ok := c.deleteOverrideConfirmation(w, r, sess); ok {
+			p.Error = notConfirmedMessage
+			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
+		}
+		return
+	}
+	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "overrides", name), nil) {
+		return
+	}
+	c.redirect(w, r, sess, overridesURL(tenant, rule), fmt.Sprintf("Override %s of rule %s deleted.", name, rule))
 }
 
 func (c *Console) handleRules(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -596,22 +816,7 @@ func (c *Console) handleRuleForm(w http.ResponseWriter, r *http.Request, sess *s
 			return
 		}
 		f.Editing, f.Name, f.Route, f.FailureMode, f.Shadow = true, rule.Name, rule.Route, rule.FailureMode, rule.Shadow
-		for _, l := range rule.Limits {
-			row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
-			if l.Algorithm == string(sluice.AlgorithmConcurrency) {
-				row.Window = l.TTL // one field: a concurrency limit has no window
-			}
-			switch {
-			case l.Capacity != nil:
-				row.Amount = strconv.FormatInt(*l.Capacity, 10)
-			case l.Limit != nil:
-				row.Amount = strconv.FormatInt(*l.Limit, 10)
-			}
-			if l.RefillPerSecond != nil {
-				row.Refill = strconv.FormatFloat(*l.RefillPerSecond, 'f', -1, 64)
-			}
-			f.Limits = append(f.Limits, row)
-		}
+		f.Limits = limitRowsOf(rule.Limits)
 	}
 	if f.Editing && c.storedRuleHasHiddenFields(r, sess, r.PathValue("tenant"), f.Name) {
 		f.FormError = hiddenFieldsMessage
@@ -634,7 +839,14 @@ func (c *Console) storedRuleHasHiddenFields(r *http.Request, sess *session, tena
 	if !a.ok() || a.decode(&rule) != nil {
 		return false
 	}
-	for _, l := range rule.Limits {
+	return hasHiddenFields(rule.Limits)
+}
+
+// hasHiddenFields reports whether a limit of ls holds what the limit rows
+// have no field for: a credits limit (its refill) or a calendar window's
+// time zone.
+func hasHiddenFields(ls []adminapi.Limit) bool {
+	for _, l := range ls {
 		if l.Algorithm == string(sluice.AlgorithmCredits) || l.TimeZone != "" {
 			return true
 		}
@@ -642,45 +854,65 @@ func (c *Console) storedRuleHasHiddenFields(r *http.Request, sess *session, tena
 	return false
 }
 
-func (f *ruleForm) padLimits() {
-	for len(f.Limits) < limitRows {
-		f.Limits = append(f.Limits, limitRow{})
+// limitRowsOf fills the form's limit rows with ls.
+func limitRowsOf(ls []adminapi.Limit) []limitRow {
+	var rows []limitRow
+	for _, l := range ls {
+		row := limitRow{Name: l.Name, Algorithm: l.Algorithm, Window: l.Window}
+		if l.Algorithm == string(sluice.AlgorithmConcurrency) {
+			row.Window = l.TTL // one field: a concurrency limit has no window
+		}
+		switch {
+		case l.Capacity != nil:
+			row.Amount = strconv.FormatInt(*l.Capacity, 10)
+		case l.Limit != nil:
+			row.Amount = strconv.FormatInt(*l.Limit, 10)
+		}
+		if l.RefillPerSecond != nil {
+			row.Refill = strconv.FormatFloat(*l.RefillPerSecond, 'f', -1, 64)
+		}
+		rows = append(rows, row)
 	}
-	for i := range f.Limits {
-		f.Limits[i].Index = i
-	}
+	return rows
 }
 
-func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *session) {
-	tenant := r.PathValue("tenant")
-	f := ruleForm{
-		Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("name")),
-		Route: strings.TrimSpace(r.PostFormValue("route")), FailureMode: r.PostFormValue("failure_mode"),
-		Shadow: r.PostFormValue("shadow") == "on", Errors: map[string]string{},
+// padRows numbers rows and adds empty ones up to limitRows.
+func padRows(rows []limitRow) []limitRow {
+	for len(rows) < limitRows {
+		rows = append(rows, limitRow{})
 	}
-	body := map[string]any{"route": f.Route, "shadow": f.Shadow, "failure_mode": f.FailureMode}
-	limits := []map[string]any{}
+	for i := range rows {
+		rows[i].Index = i
+	}
+	return rows
+}
+
+func (f *ruleForm) padLimits() { f.Limits = padRows(f.Limits) }
+
+// readLimitRows reads the limit rows of a posted form into the API's JSON
+// limits; errs holds, by row ("limit0"...), what is not a number at all.
+// Numbers go to the API as typed, so that it judges them.
+func readLimitRows(r *http.Request) (rows []limitRow, limits []map[string]any, errs map[string]string) {
+	limits, errs = []map[string]any{}, map[string]string{}
 	for i := range limitRows {
 		field := func(n string) string { return strings.TrimSpace(r.PostFormValue(fmt.Sprintf("%s%d", n, i))) }
 		row := limitRow{Index: i, Name: field("limit_name"), Algorithm: field("algorithm"), Amount: field("amount"),
 			Refill: field("refill"), Window: field("window")}
-		f.Limits = append(f.Limits, row)
+		rows = append(rows, row)
 		if row.Algorithm == "" {
 			continue
 		}
 		l := map[string]any{"name": row.Name, "algorithm": row.Algorithm}
 		key := fmt.Sprintf("limit%d", i)
-		// Numbers go to the API as typed, so that it judges them; only
-		// what is not a number at all is refused here.
 		amount, ok := jsonNumber(row.Amount)
 		if !ok {
-			f.Errors[key] = fmt.Sprintf("Capacity or limit %q is not a number.", row.Amount)
+			errs[key] = fmt.Sprintf("Capacity or limit %q is not a number.", row.Amount)
 			continue
 		}
 		if row.Algorithm == "token_bucket" {
 			refill, ok := jsonNumber(row.Refill)
 			if !ok {
-				f.Errors[key] = fmt.Sprintf("Refill per second %q is not a number.", row.Refill)
+				errs[key] = fmt.Sprintf("Refill per second %q is not a number.", row.Refill)
 				continue
 			}
 			l["capacity"], l["refill_per_second"] = amount, refill
@@ -700,6 +932,19 @@ func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *s
 		}
 		limits = append(limits, l)
 	}
+	return rows, limits, errs
+}
+
+func (c *Console) handleSaveRule(w http.ResponseWriter, r *http.Request, sess *session) {
+	tenant := r.PathValue("tenant")
+	f := ruleForm{
+		Editing: r.PostFormValue("editing") == "true", Name: strings.TrimSpace(r.PostFormValue("name")),
+		Route: strings.TrimSpace(r.PostFormValue("route")), FailureMode: r.PostFormValue("failure_mode"),
+		Shadow: r.PostFormValue("shadow") == "on", Errors: map[string]string{},
+	}
+	body := map[string]any{"route": f.Route, "shadow": f.Shadow, "failure_mode": f.FailureMode}
+	var limits []map[string]any
+	f.Limits, limits, f.Errors = readLimitRows(r)
 	body["limits"] = limits
 	if len(f.Errors) > 0 {
 		f.padLimits()

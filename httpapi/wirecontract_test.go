@@ -112,7 +112,7 @@ func (h *harness) subjectLimits(rule, subject string) map[string]map[string]any 
 // TestCreditsOnTheWire: a balance starts at refill.amount (0 without a
 // refill); a cost above it is a 429 that consumes nothing in the rule's
 // other limits; a "set" top-up answers the balance once and a repeated key
-// changes nothing; "add" refills stop at "max".
+// changes nothing; a daily refill is at midnight UTC.
 func TestCreditsOnTheWire(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.createTenant("acme")
@@ -158,20 +158,59 @@ func TestCreditsOnTheWire(t *testing.T) {
 		t.Fatalf("a repeated set top-up: %s; want balance 5 (unchanged), not applied", again.raw)
 	}
 
-	// "add" with a max: 2 a second, up to 3.
-	h.putRule("acme", "topped", map[string]any{"route": "/topped*", "limits": []any{
-		map[string]any{"name": "credits", "algorithm": "credits", "refill": map[string]any{"every": "1s", "amount": 2, "mode": "add", "max": 3}}}})
-	topped := func(cost int) int {
-		return h.check(key, map[string]any{"route": "/topped", "subject": "s", "cost": cost}).status
+	// A daily refill is at midnight UTC.
+	h.putRule("acme", "daily", map[string]any{"route": "/daily*", "limits": []any{
+		map[string]any{"name": "credits", "algorithm": "credits", "refill": map[string]any{"every": "day", "amount": 1, "mode": "set"}}}})
+	h.check(key, map[string]any{"route": "/daily", "subject": "s"})
+	r := h.check(key, map[string]any{"route": "/daily", "subject": "s"})
+	now := time.Now().UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("a second check of a daily 1: %d %s", r.status, r.raw)
 	}
-	if s := topped(2); s != http.StatusOK {
-		t.Fatalf("spending the starting 2: %d", s)
+	if retry := time.Duration(r.body["retry_after_ms"].(float64)) * time.Millisecond; retry < time.Until(midnight)-5*time.Second || retry > time.Until(midnight)+time.Second {
+		t.Errorf("a daily refill's deny: retry after %v, want the time to midnight UTC, %v", retry, time.Until(midnight))
 	}
-	time.Sleep(2100 * time.Millisecond) // two refills or more: 4 or more without the max
-	if s := topped(4); s != http.StatusTooManyRequests {
-		t.Errorf("a cost of 4 after two refills of 2 capped at 3: %d, want 429", s)
+}
+
+// TestCreditsRefillModes: "set" restores the balance to the amount at each
+// period start (a top-up does not carry over); "add" adds the amount, with
+// no cap unless "max" is given.
+func TestCreditsRefillModes(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	for name, refill := range map[string]map[string]any{
+		"set":     {"every": "1s", "amount": 3, "mode": "set"},
+		"add":     {"every": "1s", "amount": 2, "mode": "add"},
+		"add-max": {"every": "1s", "amount": 2, "mode": "add", "max": 3},
+	} {
+		h.putRule("acme", name, map[string]any{"route": "/" + name, "limits": []any{
+			map[string]any{"name": "credits", "algorithm": "credits", "refill": refill}}})
 	}
-	if s := topped(3); s != http.StatusOK {
-		t.Errorf("a cost of 3 after refills up to the max of 3: %d, want 200", s)
+	spend := func(rule string, cost int) int {
+		return h.check(key, map[string]any{"route": "/" + rule, "subject": "s", "cost": cost}).status
+	}
+	for rule, cost := range map[string]int{"set": 3, "add": 2, "add-max": 2} {
+		if s := spend(rule, cost); s != http.StatusOK {
+			t.Fatalf("%s: spending the starting %d: %d", rule, cost, s)
+		}
+	}
+	h.must(http.StatusOK, "POST", "/v1/tenants/acme/rules/set/subjects/s/credits", testAdminToken,
+		map[string]any{"limit": "credits", "add": 5, "idempotency_key": "k"})
+	time.Sleep(2100 * time.Millisecond) // two refills or more
+	for _, c := range []struct {
+		rule       string
+		cost, want int
+	}{
+		{"set", 4, http.StatusTooManyRequests}, // restored to 3: the top-up of 5 did not carry over
+		{"set", 3, http.StatusOK},
+		{"add", 4, http.StatusOK},                  // 2 a refill, uncapped
+		{"add-max", 4, http.StatusTooManyRequests}, // capped at 3
+		{"add-max", 3, http.StatusOK},
+	} {
+		if s := spend(c.rule, c.cost); s != c.want {
+			t.Errorf("%s: a cost of %d after two refills: %d, want %d", c.rule, c.cost, s, c.want)
+		}
 	}
 }

@@ -111,7 +111,7 @@ func (h *harness) subjectLimits(rule, subject string) map[string]map[string]any 
 
 // TestCreditsOnTheWire: a balance starts at refill.amount (0 without a
 // refill); a cost above it is a 429 that consumes nothing in the rule's
-// other limits; a "set" top-up answers the balance once and a repeated key
+// other limits, and a rate-limit deny spends no credits; a "set" top-up answers the balance once and a repeated key
 // changes nothing; a daily refill is at midnight UTC.
 func TestCreditsOnTheWire(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
@@ -143,6 +143,19 @@ func TestCreditsOnTheWire(t *testing.T) {
 			t.Errorf("%s after the credits deny: hourly %v, credits %v; want 10 and %v (nothing consumed)",
 				rule, ls["hourly"]["remaining"], ls["credits"]["remaining"], want)
 		}
+	}
+
+	// The other way round: a rate-limit deny spends no credits.
+	h.putRule("acme", "tight", map[string]any{"route": "/tight*", "limits": []any{
+		map[string]any{"name": "hourly", "algorithm": "fixed_window", "limit": 1, "window": "1h"},
+		map[string]any{"name": "credits", "algorithm": "credits", "refill": map[string]any{"every": "month", "amount": 5, "mode": "set"}}}})
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if r := h.check(key, map[string]any{"route": "/tight", "subject": "s"}); r.status != want {
+			t.Fatalf("tight check %d: %d %s, want %d", i+1, r.status, r.raw, want)
+		}
+	}
+	if got := h.subjectLimits("tight", "s")["credits"]["remaining"]; got != 4.0 {
+		t.Errorf("credits after an hourly deny: %v, want 4 (only the admitted check spent)", got)
 	}
 
 	path := "/v1/tenants/acme/rules/prepaid/subjects/s/credits"

@@ -171,7 +171,7 @@ export declare class Client {
   deleteRule(tenant: string, name: string): Promise<null>;
   peekSubject(tenant: string, rule: string, subject: string): Promise<Decision>;
   resetSubject(tenant: string, rule: string, subject: string): Promise<null>;
-  putOverride(tenant: string, rule: string, name: string, override: { subjects: string | string[]; limits: unknown[]; expires_at?: string }): Promise<Record<string, unknown>>;
+  putOverride(tenant: string, rule: string, name: string, override: { subjects: string | string[]; limits: unknown[]; expires_at?: string | null }): Promise<Record<string, unknown>>;
   listOverrides(tenant: string, rule: string): Promise<Record<string, unknown>[]>;
   getOverride(tenant: string, rule: string, name: string): Promise<Record<string, unknown>>;
   deleteOverride(tenant: string, rule: string, name: string): Promise<null>;

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -212,8 +213,12 @@ type ruleFlags struct {
 	credits        []string
 	failureMode    string
 	shadow         bool
-	// plans are PLAN:KIND:SPEC, each a limit of a named plan.
-	plans []string
+	// plans are PLAN:KIND:SPEC, each a limit of a named plan. Without
+	// them (and without noPlans) set keeps the stored rule's plans: a
+	// check naming a plan must not start failing because a limit was
+	// retuned.
+	plans   []string
+	noPlans bool
 }
 
 func newRuleCmd() *cobra.Command {
@@ -249,6 +254,8 @@ Limits (repeatable, all checked together; prefix one with NAME= to name it):
 Plans (repeatable): named limit sets a check chooses with "plan", each
 limit as PLAN:KIND:SPEC, KIND one of the flags above:
   --plan free:sliding-window:minute=100/1m --plan pro:sliding-window:minute=1000/1m
+Without --plan a rule that exists keeps its plans; --plan replaces them
+all, and --no-plans removes them.
 
 Without --failure-mode the rule is stored without one, and every server
 applies its own --default-failure-mode (closed unless set), whether the rule
@@ -262,6 +269,18 @@ was written through --server or --database.`,
 				return err
 			}
 			return withBackend(cmd, database, readWrite, func(c adminBackend) error {
+				if len(rf.plans) == 0 && !rf.noPlans {
+					old, err := c.Rule(cmd.Context(), args[0], args[1])
+					switch {
+					case err == nil:
+						rule.Plans = old.Plans
+						if err := rule.Validate(); err != nil {
+							return fmt.Errorf("the rule's plans, kept (--plan replaces them, --no-plans removes them): %w", err)
+						}
+					case !errors.Is(err, sluice.ErrNotFound):
+						return err
+					}
+				}
 				stored, err := c.PutRule(cmd.Context(), rule)
 				if err != nil {
 					return err
@@ -280,7 +299,8 @@ was written through --server or --database.`,
 	f.StringArrayVar(&rf.concurrency, "concurrency", nil, "concurrency limit [NAME=]LIMIT/TTL, e.g. 10/30s: at most LIMIT held at once, each lease freed after TTL (repeatable)")
 	f.StringVar(&rf.failureMode, "failure-mode", "", "when the store is down: closed (503), open (allow) or local (in-process limit); default: each server's --default-failure-mode")
 	f.BoolVar(&rf.shadow, "shadow", false, "count and report denials but always allow")
-	f.StringArrayVar(&rf.plans, "plan", nil, "a limit of a named plan, PLAN:KIND:SPEC, e.g. pro:sliding-window:minute=1000/1m (KIND: token-bucket, sliding-window, fixed-window, concurrency; repeatable)")
+	f.StringArrayVar(&rf.plans, "plan", nil, "a limit of a named plan, PLAN:KIND:SPEC, e.g. pro:sliding-window:minute=1000/1m (KIND: token-bucket, sliding-window, fixed-window, concurrency, credits; repeatable); replaces the rule's plans, which are kept without it")
+	f.BoolVar(&rf.noPlans, "no-plans", false, "remove the rule's plans (without --plan or --no-plans an existing rule keeps them)")
 
 	cmd.AddCommand(set,
 		readCmd("list <tenant>", "List a tenant's rules", exactArgs(1), func(cmd *cobra.Command, args []string, o outputFormat) error {
@@ -327,6 +347,9 @@ func (rf ruleFlags) rule(tenant, name string) (sluice.Rule, error) {
 	// Empty is stored as none: each server applies its own default.
 	if r.FailureMode != "" && !r.FailureMode.Valid() {
 		return r, fmt.Errorf("--failure-mode %q is not a failure mode; use closed, open or local", rf.failureMode)
+	}
+	if rf.noPlans && len(rf.plans) > 0 {
+		return r, fmt.Errorf("--plan and --no-plans together: --plan replaces the rule's plans, --no-plans removes them; give one")
 	}
 	limits, err := rf.limits()
 	if err != nil {

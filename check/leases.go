@@ -263,20 +263,35 @@ func (e *Engine) leaseCheck(ctx context.Context, le *leaseEntry, q Query, limits
 				return d, false, ctx.Err()
 			}
 		}
-		// Renew: end what is left of the old lease first (too few units
-		// for this cost, or no longer alive).
+		// Renew: the old lease (too few units for this cost, or no
+		// longer alive) leaves our hands now; the one lease call gives
+		// back what is left of it before it sizes the next grant.
 		oldID, oldLeft := le.id, le.left
 		le.id, le.left = "", 0
 		want := l.want(le, limits, now)
 		le.used, le.since, le.lastUse = 0, now, now
 		le.renewing = make(chan struct{})
 		le.mu.Unlock()
-		e.returnLease(le.rule, oldID, oldLeft)
 
 		r := q.Rule
+		req := sluice.LeaseRequest{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject,
+			Limits: limits, Holder: l.holder, Want: want, TTL: l.ttl, Now: q.Now}
+		if oldLeft > 0 {
+			// A fully used lease is left to expire: nothing to give back.
+			req.Renew, req.RenewUnused = oldID, oldLeft
+		}
 		sentAt := e.clock()
-		grant, gerr := e.guard.Lease(ctx, sluice.LeaseRequest{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject,
-			Limits: limits, Holder: l.holder, Want: want, TTL: l.ttl, Now: q.Now})
+		grant, gerr := e.guard.Lease(ctx, req)
+		switch {
+		case req.Renew == "":
+		case gerr != nil:
+			// Whether the call returned the old lease is unknown: a
+			// return of its own is safe either way (a lease returned
+			// once answers finished).
+			e.returnLease(r, oldID, oldLeft)
+		default:
+			e.leaseReturned(r, grant.Returned, oldLeft, q.Subject)
+		}
 		le.mu.Lock()
 		close(le.renewing)
 		le.renewing = nil
@@ -352,14 +367,22 @@ func (e *Engine) returnLease(r *Rule, id string, unused int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
 	defer cancel()
 	res, err := e.guard.ReturnLease(ctx, sluice.LeaseReturn{Tenant: r.Namespace, ID: id, Unused: unused})
-	switch {
-	case err == nil && res.Status == sluice.LeaseReturned:
-		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsReturned, unused)
-		// Quota came back without time passing: cached denies are stale.
-		e.deny.forget(r.Namespace, r.Name, res.Subject)
-	default:
-		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsExpired, unused)
+	if err != nil {
+		res.Status = sluice.LeaseExpired
 	}
+	e.leaseReturned(r, res.Status, unused, res.Subject)
+}
+
+// leaseReturned counts the unused units of a lease of r's subject that
+// ended how status says.
+func (e *Engine) leaseReturned(r *Rule, status sluice.LeaseStatus, unused int64, subject string) {
+	if status != sluice.LeaseReturned {
+		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsExpired, unused)
+		return
+	}
+	e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsReturned, unused)
+	// Quota came back without time passing: cached denies are stale.
+	e.deny.forget(r.Namespace, r.Name, subject)
 }
 
 // sweepLeases returns the leases of keys that cooled or ran out, until

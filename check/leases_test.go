@@ -3,6 +3,8 @@ package check_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,9 @@ import (
 type countingLeaser struct {
 	sluice.Leaser
 	checks, leases, returns atomic.Int64
+	// renews counts the lease calls that also gave an old lease's
+	// unused units back.
+	renews atomic.Int64
 }
 
 func (s *countingLeaser) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
@@ -31,6 +36,9 @@ func (s *countingLeaser) Check(ctx context.Context, req sluice.Request) (sluice.
 
 func (s *countingLeaser) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
 	s.leases.Add(1)
+	if req.Renew != "" {
+		s.renews.Add(1)
+	}
 	return s.Leaser.Lease(ctx, req)
 }
 
@@ -121,6 +129,115 @@ func TestLeaseAdmitsExactlyTheLimit(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestLeaseRenewIsOneStoreCall: a renew gives back what is left of the old
+// lease and takes the next one in one store call, never a return and then
+// a take. Two engines on one real store check one hot key with checks of
+// cost 1 and 7 (a check of 7 that finds fewer in hand renews with units
+// left) until the store denies: together they admit exactly the limit,
+// renews gave units back, and no lease was returned by a call of its own.
+// On Redis, INFO commandstats counts no more EVALSHA calls than store calls.
+func TestLeaseRenewIsOneStoreCall(t *testing.T) {
+	for _, name := range []string{"memory", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			var srv *testenv.RedisServer
+			var base sluice.Leaser
+			if name == "memory" {
+				base = newMemory(t)
+			} else {
+				srv = testenv.Redis(t)
+				rs, err := sluiceredis.Open(srv.URL(), sluiceredis.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { rs.Close() })
+				base = rs
+			}
+			store := &countingLeaser{Leaser: base}
+			ns := fmt.Sprintf("lease-renew-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(1000, time.Hour).Named("l"))
+			// The script is loaded, so each store call is one EVALSHA.
+			remaining(t, base, ns, "r", "s", limits)
+			if srv != nil {
+				if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			var engines []*check.Engine
+			for i := range 2 {
+				e := check.New(store, check.Options{LeaseHotRate: 5, LeaseTTL: 5 * time.Second, LeaseCoolAfter: time.Minute,
+					LeaseHolder: fmt.Sprintf("instance-%d", i)})
+				engines = append(engines, e)
+				rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+				for g := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for n := g; ; n++ {
+							cost := int64(1)
+							if n%10 == 0 {
+								cost = 7
+							}
+							res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "hot", Cost: cost})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if res.Pass() {
+								admitted.Add(cost)
+							} else if cost == 1 {
+								return // nothing in hand, nothing in the store
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			calls, returns := store.checks.Load()+store.leases.Load(), store.returns.Load()
+			if srv != nil {
+				// At most: concurrent plain checks may share one
+				// (redis/batch.go).
+				if got := evalshaCalls(t, srv); got > calls+returns || got == 0 {
+					t.Errorf("Redis ran %d script calls for %d store calls", got, calls+returns)
+				}
+			}
+			for _, e := range engines {
+				e.Close()
+			}
+			if got := admitted.Load(); got != 1000 {
+				t.Fatalf("admitted %d units of a limit of 1000", got)
+			}
+			if store.renews.Load() == 0 {
+				t.Fatal("no renew gave units back: the test did not test it")
+			}
+			if returns != 0 {
+				t.Errorf("%d leases were returned by calls of their own while the key was hot (%d renews gave units back)", returns, store.renews.Load())
+			}
+			if left := remaining(t, base, ns, "r", "hot", limits); left != 0 {
+				t.Errorf("the store has %d left once every lease ended, want 0", left)
+			}
+		})
+	}
+}
+
+// evalshaCalls reads how many EVALSHA calls srv ran since its stats were
+// reset.
+func evalshaCalls(t *testing.T, srv *testenv.RedisServer) int64 {
+	t.Helper()
+	stats, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // TestLeaseCoolDownReturnsUnits: a key that stops being checked gives its

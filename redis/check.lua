@@ -16,10 +16,14 @@
 --       more arguments: reserve ("1" or "0"), hold ttl ms, hold nonce,
 --       tenant, rule, subject, and "H" last.
 --       A lease (see lease_cost) is such a reserved hold with one more key,
---       the subject's demands, and ends in want, holder and "L".
+--       the subject's demands, and ends in want, holder and "L"; a renew
+--       has one more key, the old lease's record, and ends in want,
+--       holder, the old lease's nonce, its unused units and "R".
 -- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms,
 --        retry_ms, then the number of expired leases dropped, and for a
---        lease the cost granted (or 1, the cost of a deny)}.
+--        lease the cost granted (or 1, the cost of a deny), and for a renew
+--        the old lease's return status (see hold_op); a renew giving back
+--        too much is {'too_many', granted}}.
 --
 -- The same script settles, releases or extends a hold (see hold_op below)
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
@@ -297,7 +301,7 @@ if batch_mode then
   end
   return out
 end
-if not hold_mode and not topup_mode and ARGV[#ARGV] ~= 'H' and ARGV[#ARGV] ~= 'L' then
+if not hold_mode and not topup_mode and ARGV[#ARGV] ~= 'H' and ARGV[#ARGV] ~= 'L' and ARGV[#ARGV] ~= 'R' then
   local plain = true
   for i = 1, #KEYS do
     local algo = ARGV[2 + (i - 1) * 4 + 1]
@@ -534,9 +538,10 @@ end
 -- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
 -- or {'too_large', key, capacity} when the cost can never fit that limit.
 -- The record names the limits' keys, all under the record's hash tag.
-local function hold_op()
-  local rec = KEYS[1]
-  local action, actual, tenant, nonce = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+-- hold_apply is hold_op on the record rec, with current limits from
+-- ARGV[cur] on (none when cur is past ARGV's end); a lease's renew calls it
+-- to return the old lease (see lease_cost).
+local function hold_apply(rec, action, actual, tenant, nonce, cur)
   local f = redis.call('HMGET', rec, 't', 'r', 's', 'e', 'ttl', 'n', 'd')
   if not f[1] or f[1] ~= tenant then
     return {'unknown', '', '', 0, 0, 0}
@@ -559,7 +564,7 @@ local function hold_op()
       charged = tonumber(v[6]), window = tonumber(v[7])}
   end
   -- A part whose counter has a current limit is settled under it.
-  for j = 7, #ARGV, 5 do
+  for j = cur, #ARGV, 5 do
     for _, p in ipairs(parts) do
       if p.key == ARGV[j] and p.algo == ARGV[j + 1] then
         p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), param(p.algo, ARGV[j + 3]), tonumber(ARGV[j + 4])
@@ -615,6 +620,9 @@ local function hold_op()
   redis.call('HSET', rec, 'd', '1')
   return {status, rule, subject, 0, freed, refunded}
 end
+local function hold_op()
+  return hold_apply(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], 7)
+end
 
 -- topup_op tops up the credits balance KEYS[1] once per idempotency
 -- record KEYS[2] (its value the record's expiry, ms, so an injected time
@@ -654,13 +662,19 @@ end
 -- A check. With a hold, the key after the limits' is its record; a lease
 -- (ARGV ends in 'L') is a reserved hold whose cost the script chooses, and
 -- has one more key, the subject's demands (see lease_cost).
-local leasing = ARGV[#ARGV] == 'L'
+-- A renew (ARGV ends in 'R') is a lease that first returns the holder's
+-- old lease: one more key, its record, and after the holder its nonce and
+-- unused units.
+local renewing = ARGV[#ARGV] == 'R'
+local leasing = ARGV[#ARGV] == 'L' or renewing
 local holding = ARGV[#ARGV] == 'H' or leasing
 local nlimits = #KEYS
 local reserve, hold_ttl, nonce, take_until = false, 0, '', now
 if holding then
   nlimits = #KEYS - 1
-  if leasing then
+  if renewing then
+    nlimits = #KEYS - 3
+  elseif leasing then
     nlimits = #KEYS - 2
   end
   local h = 2 + 4 * nlimits
@@ -692,8 +706,9 @@ end
 -- limits have left, shared in proportion to the live demands of every
 -- holder when they ask for more (1 when nothing is left: the cost of the
 -- check whose deny answers). Mirrors memory/leases.go and
--- sluice.LeaseShare. ARGV after the hold's: want, holder, 'L'. The demands
--- are a hash of holder to "want:expiry ms".
+-- sluice.LeaseShare. ARGV after the hold's: want, holder, then 'L' (or a
+-- renew's old nonce, unused units and 'R'). The demands are a hash of
+-- holder to "want:expiry ms".
 local max_lease_holders = 1000
 local function lease_cost()
   local h = 2 + 4 * nlimits
@@ -705,7 +720,7 @@ local function lease_cost()
       left = remaining
     end
   end
-  local dkey = KEYS[#KEYS]
+  local dkey = KEYS[nlimits + 2]
   local demands = redis.call('HGETALL', dkey)
   local total, live, known = want, 0, false
   for j = 1, #demands, 2 do
@@ -731,6 +746,18 @@ local function lease_cost()
     return math.min(want, left)
   end
   return math.min(want, left, math.max(1, math.floor(left * want / total)))
+end
+local returned = ''
+if renewing then
+  -- The old lease's units go back first, so this grant can hand them out
+  -- again. A return that gives back too much changes nothing: it is
+  -- refused before anything is written.
+  local h = 2 + 4 * nlimits
+  local r = hold_apply(KEYS[#KEYS], 'l', tonumber(ARGV[h + 10]), ARGV[h + 4], ARGV[h + 9], #ARGV + 1)
+  if r[1] == 'too_many' then
+    return r
+  end
+  returned = r[1]
 end
 if leasing then
   cost = lease_cost()
@@ -798,5 +825,8 @@ end
 reply[#reply + 1] = expired
 if leasing then
   reply[#reply + 1] = cost
+end
+if renewing then
+  reply[#reply + 1] = returned
 end
 return reply

@@ -15,8 +15,23 @@ type modelDemand struct {
 	expireAt int64
 }
 
-// Lease grants req at its Now, which must be set. req must be valid.
-func (m *Model) Lease(req sluice.LeaseRequest) sluice.LeaseGrant {
+// Lease grants req at its Now, which must be set. req must be valid, but
+// for its Renew: a model id, whose return (first) may be too large.
+func (m *Model) Lease(req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	var returned sluice.LeaseStatus
+	if req.Renew != "" {
+		res, err := m.ReturnLease(sluice.LeaseReturn{Tenant: req.Tenant, ID: req.Renew, Unused: req.RenewUnused, Now: req.Now})
+		if err != nil {
+			return sluice.LeaseGrant{}, err
+		}
+		returned = res.Status
+	}
+	g := m.lease(req)
+	g.Returned = returned
+	return g, nil
+}
+
+func (m *Model) lease(req sluice.LeaseRequest) sluice.LeaseGrant {
 	now := req.Now.UnixMilli()
 	probe := req.Check(0)
 	left := int64(-1)

@@ -14,7 +14,7 @@ const (
 // sluice_quota_remote_lease_calls_total's "call" label.
 const (
 	QuotaCallTake   = "take"   // a lease granted or refused
-	QuotaCallRenew  = "renew"  // a lease returned and a new one asked
+	QuotaCallRenew  = "renew"  // a lease returned and a new one asked, in one store call when it names its route
 	QuotaCallReturn = "return" // a lease's unused units given back
 )
 
@@ -48,7 +48,7 @@ func newQuotaLeaseMetrics(reg prometheus.Registerer) quotaLeaseMetrics {
 		}),
 		remote: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_remote_lease_calls_total",
-			Help: "Quota lease calls of remote holders (POST /v1/leases and its renew and return), by call: take (a grant asked), return (unused units given back, one store call each) and renew (a return then a take, each counted too).",
+			Help: "Quota lease calls of remote holders (POST /v1/leases and its renew and return), by call: take (a grant asked), return (unused units given back) and renew (the old lease returned and a new one granted): one store call each, but a renew that does not name its route, which is a return then a take, each counted too.",
 		}, []string{"call"}),
 	}
 	if reg != nil {

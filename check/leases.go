@@ -23,7 +23,8 @@ import (
 // key's mutex, so they never admit more than the store granted. A check
 // that finds too few units in hand asks the store: one lease call that
 // decides (as a check of cost 1) and renews; a deny always comes from the
-// store. When the key cools (no check for LeaseCoolAfter), its lease runs
+// store. When the key cools (no check for LeaseCoolAfter, or fewer than
+// LeaseHotRate checks a second, measured over a second or so), its lease runs
 // out locally, the engine closes, or the rule or subject is forgotten, the
 // unused units go back to the store.
 //
@@ -97,6 +98,11 @@ type leaseEntry struct {
 	// renewing, when non-nil, is closed when the lease call in flight ends.
 	renewing chan struct{}
 	dropped  bool
+	// seen counts the key's checks since rateSince (the sweeper's), so a
+	// key checked below the hot rate stops leasing even if it never goes
+	// idle.
+	seen      atomic.Int64
+	rateSince time.Time
 }
 
 func newLeasing(opts Options, leases bool) *leasing {
@@ -156,6 +162,7 @@ func (l *leasing) hot(e *Engine, r *Rule, subject string, now time.Time) *leaseE
 	le := l.entries[leaseKey{r, subject}]
 	l.mu.RUnlock()
 	if le != nil {
+		le.seen.Add(1)
 		return le
 	}
 	h := maphash.String(l.seed, subject) ^ r.leaseSalt
@@ -180,7 +187,7 @@ func (l *leasing) hot(e *Engine, r *Rule, subject string, now time.Time) *leaseE
 		return nil
 	}
 	if le = l.entries[leaseKey{r, subject}]; le == nil {
-		le = &leaseEntry{rule: r, subject: subject, since: now, lastUse: now}
+		le = &leaseEntry{rule: r, subject: subject, since: now, lastUse: now, rateSince: now}
 		l.entries[leaseKey{r, subject}] = le
 		e.metrics.QuotaLeasedKeys(1)
 		if !l.started {
@@ -404,6 +411,12 @@ func (e *Engine) sweepLeases(stop, done chan struct{}) {
 		for k, le := range l.entries {
 			le.mu.Lock()
 			idle := now.Sub(le.lastUse) >= l.coolAfter
+			if span := now.Sub(le.rateSince); le.renewing == nil && span >= time.Second {
+				// Below the hot rate over the last second or so: cold,
+				// however steadily it is still checked.
+				idle = idle || float64(le.seen.Swap(0)) < float64(l.hotRate)*span.Seconds()
+				le.rateSince = now
+			}
 			expired := le.id != "" && !now.Before(le.until)
 			if le.renewing == nil && (idle || expired) {
 				cooled = append(cooled, le)

@@ -429,3 +429,58 @@ func TestLeaseFallsBackToDirectChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseOnlyWhileHot: a key leases only while it is hot. Checked fast
+// it leases; checked slowly, below LeaseHotRate but often enough never to
+// go idle for LeaseCoolAfter, its lease is returned all the same and its
+// checks go back to the store, one call each.
+func TestLeaseOnlyWhileHot(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := &countingLeaser{Leaser: open(t)}
+			e := check.New(store, check.Options{LeaseHotRate: 50, LeaseTTL: 10 * time.Second, LeaseCoolAfter: 500 * time.Millisecond})
+			t.Cleanup(func() { e.Close() })
+			ns := fmt.Sprintf("lease-hot-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(100_000, time.Hour).Named("l"))
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			admitted := int64(0)
+			checkOnce := func() {
+				t.Helper()
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil || !res.Pass() {
+					t.Fatal(res, err)
+				}
+				admitted++
+			}
+			for range 200 {
+				checkOnce()
+			}
+			if store.leases.Load() == 0 || e.LeasedKeys() != 1 {
+				t.Fatalf("%d lease calls, %d leased keys after 200 checks: the hot key never leased", store.leases.Load(), e.LeasedKeys())
+			}
+			// 10 checks a second: a check every 100ms, never idle for
+			// 500ms, but a fifth of the hot rate.
+			deadline := time.Now().Add(5 * time.Second)
+			for e.LeasedKeys() != 0 || store.returns.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("checked at 10/s (hot rate 50/s) for 5s, still %d leased keys, %d returns", e.LeasedKeys(), store.returns.Load())
+				}
+				time.Sleep(100 * time.Millisecond)
+				checkOnce()
+			}
+			if left := remaining(t, store, ns, "r", "s", limits); left != 100_000-admitted {
+				t.Fatalf("store has %d left after the lease came back, want %d (the unused units lost)", left, 100_000-admitted)
+			}
+			// Cool now: each check is one store call, and none leases.
+			leases, checks := store.leases.Load(), store.checks.Load()
+			for range 10 {
+				time.Sleep(100 * time.Millisecond)
+				checkOnce()
+			}
+			if got := store.checks.Load() - checks; got != 10 || store.leases.Load() != leases || e.LeasedKeys() != 0 {
+				t.Fatalf("10 cool checks made %d store checks and %d lease calls (%d leased keys); want 10 and 0",
+					got, store.leases.Load()-leases, e.LeasedKeys())
+			}
+		})
+	}
+}

@@ -82,8 +82,10 @@ type LeaseGrant struct {
 	// ExpiresIn is the lease's TTL.
 	ExpiresIn time.Duration
 	// Returned is how the return of LeaseRequest.Renew ended ("" without
-	// one).
-	Returned LeaseStatus
+	// one), and ReturnedGranted what that lease had granted when Returned
+	// is LeaseReturned (else 0), as LeaseReturnResult.Granted.
+	Returned        LeaseStatus
+	ReturnedGranted int64
 }
 
 // LeaseReturn gives back the units a holder did not use, ending its lease.
@@ -126,6 +128,10 @@ type LeaseReturnResult struct {
 	// forget cached denies the returned units made stale.
 	Rule    string
 	Subject string
+	// Granted is what the lease granted, when Status is LeaseReturned
+	// (else 0): with the units given back it says how many its holder
+	// admitted.
+	Granted int64
 }
 
 // Leaser is a Holder that also leases (see LeaseRequest and LeaseGrant).

@@ -275,8 +275,39 @@ func TestLeaseCoolDownReturnsUnits(t *testing.T) {
 			if got := testutil.ToFloat64(gauge(t, reg, "sluice_quota_leased_keys")); got != 0 {
 				t.Errorf("sluice_quota_leased_keys = %v after cool-down", got)
 			}
+			// 30 checks, at least the first 9 direct (the hot rate is 10)
+			// and one the lease call's: at most 20 decided in process.
+			if got := savedBy(t, reg, "instance"); got < 1 || got > 20 {
+				t.Errorf("instance store calls saved = %v of 30 checks, want 1 to 20", got)
+			}
+			if got := savedBy(t, reg, "remote"); got != 0 {
+				t.Errorf("remote store calls saved = %v with no remote holder", got)
+			}
 		})
 	}
+}
+
+// savedBy reads sluice_quota_lease_store_calls_saved_total{holder}.
+func savedBy(t *testing.T, reg *prometheus.Registry, holder string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_quota_lease_store_calls_saved_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "holder" && lp.GetValue() == holder {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no sluice_quota_lease_store_calls_saved_total{holder=%q}", holder)
+	return 0
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

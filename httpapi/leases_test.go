@@ -120,6 +120,14 @@ func TestRemoteLeaseTakeRenewReturn(t *testing.T) {
 	if got := h.peekRemaining(key, "/hot/2", "s"); got != 75 {
 		t.Fatalf("after returns: %v left, want 100-20-5 = 75", got)
 	}
+	// Of the 20 and the 5 admitted, the take's and the renew's own
+	// requests needed a call; the other 23 none.
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", map[string]string{"holder": "remote"}); got != 23 {
+		t.Errorf("remote store calls saved = %v, want 23", got)
+	}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", map[string]string{"holder": "instance"}); got != 0 {
+		t.Errorf("instance store calls saved = %v, want 0 (no hot key here)", got)
+	}
 	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id2+"?unused=45", key, nil)
 	if r.body["status"] != "finished" {
 		t.Fatalf("second return: %s", r.raw)
@@ -343,6 +351,11 @@ func TestRemoteLeaseRenewOfRouteIsOneStoreCall(t *testing.T) {
 	if n := scripts(); n != 1 {
 		t.Fatalf("a renew of a named route ran %d script calls, want 1", n)
 	}
+	// 20 admitted from the first lease, one by the take's own call.
+	saved := map[string]string{"holder": "remote"}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", saved); got != 19 {
+		t.Errorf("remote store calls saved = %v, want 19", got)
+	}
 	id2 := l["id"].(string)
 
 	r = h.do("POST", "/v1/leases/"+id2+"/renew", key, map[string]any{"unused": 50, "route": "/hot/1", "subject": "other", "holder": "app-1", "want": 5})
@@ -360,5 +373,8 @@ func TestRemoteLeaseRenewOfRouteIsOneStoreCall(t *testing.T) {
 	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key, map[string]any{"unused": 0, "route": "/hot/1", "subject": "s", "holder": "app-1", "want": 5})
 	if r.lease() == nil || r.lease()["granted"] != 5.0 || r.body["returned"] != "finished" {
 		t.Fatalf("renew of a finished lease: %s", r.raw)
+	}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", saved); got != 19 {
+		t.Errorf("remote store calls saved = %v after a renew of a finished lease, want 19 still", got)
 	}
 }

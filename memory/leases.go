@@ -45,6 +45,7 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 
 	var outcomes []outcome
 	var returned sluice.LeaseStatus
+	var returnedGranted int64
 	for attempt := 0; ; attempt++ {
 		var full *BudgetError
 		sh.mu.Lock()
@@ -57,7 +58,7 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 				sh.mu.Unlock()
 				return sluice.LeaseGrant{}, err
 			}
-			returned = res.Status
+			returned, returnedGranted = res.Status, res.Granted
 		}
 		outcomes, check.Cost, full = s.leaseLocked(sh, &keys, req, tag, nonce, now)
 		sh.mu.Unlock()
@@ -73,9 +74,10 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	d := sluice.Decision{Limits: limitDecisions(req.Limits, outcomes)}
 	d.Combine()
 	if !d.Allowed {
-		return sluice.LeaseGrant{Decision: d, Returned: returned}, nil
+		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL, Returned: returned}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL, Returned: returned,
+		ReturnedGranted: returnedGranted}, nil
 }
 
 // leaseLocked records req's demand, sizes its grant and takes it as a
@@ -174,7 +176,11 @@ func (s *Store) returnLocked(sh *shard, ret sluice.LeaseReturn, now int64) (slui
 	if err != nil {
 		return sluice.LeaseReturnResult{}, err
 	}
-	return leaseResult(res), nil
+	out := leaseResult(res)
+	if out.Status == sluice.LeaseReturned {
+		out.Granted = granted
+	}
+	return out, nil
 }
 
 // leaseResult is a settle's result as a lease return's.

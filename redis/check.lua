@@ -22,8 +22,9 @@
 -- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms,
 --        retry_ms, then the number of expired leases dropped, and for a
 --        lease the cost granted (or 1, the cost of a deny), and for a renew
---        the old lease's return status (see hold_op); a renew giving back
---        too much is {'too_many', granted}}.
+--        the old lease's return status and, when returned, what it granted
+--        (see hold_op); a renew giving back too much is {'too_many',
+--        granted}}.
 --
 -- The same script settles, releases or extends a hold (see hold_op below)
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
@@ -536,7 +537,8 @@ end
 -- for a settle judged against the limits as they are now, per current rate
 -- limit: key, algorithm, capacity, p1, p2 (as a check passes them).
 -- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
--- or {'too_large', key, capacity} when the cost can never fit that limit.
+-- and for a lease returned what it granted; or {'too_large', key,
+-- capacity} when the cost can never fit that limit.
 -- The record names the limits' keys, all under the record's hash tag.
 -- hold_apply is hold_op on the record rec, with current limits from
 -- ARGV[cur] on (none when cur is past ARGV's end); a lease's renew calls it
@@ -573,11 +575,13 @@ local function hold_apply(rec, action, actual, tenant, nonce, cur)
   end
   -- A lease's return ('l') settles it at what was used: granted (its
   -- parts' charge) minus the unused units given back.
+  local granted
   if action == 'l' then
     if actual > parts[1].charged then
       return {'too_many', parts[1].charged}
     end
-    action, actual = 's', parts[1].charged - actual
+    granted = parts[1].charged
+    action, actual = 's', granted - actual
   end
   local member_of = function(p)
     return nonce .. ':' .. fmt(p.charged)
@@ -618,6 +622,11 @@ local function hold_apply(rec, action, actual, tenant, nonce, cur)
     end
   end
   redis.call('HSET', rec, 'd', '1')
+  if granted then
+    -- A lease's return also says what it granted, so its holder's use
+    -- (granted - unused) can be counted.
+    return {status, rule, subject, 0, freed, refunded, granted}
+  end
   return {status, rule, subject, 0, freed, refunded}
 end
 local function hold_op()
@@ -747,7 +756,7 @@ local function lease_cost()
   end
   return math.min(want, left, math.max(1, math.floor(left * want / total)))
 end
-local returned = ''
+local returned, returned_granted = '', 0
 if renewing then
   -- The old lease's units go back first, so this grant can hand them out
   -- again. A return that gives back too much changes nothing: it is
@@ -757,7 +766,7 @@ if renewing then
   if r[1] == 'too_many' then
     return r
   end
-  returned = r[1]
+  returned, returned_granted = r[1], r[7] or 0
 end
 if leasing then
   cost = lease_cost()
@@ -828,5 +837,6 @@ if leasing then
 end
 if renewing then
   reply[#reply + 1] = returned
+  reply[#reply + 1] = returned_granted
 end
 return reply

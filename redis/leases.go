@@ -34,7 +34,7 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 		_, oldNonce, _ := sluice.SplitHoldID(req.Renew)
 		call.keys = append(call.keys, sluice.HoldKey(s.prefix, tag, oldNonce))
 		call.args = append(call.args, oldNonce, strconv.FormatInt(req.RenewUnused, 10), "R")
-		size++
+		size += 2
 	} else {
 		call.args = append(call.args, "L")
 	}
@@ -61,18 +61,23 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
 	var returned sluice.LeaseStatus
+	var returnedGranted int64
 	if req.Renew != "" {
-		status, err := reply[size-1].ToString()
+		status, err := reply[size-2].ToString()
 		if err != nil {
 			return sluice.LeaseGrant{}, unavailable("lease", err)
 		}
 		returned = leaseStatus(sluice.HoldStatus(status))
+		if returnedGranted, err = replyInt(&reply[size-1]); err != nil {
+			return sluice.LeaseGrant{}, unavailable("lease", err)
+		}
 	}
 	d.Combine()
 	if !d.Allowed {
-		return sluice.LeaseGrant{Decision: d, Returned: returned}, nil
+		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL, Returned: returned}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL, Returned: returned,
+		ReturnedGranted: returnedGranted}, nil
 }
 
 // ReturnLease gives back a lease's unused units in one script call. See
@@ -103,7 +108,7 @@ func (s *Store) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice
 		granted, _ := replyInt(&reply[1])
 		return sluice.LeaseReturnResult{}, sluice.ReturnTooLarge(ret.Unused, granted)
 	}
-	if len(reply) != 6 {
+	if len(reply) != 6 && len(reply) != 7 {
 		return sluice.LeaseReturnResult{}, unavailable("return lease", fmt.Errorf("script replied %d values", len(reply)))
 	}
 	res := sluice.HoldResult{Status: sluice.HoldStatus(status)}
@@ -113,7 +118,11 @@ func (s *Store) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice
 	if status2 == sluice.LeaseUnknown {
 		return sluice.LeaseReturnResult{Status: sluice.LeaseUnknown}, nil
 	}
-	return sluice.LeaseReturnResult{Status: status2, Rule: res.Rule, Subject: res.Subject}, nil
+	out := sluice.LeaseReturnResult{Status: status2, Rule: res.Rule, Subject: res.Subject}
+	if len(reply) == 7 {
+		out.Granted, _ = replyInt(&reply[6])
+	}
+	return out, nil
 }
 
 // leaseStatus is a settle's status as a lease return's.

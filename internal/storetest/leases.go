@@ -48,6 +48,9 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) sluice.Leaser) {
 		if res.Status != status {
 			t.Fatalf("return of %d at t=%dms: status %q, want %q", unused, atMs, res.Status, status)
 		}
+		if returned := status == sluice.LeaseReturned; returned != (res.Granted > 0) || returned && res.Granted < unused {
+			t.Fatalf("return of %d at t=%dms (%s) says the lease granted %d", unused, atMs, status, res.Granted)
+		}
 		if status != sluice.LeaseUnknown && (res.Rule != "r" || res.Subject != "s") {
 			t.Fatalf("return names rule %q subject %q, want r and s", res.Rule, res.Subject)
 		}
@@ -142,7 +145,7 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) sluice.Leaser) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if g.Returned != sluice.LeaseReturned || g.ID == "" || g.ID == old.ID {
+				if g.Returned != sluice.LeaseReturned || g.ReturnedGranted != 10 || g.ID == "" || g.ID == old.ID {
 					t.Fatalf("renew %+v; want the old lease returned and a new one", g)
 				}
 				granted(t, g, 3, 0)
@@ -424,8 +427,8 @@ func leasesMatchModel(t *testing.T, stores map[string]sluice.Leaser) {
 					if err != nil {
 						rt.Fatalf("step %d: %s lease: %v", i, name, err)
 					}
-					if got.Returned != want.Returned {
-						rt.Fatalf("step %d: %s renew giving back %d of %d at +%dms: old lease %q, model %q", i, name, req.RenewUnused, renewed.units, now.Sub(Base).Milliseconds(), got.Returned, want.Returned)
+					if got.Returned != want.Returned || got.ReturnedGranted != want.ReturnedGranted {
+						rt.Fatalf("step %d: %s renew giving back %d of %d at +%dms: old lease %q (granted %d), model %q (%d)", i, name, req.RenewUnused, renewed.units, now.Sub(Base).Milliseconds(), got.Returned, got.ReturnedGranted, want.Returned, want.ReturnedGranted)
 					}
 					if diff := CompareDecisions(want.Decision, got.Decision); diff != "" || got.Granted != want.Granted || got.ExpiresIn != want.ExpiresIn || (got.ID == "") != (want.ID == "") {
 						rt.Fatalf("step %d: %s lease of %d for %s at +%dms: granted %d, model %d; %s\nmodel: %v\nstore: %v",

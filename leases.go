@@ -45,7 +45,10 @@ type LeaseRequest struct {
 	// this grant is sized: its RenewUnused units go back exactly as
 	// ReturnLease would give them back, so a renew is one store call and
 	// the returned units can be granted again at once. Its outcome is
-	// LeaseGrant.Returned, set on a deny too.
+	// LeaseGrant.Returned, set on a deny too. After an error other than
+	// ErrInvalid the old lease may or may not have been returned (a store
+	// out of room refuses the grant after the return): a ReturnLease of
+	// it is safe either way, answering finished if it was.
 	Renew       string
 	RenewUnused int64
 	// Now, when non-zero, is the time of the call (tests only).

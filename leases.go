@@ -40,6 +40,17 @@ type LeaseRequest struct {
 	// TTL is how long the lease lives (1ms to MaxHoldTTL, whole
 	// milliseconds), and how long the holder's demand is remembered.
 	TTL time.Duration
+	// Renew, when not "", is the id of the holder's previous lease of the
+	// same tenant, rule and subject, ended in the same atomic call before
+	// this grant is sized: its RenewUnused units go back exactly as
+	// ReturnLease would give them back, so a renew is one store call and
+	// the returned units can be granted again at once. Its outcome is
+	// LeaseGrant.Returned, set on a deny too. After an error other than
+	// ErrInvalid the old lease may or may not have been returned (a store
+	// out of room refuses the grant after the return): a ReturnLease of
+	// it is safe either way, answering finished if it was.
+	Renew       string
+	RenewUnused int64
 	// Now, when non-zero, is the time of the call (tests only).
 	Now time.Time
 }
@@ -73,6 +84,11 @@ type LeaseGrant struct {
 	ID string
 	// ExpiresIn is the lease's TTL.
 	ExpiresIn time.Duration
+	// Returned is how the return of LeaseRequest.Renew ended ("" without
+	// one), and ReturnedGranted what that lease had granted when Returned
+	// is LeaseReturned (else 0), as LeaseReturnResult.Granted.
+	Returned        LeaseStatus
+	ReturnedGranted int64
 }
 
 // LeaseReturn gives back the units a holder did not use, ending its lease.
@@ -115,6 +131,10 @@ type LeaseReturnResult struct {
 	// forget cached denies the returned units made stale.
 	Rule    string
 	Subject string
+	// Granted is what the lease granted, when Status is LeaseReturned
+	// (else 0): with the units given back it says how many its holder
+	// admitted.
+	Granted int64
 }
 
 // Leaser is a Holder that also leases (see LeaseRequest and LeaseGrant).
@@ -126,14 +146,16 @@ type LeaseReturnResult struct {
 // settles it at what was used (granted minus unused), within its TTL. A
 // lease never returned expires at its TTL: its units stay consumed, and the
 // store only forgets its record. Since a lease is a hold, its ID is a hold
-// id; end it with ReturnLease.
+// id; end it with ReturnLease, or renew it (LeaseRequest.Renew): its
+// return and the next grant in one atomic step.
 //
 // Lease returns an error wrapping ErrInvalid for a malformed request (see
 // LeaseRequest.Validate) and one wrapping ErrStoreUnavailable when the
 // store cannot be reached. ReturnLease returns an error wrapping ErrInvalid
 // for a malformed return, or one that gives back more units than the lease
 // granted (then nothing changes); an expired, finished or unknown lease is
-// a status, not an error.
+// a status, not an error. A renew that gives back too much is refused the
+// same way, and grants nothing.
 type Leaser interface {
 	Holder
 	Lease(ctx context.Context, req LeaseRequest) (LeaseGrant, error)
@@ -167,6 +189,20 @@ func (r LeaseRequest) Validate() error {
 	}
 	if err := validateHoldTTL(r.TTL); err != nil {
 		return invalidf("lease %s", err)
+	}
+	if r.Renew != "" {
+		if err := (LeaseReturn{ID: r.Renew, Unused: r.RenewUnused}).Validate(); err != nil {
+			return err
+		}
+		// The old lease's record must sit beside the new one's counters
+		// (one shard, one Cluster slot) for one atomic call to end it.
+		tag, _, _ := SplitHoldID(r.Renew)
+		var buf [SubjectTagLen]byte
+		if string(AppendSubjectTag(buf[:0], r.Tenant, r.Rule, r.Subject)) != tag {
+			return invalidf("lease %q renewed is not of this tenant, rule and subject", truncate(r.Renew, 64))
+		}
+	} else if r.RenewUnused != 0 {
+		return invalidf("a lease gives back %d unused units of no lease: name the lease renewed", r.RenewUnused)
 	}
 	return nil
 }

@@ -88,7 +88,9 @@ type Options struct {
 	// to the demand seen over it.
 	LeaseTTL time.Duration
 	// LeaseCoolAfter is how long a leased key goes without a check before
-	// its lease is returned (default 250ms, at most half LeaseTTL).
+	// its lease is returned (default 250ms, at most half LeaseTTL). A key
+	// checked below LeaseHotRate, measured over about a second, returns
+	// its lease too: a key leases only while it is hot.
 	LeaseCoolAfter time.Duration
 	// MaxLeasedKeys bounds the keys leased at once (default
 	// DefaultMaxLeasedKeys); past it hot keys are checked directly.

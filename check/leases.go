@@ -23,7 +23,8 @@ import (
 // key's mutex, so they never admit more than the store granted. A check
 // that finds too few units in hand asks the store: one lease call that
 // decides (as a check of cost 1) and renews; a deny always comes from the
-// store. When the key cools (no check for LeaseCoolAfter), its lease runs
+// store. When the key cools (no check for LeaseCoolAfter, or fewer than
+// LeaseHotRate checks a second, measured over a second or so), its lease runs
 // out locally, the engine closes, or the rule or subject is forgotten, the
 // unused units go back to the store.
 //
@@ -97,6 +98,11 @@ type leaseEntry struct {
 	// renewing, when non-nil, is closed when the lease call in flight ends.
 	renewing chan struct{}
 	dropped  bool
+	// seen counts the key's checks since rateSince (the sweeper's), so a
+	// key checked below the hot rate stops leasing even if it never goes
+	// idle.
+	seen      atomic.Int64
+	rateSince time.Time
 }
 
 func newLeasing(opts Options, leases bool) *leasing {
@@ -156,6 +162,7 @@ func (l *leasing) hot(e *Engine, r *Rule, subject string, now time.Time) *leaseE
 	le := l.entries[leaseKey{r, subject}]
 	l.mu.RUnlock()
 	if le != nil {
+		le.seen.Add(1)
 		return le
 	}
 	h := maphash.String(l.seed, subject) ^ r.leaseSalt
@@ -180,7 +187,7 @@ func (l *leasing) hot(e *Engine, r *Rule, subject string, now time.Time) *leaseE
 		return nil
 	}
 	if le = l.entries[leaseKey{r, subject}]; le == nil {
-		le = &leaseEntry{rule: r, subject: subject, since: now, lastUse: now}
+		le = &leaseEntry{rule: r, subject: subject, since: now, lastUse: now, rateSince: now}
 		l.entries[leaseKey{r, subject}] = le
 		e.metrics.QuotaLeasedKeys(1)
 		if !l.started {
@@ -263,20 +270,35 @@ func (e *Engine) leaseCheck(ctx context.Context, le *leaseEntry, q Query, limits
 				return d, false, ctx.Err()
 			}
 		}
-		// Renew: end what is left of the old lease first (too few units
-		// for this cost, or no longer alive).
+		// Renew: the old lease (too few units for this cost, or no
+		// longer alive) leaves our hands now; the one lease call gives
+		// back what is left of it before it sizes the next grant.
 		oldID, oldLeft := le.id, le.left
 		le.id, le.left = "", 0
 		want := l.want(le, limits, now)
 		le.used, le.since, le.lastUse = 0, now, now
 		le.renewing = make(chan struct{})
 		le.mu.Unlock()
-		e.returnLease(le.rule, oldID, oldLeft)
 
 		r := q.Rule
+		req := sluice.LeaseRequest{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject,
+			Limits: limits, Holder: l.holder, Want: want, TTL: l.ttl, Now: q.Now}
+		if oldLeft > 0 {
+			// A fully used lease is left to expire: nothing to give back.
+			req.Renew, req.RenewUnused = oldID, oldLeft
+		}
 		sentAt := e.clock()
-		grant, gerr := e.guard.Lease(ctx, sluice.LeaseRequest{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject,
-			Limits: limits, Holder: l.holder, Want: want, TTL: l.ttl, Now: q.Now})
+		grant, gerr := e.guard.Lease(ctx, req)
+		switch {
+		case req.Renew == "":
+		case gerr != nil:
+			// Whether the call returned the old lease is unknown: a
+			// return of its own is safe either way (a lease returned
+			// once answers finished).
+			e.returnLease(r, oldID, oldLeft)
+		default:
+			e.leaseReturned(r, grant.Returned, oldLeft, q.Subject)
+		}
 		le.mu.Lock()
 		close(le.renewing)
 		le.renewing = nil
@@ -352,14 +374,22 @@ func (e *Engine) returnLease(r *Rule, id string, unused int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
 	defer cancel()
 	res, err := e.guard.ReturnLease(ctx, sluice.LeaseReturn{Tenant: r.Namespace, ID: id, Unused: unused})
-	switch {
-	case err == nil && res.Status == sluice.LeaseReturned:
-		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsReturned, unused)
-		// Quota came back without time passing: cached denies are stale.
-		e.deny.forget(r.Namespace, r.Name, res.Subject)
-	default:
-		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsExpired, unused)
+	if err != nil {
+		res.Status = sluice.LeaseExpired
 	}
+	e.leaseReturned(r, res.Status, unused, res.Subject)
+}
+
+// leaseReturned counts the unused units of a lease of r's subject that
+// ended how status says.
+func (e *Engine) leaseReturned(r *Rule, status sluice.LeaseStatus, unused int64, subject string) {
+	if status != sluice.LeaseReturned {
+		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsExpired, unused)
+		return
+	}
+	e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsReturned, unused)
+	// Quota came back without time passing: cached denies are stale.
+	e.deny.forget(r.Namespace, r.Name, subject)
 }
 
 // sweepLeases returns the leases of keys that cooled or ran out, until
@@ -381,6 +411,12 @@ func (e *Engine) sweepLeases(stop, done chan struct{}) {
 		for k, le := range l.entries {
 			le.mu.Lock()
 			idle := now.Sub(le.lastUse) >= l.coolAfter
+			if span := now.Sub(le.rateSince); le.renewing == nil && span >= time.Second {
+				// Below the hot rate over the last second or so: cold,
+				// however steadily it is still checked.
+				idle = idle || float64(le.seen.Swap(0)) < float64(l.hotRate)*span.Seconds()
+				le.rateSince = now
+			}
 			expired := le.id != "" && !now.Before(le.until)
 			if le.renewing == nil && (idle || expired) {
 				cooled = append(cooled, le)

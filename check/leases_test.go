@@ -3,6 +3,8 @@ package check_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,9 @@ import (
 type countingLeaser struct {
 	sluice.Leaser
 	checks, leases, returns atomic.Int64
+	// renews counts the lease calls that also gave an old lease's
+	// unused units back.
+	renews atomic.Int64
 }
 
 func (s *countingLeaser) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
@@ -31,6 +36,9 @@ func (s *countingLeaser) Check(ctx context.Context, req sluice.Request) (sluice.
 
 func (s *countingLeaser) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
 	s.leases.Add(1)
+	if req.Renew != "" {
+		s.renews.Add(1)
+	}
 	return s.Leaser.Lease(ctx, req)
 }
 
@@ -123,6 +131,115 @@ func TestLeaseAdmitsExactlyTheLimit(t *testing.T) {
 	}
 }
 
+// TestLeaseRenewIsOneStoreCall: a renew gives back what is left of the old
+// lease and takes the next one in one store call, never a return and then
+// a take. Two engines on one real store check one hot key with checks of
+// cost 1 and 7 (a check of 7 that finds fewer in hand renews with units
+// left) until the store denies: together they admit exactly the limit,
+// renews gave units back, and no lease was returned by a call of its own.
+// On Redis, INFO commandstats counts no more EVALSHA calls than store calls.
+func TestLeaseRenewIsOneStoreCall(t *testing.T) {
+	for _, name := range []string{"memory", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			var srv *testenv.RedisServer
+			var base sluice.Leaser
+			if name == "memory" {
+				base = newMemory(t)
+			} else {
+				srv = testenv.Redis(t)
+				rs, err := sluiceredis.Open(srv.URL(), sluiceredis.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { rs.Close() })
+				base = rs
+			}
+			store := &countingLeaser{Leaser: base}
+			ns := fmt.Sprintf("lease-renew-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(1000, time.Hour).Named("l"))
+			// The script is loaded, so each store call is one EVALSHA.
+			remaining(t, base, ns, "r", "s", limits)
+			if srv != nil {
+				if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			var engines []*check.Engine
+			for i := range 2 {
+				e := check.New(store, check.Options{LeaseHotRate: 5, LeaseTTL: 5 * time.Second, LeaseCoolAfter: time.Minute,
+					LeaseHolder: fmt.Sprintf("instance-%d", i)})
+				engines = append(engines, e)
+				rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+				for g := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for n := g; ; n++ {
+							cost := int64(1)
+							if n%10 == 0 {
+								cost = 7
+							}
+							res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "hot", Cost: cost})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if res.Pass() {
+								admitted.Add(cost)
+							} else if cost == 1 {
+								return // nothing in hand, nothing in the store
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			calls, returns := store.checks.Load()+store.leases.Load(), store.returns.Load()
+			if srv != nil {
+				// At most: concurrent plain checks may share one
+				// (redis/batch.go).
+				if got := evalshaCalls(t, srv); got > calls+returns || got == 0 {
+					t.Errorf("Redis ran %d script calls for %d store calls", got, calls+returns)
+				}
+			}
+			for _, e := range engines {
+				e.Close()
+			}
+			if got := admitted.Load(); got != 1000 {
+				t.Fatalf("admitted %d units of a limit of 1000", got)
+			}
+			if store.renews.Load() == 0 {
+				t.Fatal("no renew gave units back: the test did not test it")
+			}
+			if returns != 0 {
+				t.Errorf("%d leases were returned by calls of their own while the key was hot (%d renews gave units back)", returns, store.renews.Load())
+			}
+			if left := remaining(t, base, ns, "r", "hot", limits); left != 0 {
+				t.Errorf("the store has %d left once every lease ended, want 0", left)
+			}
+		})
+	}
+}
+
+// evalshaCalls reads how many EVALSHA calls srv ran since its stats were
+// reset.
+func evalshaCalls(t *testing.T, srv *testenv.RedisServer) int64 {
+	t.Helper()
+	stats, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 // TestLeaseCoolDownReturnsUnits: a key that stops being checked gives its
 // unused units back, and the store counts them as never used.
 func TestLeaseCoolDownReturnsUnits(t *testing.T) {
@@ -158,8 +275,39 @@ func TestLeaseCoolDownReturnsUnits(t *testing.T) {
 			if got := testutil.ToFloat64(gauge(t, reg, "sluice_quota_leased_keys")); got != 0 {
 				t.Errorf("sluice_quota_leased_keys = %v after cool-down", got)
 			}
+			// 30 checks, at least the first 9 direct (the hot rate is 10)
+			// and one the lease call's: at most 20 decided in process.
+			if got := savedBy(t, reg, "instance"); got < 1 || got > 20 {
+				t.Errorf("instance store calls saved = %v of 30 checks, want 1 to 20", got)
+			}
+			if got := savedBy(t, reg, "remote"); got != 0 {
+				t.Errorf("remote store calls saved = %v with no remote holder", got)
+			}
 		})
 	}
+}
+
+// savedBy reads sluice_quota_lease_store_calls_saved_total{holder}.
+func savedBy(t *testing.T, reg *prometheus.Registry, holder string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_quota_lease_store_calls_saved_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "holder" && lp.GetValue() == holder {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no sluice_quota_lease_store_calls_saved_total{holder=%q}", holder)
+	return 0
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
@@ -308,6 +456,61 @@ func TestLeaseFallsBackToDirectChecks(t *testing.T) {
 			}
 			if admitted != 40 {
 				t.Fatalf("admitted %d of a limit of 40", admitted)
+			}
+		})
+	}
+}
+
+// TestLeaseOnlyWhileHot: a key leases only while it is hot. Checked fast
+// it leases; checked slowly, below LeaseHotRate but often enough never to
+// go idle for LeaseCoolAfter, its lease is returned all the same and its
+// checks go back to the store, one call each.
+func TestLeaseOnlyWhileHot(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := &countingLeaser{Leaser: open(t)}
+			e := check.New(store, check.Options{LeaseHotRate: 50, LeaseTTL: 10 * time.Second, LeaseCoolAfter: 500 * time.Millisecond})
+			t.Cleanup(func() { e.Close() })
+			ns := fmt.Sprintf("lease-hot-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(100_000, time.Hour).Named("l"))
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			admitted := int64(0)
+			checkOnce := func() {
+				t.Helper()
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "s", Cost: 1})
+				if err != nil || !res.Pass() {
+					t.Fatal(res, err)
+				}
+				admitted++
+			}
+			for range 200 {
+				checkOnce()
+			}
+			if store.leases.Load() == 0 || e.LeasedKeys() != 1 {
+				t.Fatalf("%d lease calls, %d leased keys after 200 checks: the hot key never leased", store.leases.Load(), e.LeasedKeys())
+			}
+			// 10 checks a second: a check every 100ms, never idle for
+			// 500ms, but a fifth of the hot rate.
+			deadline := time.Now().Add(5 * time.Second)
+			for e.LeasedKeys() != 0 || store.returns.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("checked at 10/s (hot rate 50/s) for 5s, still %d leased keys, %d returns", e.LeasedKeys(), store.returns.Load())
+				}
+				time.Sleep(100 * time.Millisecond)
+				checkOnce()
+			}
+			if left := remaining(t, store, ns, "r", "s", limits); left != 100_000-admitted {
+				t.Fatalf("store has %d left after the lease came back, want %d (the unused units lost)", left, 100_000-admitted)
+			}
+			// Cool now: each check is one store call, and none leases.
+			leases, checks := store.leases.Load(), store.checks.Load()
+			for range 10 {
+				time.Sleep(100 * time.Millisecond)
+				checkOnce()
+			}
+			if got := store.checks.Load() - checks; got != 10 || store.leases.Load() != leases || e.LeasedKeys() != 0 {
+				t.Fatalf("10 cool checks made %d store checks and %d lease calls (%d leased keys); want 10 and 0",
+					got, store.leases.Load()-leases, e.LeasedKeys())
 			}
 		})
 	}

@@ -118,6 +118,12 @@ func (q *LeaseQuery) validate() error {
 // fails closed (a rule that fails open or local answers by its mode, with
 // nothing granted).
 func (e *Engine) Lease(ctx context.Context, q LeaseQuery) (LeaseAnswer, error) {
+	return e.lease(ctx, q, sluice.LeaseReturn{}, metrics.QuotaCallTake)
+}
+
+// lease is Lease, renewing old when its ID is set; call is the call it
+// counts as.
+func (e *Engine) lease(ctx context.Context, q LeaseQuery, old sluice.LeaseReturn, call string) (LeaseAnswer, error) {
 	r := q.Rule
 	if err := r.RemoteLeases(); err != nil {
 		return LeaseAnswer{}, err
@@ -126,11 +132,11 @@ func (e *Engine) Lease(ctx context.Context, q LeaseQuery) (LeaseAnswer, error) {
 		return LeaseAnswer{}, err
 	}
 	req := sluice.LeaseRequest{Tenant: r.Namespace, Rule: r.Name, Subject: q.Subject, Limits: r.Limits,
-		Holder: "client." + q.Holder, Want: q.Want, TTL: q.TTL, Now: q.Now}
+		Holder: "client." + q.Holder, Want: q.Want, TTL: q.TTL, Renew: old.ID, RenewUnused: old.Unused, Now: q.Now}
 	if err := req.Validate(); err != nil {
 		return LeaseAnswer{}, err
 	}
-	e.metrics.QuotaRemoteLeaseCall(metrics.QuotaCallTake)
+	e.metrics.QuotaRemoteLeaseCall(call)
 	sentAt := e.clock()
 	grant, err := e.guard.Lease(ctx, req)
 	switch {
@@ -149,7 +155,7 @@ func (e *Engine) Lease(ctx context.Context, q LeaseQuery) (LeaseAnswer, error) {
 		return LeaseAnswer{Decision: d}, nil
 	}
 	if !grant.Decision.Allowed {
-		return LeaseAnswer{Decision: grant.Decision}, nil
+		return LeaseAnswer{Decision: grant.Decision, Grant: sluice.LeaseGrant{Returned: grant.Returned, ReturnedGranted: grant.ReturnedGranted}}, nil
 	}
 	e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsGranted, grant.Granted)
 	// Units left the store's counters without time passing: another
@@ -171,26 +177,71 @@ func (e *Engine) ReturnLease(ctx context.Context, namespace, id string, unused i
 	if err != nil {
 		return res, err
 	}
+	e.remoteReturned(namespace, res, unused)
+	return res, nil
+}
+
+// remoteReturned counts a remote holder's lease that ended as res says.
+func (e *Engine) remoteReturned(namespace string, res sluice.LeaseReturnResult, unused int64) {
 	switch res.Status {
 	case sluice.LeaseReturned:
 		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsReturned, unused)
+		// The holder admitted granted - unused, one of them the request
+		// whose call took the lease: the rest needed no call.
+		e.metrics.QuotaRemoteLeaseSaved(res.Granted - unused - 1)
 		// Quota came back without time passing: cached denies are stale.
 		e.deny.forget(namespace, res.Rule, res.Subject)
 	case sluice.LeaseExpired:
 		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsExpired, unused)
 	}
-	return res, nil
 }
 
 // RenewLease returns a remote holder's lease with its unused units and
-// takes a new one for the same rule and subject: two store calls, a
-// return and a grant, since a store's lease call grants and a return
-// settles (the return first, so the units it gives back can be granted
-// again). rule finds the rule the lease was of, by name, as it is now: a
-// rule that changed so that it no longer leases is ErrRuleNotLeased (the
-// old lease is returned all the same). An unknown lease is
-// ErrLeaseNotFound and nothing is granted.
+// takes a new one for the same rule and subject.
+//
+// With q.Rule set (the holder named its route and subject, so the rule is
+// known before any store call) it is one store call: the grant's, which
+// returns the old lease first (sluice.LeaseRequest.Renew), so its units can
+// be granted again. An old lease the store does not know is said in the
+// status, and the grant stands; one of another rule or subject is
+// sluice.ErrInvalid, and nothing changes. A rule that no longer leases is
+// ErrRuleNotLeased, the old lease returned all the same.
+//
+// Without q.Rule it is two store calls, the return then the grant: rule
+// finds the rule the lease was of, by name, as it is now: a rule that
+// changed so that it no longer leases is ErrRuleNotLeased (the old lease
+// is returned all the same). An unknown lease is ErrLeaseNotFound and
+// nothing is granted.
 func (e *Engine) RenewLease(ctx context.Context, namespace, id string, unused int64, rule func(name string) *Rule, q LeaseQuery) (sluice.LeaseReturnResult, LeaseAnswer, error) {
+	if q.Rule != nil {
+		ret := sluice.LeaseReturn{Tenant: namespace, ID: id, Unused: unused}
+		if err := ret.Validate(); err != nil {
+			return sluice.LeaseReturnResult{}, LeaseAnswer{}, err
+		}
+		ans, err := e.lease(ctx, q, ret, metrics.QuotaCallRenew)
+		if errors.Is(err, ErrRuleNotLeased) {
+			// Nothing was asked of the store: the old lease goes back
+			// all the same.
+			res, rerr := e.ReturnLease(ctx, namespace, id, unused)
+			if rerr != nil {
+				return res, LeaseAnswer{}, rerr
+			}
+			return res, LeaseAnswer{}, err
+		}
+		if err != nil {
+			return sluice.LeaseReturnResult{}, ans, err
+		}
+		res := sluice.LeaseReturnResult{Status: ans.Grant.Returned, Rule: q.Rule.Name, Subject: q.Subject, Granted: ans.Grant.ReturnedGranted}
+		if res.Status == "" {
+			// The store could not answer: the failure mode decided and
+			// the old lease's fate is unknown (its units stay in the
+			// store until it expires, or a return finds it).
+			res.Status = sluice.LeaseUnknown
+		} else {
+			e.remoteReturned(namespace, res, unused)
+		}
+		return res, ans, nil
+	}
 	if err := q.validateShape(); err != nil {
 		return sluice.LeaseReturnResult{}, LeaseAnswer{}, err
 	}

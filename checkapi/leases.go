@@ -27,9 +27,14 @@ type RenewRequest struct {
 	// Unused is how many of the old lease's units were not admitted
 	// (required).
 	Unused *int64 `json:"unused"`
-	Holder string `json:"holder"`
-	Want   int64  `json:"want"`
-	TTLMs  int64  `json:"ttl_ms,omitempty"`
+	// Route and Subject, when Route is set, are the old lease's (as its
+	// take gave them): the rule is then known before the store is asked,
+	// and the renew is one store call instead of two.
+	Route   string `json:"route,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	Holder  string `json:"holder"`
+	Want    int64  `json:"want"`
+	TTLMs   int64  `json:"ttl_ms,omitempty"`
 }
 
 // LeaseAnswer is the body of a lease call's 200 or 429: the decision of a

@@ -73,8 +73,20 @@ func (c *Client) Lease(ctx context.Context, route, subject string, opts LeaseOpt
 // the same rule and subject, in one call to the service. An unknown lease
 // (expired a while ago) is an *Error (404 lease_not_found): take a new one
 // with Lease.
+//
+// The service finds the rule from the old lease, with a store call of its
+// own; RenewOf, naming the lease's route and subject, saves it.
 func (c *Client) Renew(ctx context.Context, id string, unused int64, opts LeaseOptions) (LeaseResult, error) {
-	body, err := json.Marshal(checkapi.RenewRequest{Unused: &unused, Holder: opts.Holder, Want: opts.Want, TTLMs: opts.TTL.Milliseconds()})
+	return c.RenewOf(ctx, "", "", id, unused, opts)
+}
+
+// RenewOf is Renew of a lease taken for route and subject: the service
+// then returns the old lease and grants the next in one store call. An
+// old lease the service no longer knows is not an error there: Returned
+// says unknown, and the new lease stands. A lease of another route or
+// subject is an *Error (400), and nothing changes. route "" is Renew.
+func (c *Client) RenewOf(ctx context.Context, route, subject, id string, unused int64, opts LeaseOptions) (LeaseResult, error) {
+	body, err := json.Marshal(checkapi.RenewRequest{Unused: &unused, Route: route, Subject: subject, Holder: opts.Holder, Want: opts.Want, TTLMs: opts.TTL.Milliseconds()})
 	if err != nil {
 		return LeaseResult{}, fmt.Errorf("sluice client: encode renew: %w", err)
 	}
@@ -205,7 +217,7 @@ func (l *LeasedLimiter) Allow(ctx context.Context) (Result, error) {
 	var res LeaseResult
 	var err error
 	if id != "" {
-		res, err = l.c.Renew(ctx, id, unused, l.opts)
+		res, err = l.c.RenewOf(ctx, l.route, l.subject, id, unused, l.opts)
 		var e *Error
 		if errors.As(err, &e) && e.StatusCode == http.StatusNotFound {
 			// Forgotten by the service: lease afresh.

@@ -1,9 +1,12 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,5 +158,55 @@ func TestLeasedLimiterServiceDown(t *testing.T) {
 	}
 	if l.Held() != 0 {
 		t.Fatalf("held %d", l.Held())
+	}
+}
+
+// renewBodies records the bodies of the renew calls made through it.
+type renewBodies struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (t *renewBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/renew") {
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		t.mu.Lock()
+		t.bodies = append(t.bodies, string(b))
+		t.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestLeasedLimiterRenewsNamingItsRoute: a LeasedLimiter's renew names the
+// lease's route and subject, so the service renews in one store call, and
+// gives back what it held.
+func TestLeasedLimiterRenewsNamingItsRoute(t *testing.T) {
+	url, secret := startService(t, leasedRule("/hot", 50))
+	ctx := context.Background()
+	rec := &renewBodies{}
+	c, err := client.New(url, secret, client.WithHTTPClient(&http.Client{Transport: rec, Timeout: 5 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Want 4: the fifth request renews, with nothing left in hand.
+	l := c.NewLeasedLimiter("/hot", "s", client.LeaseOptions{Want: 4})
+	for range 5 {
+		if res, err := l.Allow(ctx); err != nil || !res.Allowed {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	rec.mu.Lock()
+	bodies := rec.bodies
+	rec.mu.Unlock()
+	if len(bodies) != 1 || !strings.Contains(bodies[0], `"route":"/hot"`) || !strings.Contains(bodies[0], `"subject":"s"`) ||
+		!strings.Contains(bodies[0], `"unused":0`) {
+		t.Fatalf("renew bodies %q; want one naming route /hot and subject s", bodies)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, c, "/hot"); got != 45 {
+		t.Fatalf("%d left after Close, want 45 (5 admitted)", got)
 	}
 }

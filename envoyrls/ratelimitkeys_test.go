@@ -541,7 +541,7 @@ descriptors:
 	}
 }
 
-// counterValue is the value of the unlabelled counter name in reg.
+// counterValue is the value of counter name in reg, over all its series.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -549,8 +549,13 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
+		if f.GetName() == name {
+			// Summed over the series (labels such as holder).
+			total := 0.0
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+			return total
 		}
 	}
 	t.Fatalf("no metric %s", name)

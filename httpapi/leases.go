@@ -54,15 +54,9 @@ func (a *API) handleTakeLease(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, aerr)
 		return
 	}
-	matched, ok := st.snap.Match(grant.Tenant, body.Route)
-	if !ok {
-		a.fail(w, &apiError{http.StatusConflict, "rule_not_leased",
-			fmt.Sprintf("No rule of this tenant matches route %q: nothing limits it, so there is no quota to lease.", body.Route)})
-		return
-	}
-	rule := st.rules[ruleID{grant.Tenant, matched.Name}]
-	if rule == nil { // cannot happen: rules is built from the same snapshot
-		a.fail(w, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."})
+	rule, aerr := leaseRule(st, grant.Tenant, body.Route)
+	if aerr != nil {
+		a.fail(w, aerr)
 		return
 	}
 	q.Rule, q.Subject = rule.check, body.Subject
@@ -95,9 +89,25 @@ func (a *API) handleRenewLease(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, aerr)
 		return
 	}
+	var rule *compiledRule
+	if body.Route != "" {
+		// The holder says which route and subject its lease was of: one
+		// store call (the engine checks the lease is of them).
+		if aerr := validateCheck(checkapi.Request{Route: body.Route, Subject: body.Subject}); aerr != nil {
+			a.fail(w, aerr)
+			return
+		}
+		if rule, aerr = leaseRule(st, grant.Tenant, body.Route); aerr != nil {
+			a.fail(w, aerr)
+			return
+		}
+		q.Rule, q.Subject = rule.check, body.Subject
+	} else if body.Subject != "" {
+		a.fail(w, badRequest("Field \"subject\" of a renew needs \"route\" too (both the old lease's), or neither."))
+		return
+	}
 	id := r.PathValue("id")
 	ns := st.snap.Tenants[grant.Tenant].CounterNamespace()
-	var rule *compiledRule
 	ret, ans, err := a.engine.RenewLease(r.Context(), ns, id, *body.Unused, func(name string) *check.Rule {
 		if rule = st.rules[ruleID{grant.Tenant, name}]; rule != nil {
 			return rule.check
@@ -131,6 +141,20 @@ func (a *API) handleReturnLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, checkapi.ReturnAnswer{ID: id, Status: string(res.Status)})
+}
+
+// leaseRule is the leasing rule of tenant that route selects.
+func leaseRule(st *state, tenant, route string) (*compiledRule, *apiError) {
+	matched, ok := st.snap.Match(tenant, route)
+	if !ok {
+		return nil, &apiError{http.StatusConflict, "rule_not_leased",
+			fmt.Sprintf("No rule of this tenant matches route %q: nothing limits it, so there is no quota to lease.", route)}
+	}
+	rule := st.rules[ruleID{tenant, matched.Name}]
+	if rule == nil { // cannot happen: rules is built from the same snapshot
+		return nil, &apiError{http.StatusServiceUnavailable, "catalog_reloading", "The rule set is being reloaded; retry shortly."}
+	}
+	return rule, nil
 }
 
 // leaseQuery is the part of a lease query a body gives, checked.

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,14 @@ func TestRemoteLeaseTakeRenewReturn(t *testing.T) {
 	}
 	if got := h.peekRemaining(key, "/hot/2", "s"); got != 75 {
 		t.Fatalf("after returns: %v left, want 100-20-5 = 75", got)
+	}
+	// Of the 20 and the 5 admitted, the take's and the renew's own
+	// requests needed a call; the other 23 none.
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", map[string]string{"holder": "remote"}); got != 23 {
+		t.Errorf("remote store calls saved = %v, want 23", got)
+	}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", map[string]string{"holder": "instance"}); got != 0 {
+		t.Errorf("instance store calls saved = %v, want 0 (no hot key here)", got)
 	}
 	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+id2+"?unused=45", key, nil)
 	if r.body["status"] != "finished" {
@@ -293,5 +302,79 @@ func TestRemoteLeaseStoreOutage(t *testing.T) {
 		if r.status != want || r.body["degraded"] != true || r.body["lease"] != nil {
 			t.Errorf("local %d: %d %s, want %d", i, r.status, r.raw, want)
 		}
+	}
+}
+
+// TestRemoteLeaseRenewOfRouteIsOneStoreCall: a renew that names its
+// lease's route and subject returns the old lease and grants the next in
+// one script call on a real Redis (INFO commandstats counts them); one of
+// another subject is refused and changes nothing; one of a lease the store
+// forgot still grants, saying the old one is unknown.
+func TestRemoteLeaseRenewOfRouteIsOneStoreCall(t *testing.T) {
+	redis := testenv.Redis(t)
+	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := newHarness(t, harnessOptions{store: rs})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "hot", leasedRule("/hot*", 100))
+	r := h.must(http.StatusOK, "POST", "/v1/leases", key, map[string]any{"route": "/hot/1", "subject": "s", "holder": "app-1", "want": 30})
+	id := r.lease()["id"].(string)
+
+	scripts := func() int {
+		t.Helper()
+		stats, err := redis.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(stats, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+				return n
+			}
+		}
+		return 0
+	}
+	if _, err := redis.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key,
+		map[string]any{"unused": 10, "route": "/hot/1", "subject": "s", "holder": "app-1", "want": 50})
+	l := r.lease()
+	// 20 used: 80 left, of which the 50 wanted.
+	if l == nil || l["granted"] != 50.0 || r.body["returned"] != "returned" || r.body["remaining"] != 30.0 {
+		t.Fatalf("renew: %s", r.raw)
+	}
+	if n := scripts(); n != 1 {
+		t.Fatalf("a renew of a named route ran %d script calls, want 1", n)
+	}
+	// 20 admitted from the first lease, one by the take's own call.
+	saved := map[string]string{"holder": "remote"}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", saved); got != 19 {
+		t.Errorf("remote store calls saved = %v, want 19", got)
+	}
+	id2 := l["id"].(string)
+
+	r = h.do("POST", "/v1/leases/"+id2+"/renew", key, map[string]any{"unused": 50, "route": "/hot/1", "subject": "other", "holder": "app-1", "want": 5})
+	if r.status != http.StatusBadRequest || !strings.Contains(r.raw, "not of this tenant, rule and subject") {
+		t.Fatalf("a renew naming another subject: %d %s", r.status, r.raw)
+	}
+	r = h.do("POST", "/v1/leases/"+id2+"/renew", key, map[string]any{"unused": 0, "subject": "s", "holder": "app-1", "want": 5})
+	if r.status != http.StatusBadRequest || !strings.Contains(r.raw, "route") {
+		t.Fatalf("a renew naming a subject and no route: %d %s", r.status, r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 30 {
+		t.Fatalf("after refused renews: %v left, want 30", got)
+	}
+	// The old lease is finished: renewing it again grants afresh.
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key, map[string]any{"unused": 0, "route": "/hot/1", "subject": "s", "holder": "app-1", "want": 5})
+	if r.lease() == nil || r.lease()["granted"] != 5.0 || r.body["returned"] != "finished" {
+		t.Fatalf("renew of a finished lease: %s", r.raw)
+	}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", saved); got != 19 {
+		t.Errorf("remote store calls saved = %v after a renew of a finished lease, want 19 still", got)
 	}
 }

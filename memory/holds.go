@@ -141,6 +141,12 @@ func (s *Store) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, 
 	sh := s.shardFor([]byte(tag))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return s.holdLocked(sh, op, tag, nonce, now)
+}
+
+// holdLocked is Hold with op's shard locked (a lease's renew ends its old
+// lease under the same lock as it grants the next).
+func (s *Store) holdLocked(sh *shard, op sluice.HoldOp, tag, nonce string, now int64) (sluice.HoldResult, error) {
 	rec := sh.holds[sluice.HoldKey("", tag, nonce)]
 	if rec == nil || rec.tenant != op.Tenant || now >= rec.forgetAt() {
 		return sluice.HoldResult{Status: sluice.HoldUnknown}, nil

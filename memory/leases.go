@@ -44,9 +44,22 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	sh := s.shardFor(keys.tag())
 
 	var outcomes []outcome
+	var returned sluice.LeaseStatus
+	var returnedGranted int64
 	for attempt := 0; ; attempt++ {
 		var full *BudgetError
 		sh.mu.Lock()
+		if req.Renew != "" && returned == "" {
+			// The old lease first, under the same lock, so its units
+			// count in this grant. Once returned it stays returned,
+			// should the grant need a second attempt.
+			res, err := s.returnLocked(sh, sluice.LeaseReturn{Tenant: req.Tenant, ID: req.Renew, Unused: req.RenewUnused}, now)
+			if err != nil {
+				sh.mu.Unlock()
+				return sluice.LeaseGrant{}, err
+			}
+			returned, returnedGranted = res.Status, res.Granted
+		}
 		outcomes, check.Cost, full = s.leaseLocked(sh, &keys, req, tag, nonce, now)
 		sh.mu.Unlock()
 		if full == nil {
@@ -61,9 +74,10 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	d := sluice.Decision{Limits: limitDecisions(req.Limits, outcomes)}
 	d.Combine()
 	if !d.Allowed {
-		return sluice.LeaseGrant{Decision: d}, nil
+		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL, Returned: returned,
+		ReturnedGranted: returnedGranted}, nil
 }
 
 // leaseLocked records req's demand, sizes its grant and takes it as a
@@ -136,30 +150,37 @@ func (s *Store) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice
 	if !ret.Now.IsZero() {
 		now = ret.Now.UnixMilli()
 	}
-	tag, nonce, _ := sluice.SplitHoldID(ret.ID)
+	tag, _, _ := sluice.SplitHoldID(ret.ID)
 	sh := s.shardFor([]byte(tag))
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.returnLocked(sh, ret, now)
+}
+
+// returnLocked is ReturnLease with ret's shard locked.
+func (s *Store) returnLocked(sh *shard, ret sluice.LeaseReturn, now int64) (sluice.LeaseReturnResult, error) {
+	tag, nonce, _ := sluice.SplitHoldID(ret.ID)
 	rec := sh.holds[sluice.HoldKey("", tag, nonce)]
 	granted := int64(0)
 	if rec != nil && len(rec.parts) > 0 {
 		granted = rec.parts[0].charged
 		// Only a return that would apply is refused for giving back
-		// too much; an expired or finished lease answers its status.
+		// too much; an expired, finished or unknown lease answers its
+		// status.
 		if rec.tenant == ret.Tenant && !rec.done && now < rec.expireAt && ret.Unused > granted {
-			sh.mu.Unlock()
 			return sluice.LeaseReturnResult{}, sluice.ReturnTooLarge(ret.Unused, granted)
 		}
 	}
-	sh.mu.Unlock()
-	// A record is only settled once, and its charge never changes, so
-	// reading it before settling is safe: a concurrent return finds it
-	// finished.
-	res, err := s.Hold(ctx, sluice.HoldOp{Tenant: ret.Tenant, ID: ret.ID, Action: sluice.HoldSettle,
-		Cost: max(0, granted-ret.Unused), Now: time.UnixMilli(now)})
+	res, err := s.holdLocked(sh, sluice.HoldOp{Tenant: ret.Tenant, ID: ret.ID, Action: sluice.HoldSettle,
+		Cost: max(0, granted-ret.Unused), Now: time.UnixMilli(now)}, tag, nonce, now)
 	if err != nil {
 		return sluice.LeaseReturnResult{}, err
 	}
-	return leaseResult(res), nil
+	out := leaseResult(res)
+	if out.Status == sluice.LeaseReturned {
+		out.Granted = granted
+	}
+	return out, nil
 }
 
 // leaseResult is a settle's result as a lease return's.

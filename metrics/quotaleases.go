@@ -14,8 +14,15 @@ const (
 // sluice_quota_remote_lease_calls_total's "call" label.
 const (
 	QuotaCallTake   = "take"   // a lease granted or refused
-	QuotaCallRenew  = "renew"  // a lease returned and a new one asked
+	QuotaCallRenew  = "renew"  // a lease returned and a new one asked, in one store call when it names its route
 	QuotaCallReturn = "return" // a lease's unused units given back
+)
+
+// Who decided checks from leased units, the values of
+// sluice_quota_lease_store_calls_saved_total's "holder" label.
+const (
+	QuotaHolderInstance = "instance" // this instance's engine, for its hot keys
+	QuotaHolderRemote   = "remote"   // remote holders, as their renews and returns report
 )
 
 // quotaLeaseMetrics count this instance's quota leases (issue 22): not the
@@ -23,7 +30,9 @@ const (
 type quotaLeaseMetrics struct {
 	keys  prometheus.Gauge
 	units *prometheus.CounterVec
-	saved prometheus.Counter
+	saved *prometheus.CounterVec
+	// savedInstance and savedRemote are saved's children, resolved once.
+	savedInstance, savedRemote prometheus.Counter
 	// remote counts the lease calls of remote holders (the Go client's
 	// leasing limiter): each is a store call.
 	remote                   *prometheus.CounterVec
@@ -42,13 +51,13 @@ func newQuotaLeaseMetrics(reg prometheus.Registerer) quotaLeaseMetrics {
 			Name: "sluice_quota_lease_units_total",
 			Help: "Quota lease units, by how: granted by the store, returned unused, or expired (unused when the lease ran out, so they stay consumed).",
 		}, []string{"how"}),
-		saved: prometheus.NewCounter(prometheus.CounterOpts{
+		saved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_lease_store_calls_saved_total",
-			Help: "Checks decided in process from a quota lease, each a store call saved.",
-		}),
+			Help: "Checks decided in process from a quota lease, each a store call saved, by holder: instance (this instance's hot keys) or remote (remote holders' requests admitted from their leases without a call, counted when a renew or return reports the units used; a lease that expires unreturned reports none).",
+		}, []string{"holder"}),
 		remote: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_remote_lease_calls_total",
-			Help: "Quota lease calls of remote holders (POST /v1/leases and its renew and return), by call: take (a grant asked), return (unused units given back, one store call each) and renew (a return then a take, each counted too).",
+			Help: "Quota lease calls of remote holders (POST /v1/leases and its renew and return), by call: take (a grant asked), return (unused units given back) and renew (the old lease returned and a new one granted): one store call each, but a renew that does not name its route, which is a return then a take, each counted too.",
 		}, []string{"call"}),
 	}
 	if reg != nil {
@@ -57,6 +66,8 @@ func newQuotaLeaseMetrics(reg prometheus.Registerer) quotaLeaseMetrics {
 		q.saved = register(reg, q.saved)
 		q.remote = register(reg, q.remote)
 	}
+	q.savedInstance = q.saved.WithLabelValues(QuotaHolderInstance)
+	q.savedRemote = q.saved.WithLabelValues(QuotaHolderRemote)
 	q.take = q.remote.WithLabelValues(QuotaCallTake)
 	q.renew = q.remote.WithLabelValues(QuotaCallRenew)
 	q.returnCalls = q.remote.WithLabelValues(QuotaCallReturn)
@@ -88,10 +99,19 @@ func (m *Metrics) QuotaLeaseUnits(how string, n int64) {
 	}
 }
 
-// QuotaLeaseSaved counts a check decided from a lease without a store call.
+// QuotaLeaseSaved counts a check this instance decided from a lease
+// without a store call.
 func (m *Metrics) QuotaLeaseSaved() {
 	if m != nil {
-		m.quotaLeases.saved.Inc()
+		m.quotaLeases.savedInstance.Inc()
+	}
+}
+
+// QuotaRemoteLeaseSaved counts n requests a remote holder decided from its
+// lease without a call.
+func (m *Metrics) QuotaRemoteLeaseSaved(n int64) {
+	if m != nil && n > 0 {
+		m.quotaLeases.savedRemote.Add(float64(n))
 	}
 }
 

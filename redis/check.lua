@@ -16,10 +16,15 @@
 --       more arguments: reserve ("1" or "0"), hold ttl ms, hold nonce,
 --       tenant, rule, subject, and "H" last.
 --       A lease (see lease_cost) is such a reserved hold with one more key,
---       the subject's demands, and ends in want, holder and "L".
+--       the subject's demands, and ends in want, holder and "L"; a renew
+--       has one more key, the old lease's record, and ends in want,
+--       holder, the old lease's nonce, its unused units and "R".
 -- Reply: {allowed, now_ms, then per limit: allowed, remaining, reset_ms,
 --        retry_ms, then the number of expired leases dropped, and for a
---        lease the cost granted (or 1, the cost of a deny)}.
+--        lease the cost granted (or 1, the cost of a deny), and for a renew
+--        the old lease's return status and, when returned, what it granted
+--        (see hold_op); a renew giving back too much is {'too_many',
+--        granted}}.
 --
 -- The same script settles, releases or extends a hold (see hold_op below)
 -- when ARGV[1] is "hold": one script, so both share the algorithms.
@@ -297,7 +302,7 @@ if batch_mode then
   end
   return out
 end
-if not hold_mode and not topup_mode and ARGV[#ARGV] ~= 'H' and ARGV[#ARGV] ~= 'L' then
+if not hold_mode and not topup_mode and ARGV[#ARGV] ~= 'H' and ARGV[#ARGV] ~= 'L' and ARGV[#ARGV] ~= 'R' then
   local plain = true
   for i = 1, #KEYS do
     local algo = ARGV[2 + (i - 1) * 4 + 1]
@@ -532,11 +537,13 @@ end
 -- for a settle judged against the limits as they are now, per current rate
 -- limit: key, algorithm, capacity, p1, p2 (as a check passes them).
 -- Reply: {status, rule, subject, expires_in_ms, leases_freed, refunded},
--- or {'too_large', key, capacity} when the cost can never fit that limit.
+-- and for a lease returned what it granted; or {'too_large', key,
+-- capacity} when the cost can never fit that limit.
 -- The record names the limits' keys, all under the record's hash tag.
-local function hold_op()
-  local rec = KEYS[1]
-  local action, actual, tenant, nonce = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+-- hold_apply is hold_op on the record rec, with current limits from
+-- ARGV[cur] on (none when cur is past ARGV's end); a lease's renew calls it
+-- to return the old lease (see lease_cost).
+local function hold_apply(rec, action, actual, tenant, nonce, cur)
   local f = redis.call('HMGET', rec, 't', 'r', 's', 'e', 'ttl', 'n', 'd')
   if not f[1] or f[1] ~= tenant then
     return {'unknown', '', '', 0, 0, 0}
@@ -559,7 +566,7 @@ local function hold_op()
       charged = tonumber(v[6]), window = tonumber(v[7])}
   end
   -- A part whose counter has a current limit is settled under it.
-  for j = 7, #ARGV, 5 do
+  for j = cur, #ARGV, 5 do
     for _, p in ipairs(parts) do
       if p.key == ARGV[j] and p.algo == ARGV[j + 1] then
         p.now_capacity, p.now_p1, p.now_p2 = tonumber(ARGV[j + 2]), param(p.algo, ARGV[j + 3]), tonumber(ARGV[j + 4])
@@ -568,11 +575,13 @@ local function hold_op()
   end
   -- A lease's return ('l') settles it at what was used: granted (its
   -- parts' charge) minus the unused units given back.
+  local granted
   if action == 'l' then
     if actual > parts[1].charged then
       return {'too_many', parts[1].charged}
     end
-    action, actual = 's', parts[1].charged - actual
+    granted = parts[1].charged
+    action, actual = 's', granted - actual
   end
   local member_of = function(p)
     return nonce .. ':' .. fmt(p.charged)
@@ -613,7 +622,15 @@ local function hold_op()
     end
   end
   redis.call('HSET', rec, 'd', '1')
+  if granted then
+    -- A lease's return also says what it granted, so its holder's use
+    -- (granted - unused) can be counted.
+    return {status, rule, subject, 0, freed, refunded, granted}
+  end
   return {status, rule, subject, 0, freed, refunded}
+end
+local function hold_op()
+  return hold_apply(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], 7)
 end
 
 -- topup_op tops up the credits balance KEYS[1] once per idempotency
@@ -654,13 +671,19 @@ end
 -- A check. With a hold, the key after the limits' is its record; a lease
 -- (ARGV ends in 'L') is a reserved hold whose cost the script chooses, and
 -- has one more key, the subject's demands (see lease_cost).
-local leasing = ARGV[#ARGV] == 'L'
+-- A renew (ARGV ends in 'R') is a lease that first returns the holder's
+-- old lease: one more key, its record, and after the holder its nonce and
+-- unused units.
+local renewing = ARGV[#ARGV] == 'R'
+local leasing = ARGV[#ARGV] == 'L' or renewing
 local holding = ARGV[#ARGV] == 'H' or leasing
 local nlimits = #KEYS
 local reserve, hold_ttl, nonce, take_until = false, 0, '', now
 if holding then
   nlimits = #KEYS - 1
-  if leasing then
+  if renewing then
+    nlimits = #KEYS - 3
+  elseif leasing then
     nlimits = #KEYS - 2
   end
   local h = 2 + 4 * nlimits
@@ -692,8 +715,9 @@ end
 -- limits have left, shared in proportion to the live demands of every
 -- holder when they ask for more (1 when nothing is left: the cost of the
 -- check whose deny answers). Mirrors memory/leases.go and
--- sluice.LeaseShare. ARGV after the hold's: want, holder, 'L'. The demands
--- are a hash of holder to "want:expiry ms".
+-- sluice.LeaseShare. ARGV after the hold's: want, holder, then 'L' (or a
+-- renew's old nonce, unused units and 'R'). The demands are a hash of
+-- holder to "want:expiry ms".
 local max_lease_holders = 1000
 local function lease_cost()
   local h = 2 + 4 * nlimits
@@ -705,7 +729,7 @@ local function lease_cost()
       left = remaining
     end
   end
-  local dkey = KEYS[#KEYS]
+  local dkey = KEYS[nlimits + 2]
   local demands = redis.call('HGETALL', dkey)
   local total, live, known = want, 0, false
   for j = 1, #demands, 2 do
@@ -731,6 +755,18 @@ local function lease_cost()
     return math.min(want, left)
   end
   return math.min(want, left, math.max(1, math.floor(left * want / total)))
+end
+local returned, returned_granted = '', 0
+if renewing then
+  -- The old lease's units go back first, so this grant can hand them out
+  -- again. A return that gives back too much changes nothing: it is
+  -- refused before anything is written.
+  local h = 2 + 4 * nlimits
+  local r = hold_apply(KEYS[#KEYS], 'l', tonumber(ARGV[h + 10]), ARGV[h + 4], ARGV[h + 9], #ARGV + 1)
+  if r[1] == 'too_many' then
+    return r
+  end
+  returned, returned_granted = r[1], r[7] or 0
 end
 if leasing then
   cost = lease_cost()
@@ -798,5 +834,9 @@ end
 reply[#reply + 1] = expired
 if leasing then
   reply[#reply + 1] = cost
+end
+if renewing then
+  reply[#reply + 1] = returned
+  reply[#reply + 1] = returned_granted
 end
 return reply

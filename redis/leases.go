@@ -27,28 +27,57 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	call, hold := s.withHold(buildCall(s.prefix, check), check)
 	tag, _, _ := sluice.SplitHoldID(hold.ID)
 	call.keys = append(call.keys, sluice.DemandKey(s.prefix, tag))
-	call.args = append(call.args[:len(call.args)-1], strconv.FormatInt(req.Want, 10), req.Holder, "L")
+	call.args = append(call.args[:len(call.args)-1], strconv.FormatInt(req.Want, 10), req.Holder)
+	size := 4 + 4*len(req.Limits)
+	if req.Renew != "" {
+		// The old lease's record is under the same hash tag (Validate).
+		_, oldNonce, _ := sluice.SplitHoldID(req.Renew)
+		call.keys = append(call.keys, sluice.HoldKey(s.prefix, tag, oldNonce))
+		call.args = append(call.args, oldNonce, strconv.FormatInt(req.RenewUnused, 10), "R")
+		size += 2
+	} else {
+		call.args = append(call.args, "L")
+	}
 	// Even a denied lease records its holder's demand: always a write.
 	reply, err := s.execScript(ctx, call.keys, call.args, true, func([]rueidis.RedisMessage) bool { return true })
 	if err != nil {
 		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
-	if len(reply) != 4+4*len(req.Limits) {
+	if len(reply) == 2 && reply[0].IsString() {
+		if status, _ := reply[0].ToString(); status == "too_many" {
+			granted, _ := replyInt(&reply[1])
+			return sluice.LeaseGrant{}, sluice.ReturnTooLarge(req.RenewUnused, granted)
+		}
+	}
+	if len(reply) != size {
 		return sluice.LeaseGrant{}, unavailable("lease", fmt.Errorf("script replied %d values for %d limits", len(reply), len(req.Limits)))
 	}
 	d := sluice.Decision{}
 	if d.Limits, err = limitDecisions(reply[2:], req.Limits); err != nil {
 		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
-	granted, err := replyInt(&reply[len(reply)-1])
+	granted, err := replyInt(&reply[3+4*len(req.Limits)])
 	if err != nil {
 		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
+	var returned sluice.LeaseStatus
+	var returnedGranted int64
+	if req.Renew != "" {
+		status, err := reply[size-2].ToString()
+		if err != nil {
+			return sluice.LeaseGrant{}, unavailable("lease", err)
+		}
+		returned = leaseStatus(sluice.HoldStatus(status))
+		if returnedGranted, err = replyInt(&reply[size-1]); err != nil {
+			return sluice.LeaseGrant{}, unavailable("lease", err)
+		}
+	}
 	d.Combine()
 	if !d.Allowed {
-		return sluice.LeaseGrant{Decision: d}, nil
+		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL, Returned: returned,
+		ReturnedGranted: returnedGranted}, nil
 }
 
 // ReturnLease gives back a lease's unused units in one script call. See
@@ -79,16 +108,29 @@ func (s *Store) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice
 		granted, _ := replyInt(&reply[1])
 		return sluice.LeaseReturnResult{}, sluice.ReturnTooLarge(ret.Unused, granted)
 	}
-	if len(reply) != 6 {
+	if len(reply) != 6 && len(reply) != 7 {
 		return sluice.LeaseReturnResult{}, unavailable("return lease", fmt.Errorf("script replied %d values", len(reply)))
 	}
 	res := sluice.HoldResult{Status: sluice.HoldStatus(status)}
 	res.Rule, _ = reply[1].ToString()
 	res.Subject, _ = reply[2].ToString()
-	status2 := map[sluice.HoldStatus]sluice.LeaseStatus{sluice.HoldSettled: sluice.LeaseReturned,
-		sluice.HoldExpired: sluice.LeaseExpired, sluice.HoldFinished: sluice.LeaseFinished}[res.Status]
-	if status2 == "" {
+	status2 := leaseStatus(res.Status)
+	if status2 == sluice.LeaseUnknown {
 		return sluice.LeaseReturnResult{Status: sluice.LeaseUnknown}, nil
 	}
-	return sluice.LeaseReturnResult{Status: status2, Rule: res.Rule, Subject: res.Subject}, nil
+	out := sluice.LeaseReturnResult{Status: status2, Rule: res.Rule, Subject: res.Subject}
+	if len(reply) == 7 {
+		out.Granted, _ = replyInt(&reply[6])
+	}
+	return out, nil
+}
+
+// leaseStatus is a settle's status as a lease return's.
+func leaseStatus(s sluice.HoldStatus) sluice.LeaseStatus {
+	status := map[sluice.HoldStatus]sluice.LeaseStatus{sluice.HoldSettled: sluice.LeaseReturned,
+		sluice.HoldExpired: sluice.LeaseExpired, sluice.HoldFinished: sluice.LeaseFinished}[s]
+	if status == "" {
+		return sluice.LeaseUnknown
+	}
+	return status
 }

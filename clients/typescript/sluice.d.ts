@@ -154,7 +154,7 @@ export declare class Client {
   releaseHold(id: string): Promise<HoldAnswer>;
   extendHold(id: string): Promise<HoldAnswer>;
   takeLease(request: { route: string; subject?: string; holder: string; want: number; ttlMs?: number }): Promise<LeaseAnswer>;
-  renewLease(id: string, request: { unused: number; holder: string; want: number; ttlMs?: number }): Promise<LeaseAnswer>;
+  renewLease(id: string, request: { unused: number; holder: string; want: number; ttlMs?: number; route?: string; subject?: string }): Promise<LeaseAnswer>;
   returnLease(id: string, unused: number): Promise<{ id: string; status: "returned" | "expired" | "finished" | "unknown" }>;
 
   createTenant(name: string): Promise<Tenant>;

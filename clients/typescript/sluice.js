@@ -114,9 +114,11 @@ export class Client {
     return this.#call("takeLease", {}, { body: { route, subject, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
   }
 
-  /** Gives back the unused units and leases again (same rule and subject). */
-  renewLease(id, { unused, holder, want, ttlMs } = {}) {
-    return this.#call("renewLease", { id }, { body: { unused, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
+  /** Gives back the unused units and leases again (same rule and subject); naming the lease's route and subject makes it one store call, not two. */
+  renewLease(id, { unused, holder, want, ttlMs, route, subject } = {}) {
+    const body = { unused, holder, want, ttl_ms: ttlMs };
+    if (route !== undefined) Object.assign(body, { route, subject: subject ?? "" });
+    return this.#call("renewLease", { id }, { body, accept: [200, 429] });
   }
 
   /** Ends the lease, giving back its unused units (idempotent). */

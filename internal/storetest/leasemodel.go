@@ -15,8 +15,23 @@ type modelDemand struct {
 	expireAt int64
 }
 
-// Lease grants req at its Now, which must be set. req must be valid.
-func (m *Model) Lease(req sluice.LeaseRequest) sluice.LeaseGrant {
+// Lease grants req at its Now, which must be set. req must be valid, but
+// for its Renew: a model id, whose return (first) may be too large.
+func (m *Model) Lease(req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
+	var returned sluice.LeaseReturnResult
+	if req.Renew != "" {
+		res, err := m.ReturnLease(sluice.LeaseReturn{Tenant: req.Tenant, ID: req.Renew, Unused: req.RenewUnused, Now: req.Now})
+		if err != nil {
+			return sluice.LeaseGrant{}, err
+		}
+		returned = res
+	}
+	g := m.lease(req)
+	g.Returned, g.ReturnedGranted = returned.Status, returned.Granted
+	return g, nil
+}
+
+func (m *Model) lease(req sluice.LeaseRequest) sluice.LeaseGrant {
 	now := req.Now.UnixMilli()
 	probe := req.Check(0)
 	left := int64(-1)
@@ -76,7 +91,7 @@ func (m *Model) ReturnLease(ret sluice.LeaseReturn) (sluice.LeaseReturnResult, e
 	res := m.Hold(sluice.HoldOp{Tenant: ret.Tenant, ID: ret.ID, Action: sluice.HoldSettle, Cost: cost, Now: ret.Now})
 	switch res.Status {
 	case sluice.HoldSettled:
-		return sluice.LeaseReturnResult{Status: sluice.LeaseReturned, Rule: res.Rule, Subject: res.Subject}, nil
+		return sluice.LeaseReturnResult{Status: sluice.LeaseReturned, Rule: res.Rule, Subject: res.Subject, Granted: h.req.Cost}, nil
 	case sluice.HoldExpired:
 		return sluice.LeaseReturnResult{Status: sluice.LeaseExpired, Rule: res.Rule, Subject: res.Subject}, nil
 	case sluice.HoldFinished:

@@ -48,6 +48,9 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) sluice.Leaser) {
 		if res.Status != status {
 			t.Fatalf("return of %d at t=%dms: status %q, want %q", unused, atMs, res.Status, status)
 		}
+		if returned := status == sluice.LeaseReturned; returned != (res.Granted > 0) || returned && res.Granted < unused {
+			t.Fatalf("return of %d at t=%dms (%s) says the lease granted %d", unused, atMs, status, res.Granted)
+		}
 		if status != sluice.LeaseUnknown && (res.Rule != "r" || res.Subject != "s") {
 			t.Fatalf("return names rule %q subject %q, want r and s", res.Rule, res.Subject)
 		}
@@ -125,6 +128,67 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) sluice.Leaser) {
 			remaining(t, sliding, 2100, 10)
 			granted(t, lease(t, sliding, "h1", 10, 2100), 10, 0)
 		})
+	})
+	renew := func(t *testing.T, limits []sluice.Limit, old string, unused, want, atMs int64) (sluice.LeaseGrant, error) {
+		t.Helper()
+		return store.Lease(ctx, sluice.LeaseRequest{Tenant: t.Name(), Rule: "r", Subject: "s", Limits: limits,
+			Holder: "h1", Want: want, TTL: 5 * time.Second, Renew: old, RenewUnused: unused, Now: at(atMs)})
+	}
+	t.Run("a_renew_returns_the_old_lease_then_grants", func(t *testing.T) {
+		for _, limits := range [][]sluice.Limit{fixed, sliding, bucket} {
+			t.Run(string(limits[0].Algorithm), func(t *testing.T) {
+				old := lease(t, limits, "h1", 10, 0)
+				granted(t, old, 10, 0)
+				// The 3 unused units go back first, so this very call
+				// can grant them again.
+				g, err := renew(t, limits, old.ID, 3, 5, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.Returned != sluice.LeaseReturned || g.ReturnedGranted != 10 || g.ID == "" || g.ID == old.ID {
+					t.Fatalf("renew %+v; want the old lease returned and a new one", g)
+				}
+				granted(t, g, 3, 0)
+				// The old lease is finished; the new one returns.
+				g2, err := renew(t, limits, old.ID, 3, 5, 1)
+				if err != nil || g2.Returned != sluice.LeaseFinished || g2.Granted != 0 {
+					t.Fatalf("second renew of the old lease %+v, %v; want it finished and a deny", g2, err)
+				}
+				giveBack(t, g.ID, 3, 2, sluice.LeaseReturned)
+				remaining(t, limits, 2, 3)
+			})
+		}
+	})
+	t.Run("a_renew_that_gives_back_too_much_changes_nothing", func(t *testing.T) {
+		old := lease(t, fixed, "h1", 4, 0)
+		for name, r := range map[string]struct {
+			id     string
+			unused int64
+		}{
+			"more_than_granted": {old.ID, 5},
+			"negative":          {old.ID, -1},
+			"malformed_id":      {"nope", 1},
+			"no_id":             {"", 1},
+			"another_subject":   {sluice.NewHoldID(t.Name(), "r", "other"), 1},
+		} {
+			if g, err := renew(t, fixed, r.id, r.unused, 4, 1); !errors.Is(err, sluice.ErrInvalid) {
+				t.Errorf("%s: got %+v, %v; want ErrInvalid", name, g, err)
+			} else {
+				t.Logf("%s: %v", name, err)
+			}
+		}
+		remaining(t, fixed, 1, 6)
+		giveBack(t, old.ID, 4, 2, sluice.LeaseReturned)
+	})
+	t.Run("a_renew_at_the_limit_returns_and_is_denied_from_the_stores_state", func(t *testing.T) {
+		old := lease(t, fixed, "h1", 10, 0)
+		g, err := renew(t, fixed, old.ID, 0, 10, 300)
+		if err != nil || g.Granted != 0 || g.Decision.Allowed || g.Decision.RetryAfter != 700*time.Millisecond {
+			t.Fatalf("renew %+v, %v; want a deny retrying in 700ms", g, err)
+		}
+		if g.Returned != sluice.LeaseReturned {
+			t.Fatalf("the old lease %q, want returned", g.Returned)
+		}
 	})
 	t.Run("a_lease_not_returned_by_its_ttl_keeps_its_units", func(t *testing.T) {
 		g, err := store.Lease(ctx, sluice.LeaseRequest{Tenant: t.Name(), Rule: "r", Subject: "s", Limits: fixed,
@@ -298,16 +362,31 @@ func leasesMatchModel(t *testing.T, stores map[string]sluice.Leaser) {
 		tenant := fmt.Sprintf("leaseprop-%d", time.Now().UnixNano())
 		now := Base.Add(time.Duration(rapid.Int64Range(0, 100_000).Draw(rt, "start")) * time.Millisecond)
 		type granted struct {
-			model string
-			store map[string]string
-			units int64
+			model   string
+			store   map[string]string
+			units   int64
+			subject string
 		}
 		var grants []granted
 		steps := rapid.IntRange(10, 80).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			now = now.Add(time.Duration(rapid.SampledFrom([]int64{0, 0, 1, 7, 49, 50, 51, 300, 500, 999, 1000, 1001, 2000, 6000}).Draw(rt, "step")) * time.Millisecond)
 			subject := rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "subject")
-			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			op := rapid.IntRange(0, 3).Draw(rt, "op")
+			var renewed *granted
+			if op == 3 {
+				// A renew of a lease of this subject, when there is one.
+				for j := len(grants) - 1; j >= 0; j-- {
+					if grants[j].subject == subject {
+						renewed = &grants[j]
+						break
+					}
+				}
+				if renewed == nil {
+					op = 1
+				}
+			}
+			switch op {
 			case 0:
 				req := sluice.Request{Tenant: tenant, Rule: "r", Subject: subject, Limits: limits,
 					Cost: rapid.Int64Range(0, minCapacity).Draw(rt, "cost"), Now: now}
@@ -321,17 +400,35 @@ func leasesMatchModel(t *testing.T, stores map[string]sluice.Leaser) {
 						rt.Fatalf("step %d: %s check at +%dms cost %d: %s", i, name, now.Sub(Base).Milliseconds(), req.Cost, diff)
 					}
 				}
-			case 1:
+			case 1, 3:
 				req := sluice.LeaseRequest{Tenant: tenant, Rule: "r", Subject: subject, Limits: limits,
 					Holder: rapid.SampledFrom([]string{"h1", "h2", "h3"}).Draw(rt, "holder"),
 					Want:   rapid.Int64Range(1, minCapacity).Draw(rt, "want"),
 					TTL:    time.Duration(rapid.SampledFrom([]int{50, 1000, 5000}).Draw(rt, "ttl")) * time.Millisecond, Now: now}
-				want := model.Lease(req)
-				g := granted{model: want.ID, store: map[string]string{}, units: want.Granted}
+				mreq := req
+				if renewed != nil {
+					// Some give back one more than granted: refused.
+					req.RenewUnused = rapid.Int64Range(0, renewed.units+1).Draw(rt, "renew unused")
+					mreq.Renew, mreq.RenewUnused = renewed.model, req.RenewUnused
+				}
+				want, wantErr := model.Lease(mreq)
+				g := granted{model: want.ID, store: map[string]string{}, units: want.Granted, subject: subject}
 				for name, s := range stores {
+					if renewed != nil {
+						req.Renew = renewed.store[name]
+					}
 					got, err := s.Lease(ctx, req)
+					if wantErr != nil {
+						if !errors.Is(err, sluice.ErrInvalid) {
+							rt.Fatalf("step %d: %s renew giving back %d of %d: got %+v, %v; model %v", i, name, req.RenewUnused, renewed.units, got, err, wantErr)
+						}
+						continue
+					}
 					if err != nil {
 						rt.Fatalf("step %d: %s lease: %v", i, name, err)
+					}
+					if got.Returned != want.Returned || got.ReturnedGranted != want.ReturnedGranted {
+						rt.Fatalf("step %d: %s renew giving back %d of %d at +%dms: old lease %q (granted %d), model %q (%d)", i, name, req.RenewUnused, renewed.units, now.Sub(Base).Milliseconds(), got.Returned, got.ReturnedGranted, want.Returned, want.ReturnedGranted)
 					}
 					if diff := CompareDecisions(want.Decision, got.Decision); diff != "" || got.Granted != want.Granted || got.ExpiresIn != want.ExpiresIn || (got.ID == "") != (want.ID == "") {
 						rt.Fatalf("step %d: %s lease of %d for %s at +%dms: granted %d, model %d; %s\nmodel: %v\nstore: %v",

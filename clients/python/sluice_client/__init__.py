@@ -157,11 +157,17 @@ class Client:
             body["ttl_ms"] = ttl_ms
         return self._call("takeLease", body=body, accept=(200, 429))
 
-    def renew_lease(self, lease_id: str, unused: int, holder: str, want: int, ttl_ms: Optional[int] = None) -> JSON:
-        """Gives back the unused units and leases again (same rule and subject)."""
+    def renew_lease(self, lease_id: str, unused: int, holder: str, want: int, ttl_ms: Optional[int] = None,
+                    route: Optional[str] = None, subject: str = "") -> JSON:
+        """Gives back the unused units and leases again (same rule and subject).
+
+        Naming the lease's route and subject makes it one store call, not two."""
         body: JSON = {"unused": unused, "holder": holder, "want": want}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
+        if route is not None:
+            body["route"] = route
+            body["subject"] = subject
         return self._call("renewLease", {"id": lease_id}, body=body, accept=(200, 429))
 
     def return_lease(self, lease_id: str, unused: int) -> JSON:

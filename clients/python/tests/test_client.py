@@ -93,7 +93,7 @@ class ClientTest(unittest.TestCase):
         taken = app.take_lease("/hot", holder="py", want=6, subject="s")
         self.assertTrue(taken["allowed"])
         self.assertEqual(taken["lease"]["granted"], 6)
-        renewed = app.renew_lease(taken["lease"]["id"], unused=2, holder="py", want=4)
+        renewed = app.renew_lease(taken["lease"]["id"], unused=2, holder="py", want=4, route="/hot", subject="s")
         self.assertEqual((renewed["returned"], renewed["lease"]["granted"]), ("returned", 4))
         self.assertEqual(app.return_lease(renewed["lease"]["id"], unused=4)["status"], "returned")
         self.assertEqual(op.peek_subject(tenant, "hot", "s")["remaining"], 6)

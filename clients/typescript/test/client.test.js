@@ -92,7 +92,7 @@ test("a tenant's walk-through: rule, key, checks, holds, peek, reset, audit", as
   const taken = await app.takeLease({ route: "/hot", subject: "s", holder: "ts", want: 6 });
   assert.equal(taken.allowed, true);
   assert.equal(taken.lease.granted, 6);
-  const renewed = await app.renewLease(taken.lease.id, { unused: 2, holder: "ts", want: 4 });
+  const renewed = await app.renewLease(taken.lease.id, { unused: 2, holder: "ts", want: 4, route: "/hot", subject: "s" });
   assert.equal(renewed.returned, "returned");
   assert.equal(renewed.lease.granted, 4);
   assert.equal((await app.returnLease(renewed.lease.id, 4)).status, "returned");

@@ -167,7 +167,23 @@ func (c *Connecting) current(op string) (*Store, error) {
 		sluice.ErrStoreUnavailable, sluice.ErrStoreConnecting, c.url, time.Since(c.since).Round(time.Second), last)
 }
 
-// Check decides req once connected. See sluice.Store.
+// whenConnected is call on the connected Store. Until there is one, bad
+// input is still answered as bad input (validate), connected or not, and
+// anything else gets current's error.
+func whenConnected[R any](c *Connecting, op string, validate func() error, call func(*Store) (R, error)) (R, error) {
+	s, err := c.current(op)
+	if err != nil {
+		var zero R
+		if verr := validate(); verr != nil {
+			return zero, verr
+		}
+		return zero, err
+	}
+	return call(s)
+}
+
+// Check decides req once connected. See sluice.Store. (Not through
+// whenConnected: the hot path keeps its closures out.)
 func (c *Connecting) Check(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
 	s, err := c.current("check")
 	if err != nil {
@@ -194,55 +210,27 @@ func (c *Connecting) Reset(ctx context.Context, tenant, rule, subject string, li
 // Hold settles, releases or extends a hold once connected. See
 // sluice.Holder.
 func (c *Connecting) Hold(ctx context.Context, op sluice.HoldOp) (sluice.HoldResult, error) {
-	s, err := c.current("hold")
-	if err != nil {
-		if verr := op.Validate(); verr != nil {
-			return sluice.HoldResult{}, verr
-		}
-		return sluice.HoldResult{}, err
-	}
-	return s.Hold(ctx, op)
+	return whenConnected(c, "hold", op.Validate, func(s *Store) (sluice.HoldResult, error) { return s.Hold(ctx, op) })
 }
 
 // Lease grants a quota lease once connected. See sluice.Leaser. (Without
 // it, sluice serve's store would not lease: the engine leases only over a
 // store that does.)
 func (c *Connecting) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.LeaseGrant, error) {
-	s, err := c.current("lease")
-	if err != nil {
-		if verr := req.Validate(); verr != nil {
-			return sluice.LeaseGrant{}, verr
-		}
-		return sluice.LeaseGrant{}, err
-	}
-	return s.Lease(ctx, req)
+	return whenConnected(c, "lease", req.Validate, func(s *Store) (sluice.LeaseGrant, error) { return s.Lease(ctx, req) })
 }
 
 // ReturnLease gives back a lease's unused units once connected. See
 // sluice.Leaser.
 func (c *Connecting) ReturnLease(ctx context.Context, ret sluice.LeaseReturn) (sluice.LeaseReturnResult, error) {
-	s, err := c.current("return lease")
-	if err != nil {
-		if verr := ret.Validate(); verr != nil {
-			return sluice.LeaseReturnResult{}, verr
-		}
-		return sluice.LeaseReturnResult{}, err
-	}
-	return s.ReturnLease(ctx, ret)
+	return whenConnected(c, "return lease", ret.Validate, func(s *Store) (sluice.LeaseReturnResult, error) { return s.ReturnLease(ctx, ret) })
 }
 
 // TopUp tops up a credits balance once connected. See sluice.CreditStore.
 // (Without it, sluice serve's store kept no credits: the engine tops up
 // only a store that does.)
 func (c *Connecting) TopUp(ctx context.Context, t sluice.TopUp) (sluice.TopUpResult, error) {
-	s, err := c.current("top up")
-	if err != nil {
-		if verr := t.Validate(); verr != nil {
-			return sluice.TopUpResult{}, verr
-		}
-		return sluice.TopUpResult{}, err
-	}
-	return s.TopUp(ctx, t)
+	return whenConnected(c, "top up", t.Validate, func(s *Store) (sluice.TopUpResult, error) { return s.TopUp(ctx, t) })
 }
 
 // Ping checks that Redis answers; before the store has connected it fails

@@ -377,6 +377,7 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 			sluice.FixedWindow(10, time.Hour).Named("w"),
 			sluice.SlidingWindow(10, time.Hour).Named("w"),
 			sluice.TokenBucket(10, 0.01).Named("w"),
+			sluice.Credits(sluice.Refill{Every: sluice.CalendarMonth, Amount: 10, Mode: sluice.RefillAdd}).Named("w"),
 		} {
 			limits := []sluice.Limit{l}
 			reset := func(t *testing.T) {

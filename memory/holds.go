@@ -50,6 +50,10 @@ type holdPart struct {
 	limit   sluice.Limit
 	charged int64
 	window  int64 // window index charged (windows)
+	// reset: the subject's counter was reset since the charge, which gave
+	// it all back, so a settle corrects nothing (the store's counter
+	// generation, as check.lua keeps it in Redis).
+	reset bool
 }
 
 // forgetAt is when a record is dropped: it outlives its TTL by as much again,
@@ -185,7 +189,7 @@ func (s *Store) holdLocked(sh *shard, op sluice.HoldOp, tag, nonce string, now i
 		// take its room first, so nothing is written if there is none.
 		need := int64(0)
 		for _, p := range rec.parts {
-			if p.limit.Algorithm == sluice.AlgorithmTokenBucket && op.Cost > p.charged && sh.entries[p.key] == nil {
+			if p.limit.Algorithm == sluice.AlgorithmTokenBucket && !p.reset && op.Cost > p.charged && sh.entries[p.key] == nil {
 				need++
 			}
 		}
@@ -202,6 +206,9 @@ func (s *Store) holdLocked(sh *shard, op sluice.HoldOp, tag, nonce string, now i
 				continue
 			}
 			res.Refunded = res.Refunded || p.charged > op.Cost
+			if p.reset {
+				continue // the reset gave back all the charge
+			}
 			if l, ok := current[p.key]; ok {
 				p.limit = l // judged against the limit as it is now
 			}

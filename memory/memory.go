@@ -652,6 +652,21 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 			s.drop(sh, string(keys.key(i)), e)
 		}
 	}
+	// The holds' charges on these counters are forgotten with them: a
+	// later settle must not refund (or charge) the fresh counters.
+	for _, rec := range sh.holds {
+		for j := range rec.parts {
+			p := &rec.parts[j]
+			if p.limit.Algorithm == sluice.AlgorithmConcurrency {
+				continue
+			}
+			for i := range limits {
+				if p.key == string(keys.key(i)) {
+					p.reset = true
+				}
+			}
+		}
+	}
 	return nil
 }
 

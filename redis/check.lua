@@ -37,6 +37,25 @@
 -- another. The checks share the call's own cost and its TIME (see
 -- redis/batch.go).
 
+-- When ARGV[1] is "reset" it resets a subject's counters: KEYS are the
+-- counters, then the subject's generation key (see gen_key); ARGV[2] is how
+-- long the generation must outlive the holds open now, ms. Each counter is
+-- deleted and its generation bumped in one step, so a hold charged before
+-- the reset settles nothing into the fresh counter (the reset gave its
+-- charge back). Reply: {counters reset}.
+if ARGV[1] == 'reset' then
+  local gk = KEYS[#KEYS]
+  for i = 1, #KEYS - 1 do
+    redis.call('DEL', KEYS[i])
+    redis.call('HINCRBY', gk, KEYS[i], 1)
+  end
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', gk) < keep then
+    redis.call('PEXPIRE', gk, keep)
+  end
+  return {#KEYS - 1}
+end
+
 local hold_mode = ARGV[1] == 'hold'
 local topup_mode = ARGV[1] == 'topup'
 local batch_mode = ARGV[1] == 'B'
@@ -543,6 +562,22 @@ end
 -- hold_apply is hold_op on the record rec, with current limits from
 -- ARGV[cur] on (none when cur is past ARGV's end); a lease's renew calls it
 -- to return the old lease (see lease_cost).
+-- gen_key is the generation hash of the subject whose hold record is rec
+-- (prefix{tag}:hold:nonce): prefix{tag}:gen, under the same hash tag. It maps
+-- a counter's key to the number of resets it has had; none means 0.
+local function gen_key(rec, nonce)
+  return string.sub(rec, 1, #rec - #nonce - 5) .. 'gen'
+end
+
+-- keep_gen makes the generation hash gk, when there is one, outlive a hold
+-- record that lives ttl ms from now: a settle compares against it.
+local function keep_gen(gk, ttl)
+  local left = redis.call('PTTL', gk)
+  if left ~= -2 and left < 2 * ttl + ttl_slack then
+    redis.call('PEXPIRE', gk, 2 * ttl + ttl_slack)
+  end
+end
+
 local function hold_apply(rec, action, actual, tenant, nonce, cur)
   local f = redis.call('HMGET', rec, 't', 'r', 's', 'e', 'ttl', 'n', 'd')
   if not f[1] or f[1] ~= tenant then
@@ -561,9 +596,11 @@ local function hold_apply(rec, action, actual, tenant, nonce, cur)
   end
   local parts = {}
   for j = 1, n do
-    local v = redis.call('HMGET', rec, 'k' .. j, 'a' .. j, 'c' .. j, 'x' .. j, 'y' .. j, 'w' .. j, 'i' .. j)
+    local v = redis.call('HMGET', rec, 'k' .. j, 'a' .. j, 'c' .. j, 'x' .. j, 'y' .. j, 'w' .. j, 'i' .. j, 'g' .. j)
+    -- gen: the counter's generation at the charge; nil in a record an older
+    -- version wrote, which settles as that version did.
     parts[j] = {key = v[1], algo = v[2], capacity = tonumber(v[3]), p1 = param(v[2], v[4]), p2 = tonumber(v[5]),
-      charged = tonumber(v[6]), window = tonumber(v[7])}
+      charged = tonumber(v[6]), window = tonumber(v[7]), gen = v[8] and tonumber(v[8])}
   end
   -- A part whose counter has a current limit is settled under it.
   for j = cur, #ARGV, 5 do
@@ -595,6 +632,7 @@ local function hold_apply(rec, action, actual, tenant, nonce, cur)
     end
     redis.call('HSET', rec, 'e', fmt(until_ms))
     redis.call('PEXPIRE', rec, 2 * ttl + ttl_slack)
+    keep_gen(gen_key(rec, nonce), ttl)
     return {'extended', rule, subject, ttl, 0, 0}
   end
   local status, refunded = 'released', 0
@@ -604,10 +642,19 @@ local function hold_apply(rec, action, actual, tenant, nonce, cur)
         return {'too_large', p.key, p.capacity}
       end
     end
+    local gk = gen_key(rec, nonce)
     for _, p in ipairs(parts) do
       if p.algo ~= 'c' then
-        settle_limit(p.key, p.algo, p.now_capacity or p.capacity, p.now_p1 or p.p1, p.now_p2 or p.p2, p.window,
-          p.charged - actual)
+        -- A counter reset since the charge got it all back from the reset:
+        -- correcting the fresh counter would give the estimate back twice.
+        local current = p.gen
+        if p.gen then
+          current = tonumber(redis.call('HGET', gk, p.key)) or 0
+        end
+        if current == p.gen then
+          settle_limit(p.key, p.algo, p.now_capacity or p.capacity, p.now_p1 or p.p1, p.now_p2 or p.p2, p.window,
+            p.charged - actual)
+        end
         if p.charged > actual then
           refunded = 1
         end
@@ -809,6 +856,13 @@ if all and holding then
   local rec = KEYS[nlimits + 1]
   local fields = {'t', ARGV[h + 4], 'r', ARGV[h + 5], 's', ARGV[h + 6], 'e', fmt(take_until), 'ttl', fmt(hold_ttl)}
   local n = 0
+  -- The generations of the reserved counters, so a settle can tell a reset
+  -- in between. Only a subject once reset has a generation hash.
+  local gk, gens = gen_key(rec, nonce), nil
+  if reserve and redis.call('EXISTS', gk) == 1 then
+    gens = true
+    keep_gen(gk, hold_ttl)
+  end
   for i = 1, nlimits do
     local base = 2 + (i - 1) * 4
     local algo = ARGV[base + 1]
@@ -823,6 +877,14 @@ if all and holding then
           {'y', ARGV[base + 4]}, {'w', fmt(cost)}, {'i', fmt(window)}}) do
         fields[#fields + 1] = kv[1] .. suffix
         fields[#fields + 1] = kv[2]
+      end
+      if algo ~= 'c' then
+        local g = '0'
+        if gens then
+          g = redis.call('HGET', gk, KEYS[i]) or '0'
+        end
+        fields[#fields + 1] = 'g' .. suffix
+        fields[#fields + 1] = g
       end
     end
   end

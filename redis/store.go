@@ -379,10 +379,23 @@ func (s *Store) Reset(ctx context.Context, tenant, rule, subject string, limits 
 	if len(counters) == 0 {
 		return nil
 	}
-	if err := s.client.Do(ctx, s.client.B().Del().Key(counters...).Build()).Error(); err != nil {
+	// With the delete, check.lua bumps each counter's generation, so the
+	// holds open now settle nothing into the fresh counters. The generation
+	// outlives every hold open now (their records end within twice the
+	// longest TTL), with the hour of slack an injected time may need.
+	keep := (2*sluice.MaxHoldTTL + time.Hour).Milliseconds()
+	counters = append(counters, generationKey(s.prefix, sluice.SubjectTag(tenant, rule, subject)))
+	args := []string{"reset", strconv.FormatInt(keep, 10)}
+	if _, err := s.execScript(ctx, counters, args, true, func([]rueidis.RedisMessage) bool { return true }); err != nil {
 		return unavailable("reset", err)
 	}
 	return nil
+}
+
+// generationKey is the hash of (prefix, tag)'s counters' generations: how
+// many resets each has had (see check.lua's reset).
+func generationKey(prefix, tag string) string {
+	return prefix + "{" + tag + "}:gen"
 }
 
 // unavailable wraps a Redis failure so callers can tell it from bad input and

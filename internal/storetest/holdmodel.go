@@ -31,6 +31,9 @@ type modelHold struct {
 	ttl      int64
 	done     bool
 	windows  map[string]int64 // limit name -> window index charged
+	// reset: counters (by model key) reset since the hold charged them.
+	// The reset gave the charge back, so a settle corrects nothing there.
+	reset map[string]bool
 }
 
 // held is the weight of the live leases at key.
@@ -124,13 +127,16 @@ func (m *Model) Hold(op sluice.HoldOp) sluice.HoldResult {
 				}
 			}
 			for _, l := range r.Limits {
+				if l.Algorithm != sluice.AlgorithmConcurrency && r.Cost > op.Cost {
+					res.Refunded = true
+				}
+				if h.reset[modelKey(r, l)] {
+					continue
+				}
 				if c, ok := current[modelKey(r, l)]; ok && l.Algorithm != sluice.AlgorithmConcurrency {
 					l = c
 				}
 				m.settleLimit(r, l, now, h, r.Cost-op.Cost)
-				if l.Algorithm != sluice.AlgorithmConcurrency && r.Cost > op.Cost {
-					res.Refunded = true
-				}
 			}
 		}
 	}
@@ -145,12 +151,21 @@ func (m *Model) Hold(op sluice.HoldOp) sluice.HoldResult {
 }
 
 // Reset forgets r's subject's counters of r.Limits, as Store.Reset does: its
-// leases stay (work in flight ends by release, settle or expiry).
+// leases stay (work in flight ends by release, settle or expiry). What the
+// open holds charged those counters is forgotten too, so settling them
+// later corrects nothing there: a refund would give the estimate back twice.
 func (m *Model) Reset(r sluice.Request) {
 	for _, l := range r.Limits {
 		if l.Algorithm != sluice.AlgorithmConcurrency {
-			delete(m.buckets, modelKey(r, l))
-			delete(m.windows, modelKey(r, l))
+			key := modelKey(r, l)
+			delete(m.buckets, key)
+			delete(m.windows, key)
+			for _, h := range m.holds {
+				if h.reset == nil {
+					h.reset = map[string]bool{}
+				}
+				h.reset[key] = true
+			}
 		}
 	}
 }
@@ -196,10 +211,6 @@ func (m *Model) settleLimit(r sluice.Request, l sluice.Limit, now int64, h *mode
 	if m.empty(r, l, now) {
 		// As in both stores: a window whose counts are all zero is no
 		// counter, so a later settle's charge into it changes nothing.
-		// Known gap: a refund can reach zero only when a reset of the
-		// subject forgot the estimate it gives back; the charge a later
-		// settle then makes is lost (the stores' behaviour, pinned here
-		// until they create the counter for a charge).
 		delete(m.windows, key)
 	}
 	return true

@@ -368,6 +368,76 @@ func RunHolds(t *testing.T, newStore func(t *testing.T) sluice.Holder) {
 			t.Fatalf("release after the reset: %+v", res)
 		}
 	})
+
+	t.Run("Reset_forgets_the_estimates_of_open_reservations", func(t *testing.T) {
+		// A reset gave a reservation's estimate back already: settling it
+		// later must not give it back again out of the fresh count, nor
+		// charge the fresh count for what it used beyond.
+		for _, l := range []sluice.Limit{
+			sluice.FixedWindow(10, time.Hour).Named("w"),
+			sluice.SlidingWindow(10, time.Hour).Named("w"),
+			sluice.TokenBucket(10, 0.01).Named("w"),
+			sluice.Credits(sluice.Refill{Every: sluice.CalendarMonth, Amount: 10, Mode: sluice.RefillAdd}).Named("w"),
+		} {
+			limits := []sluice.Limit{l}
+			reset := func(t *testing.T) {
+				t.Helper()
+				if err := store.Reset(ctx, t.Name(), "r", "s", limits); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Run(string(l.Algorithm)+"/a_refund_after_a_reset_admits_nothing_more", func(t *testing.T) {
+				a := check(t, limits, 0, 10, true)
+				want(t, a, true, 0, 0)
+				reset(t)
+				want(t, check(t, limits, 1, 10, false), true, 0, 0)
+				if res := op(t, a.Hold.ID, sluice.HoldSettle, 0, 2, sluice.HoldSettled); !res.Refunded {
+					t.Fatalf("settle below the estimate: %+v; want Refunded (cached denies may be stale)", res)
+				}
+				if d := check(t, limits, 3, 1, false); d.Allowed || d.Remaining != 0 {
+					t.Fatalf("after the old hold's refund: %v; want denied with nothing left", d)
+				}
+			})
+			t.Run(string(l.Algorithm)+"/an_extra_charge_after_a_reset_is_not_counted", func(t *testing.T) {
+				a := check(t, limits, 0, 2, true)
+				reset(t)
+				op(t, a.Hold.ID, sluice.HoldSettle, 6, 1, sluice.HoldSettled)
+				if d := check(t, limits, 2, 0, false); d.Remaining != 10 {
+					t.Fatalf("after the old hold's extra charge: %v; want remaining 10", d)
+				}
+			})
+			t.Run(string(l.Algorithm)+"/a_reservation_after_a_reset_settles", func(t *testing.T) {
+				a := check(t, limits, 0, 4, true)
+				reset(t)
+				b := check(t, limits, 1, 6, true)
+				c := check(t, limits, 1, 3, true)
+				op(t, a.Hold.ID, sluice.HoldSettle, 0, 2, sluice.HoldSettled)
+				op(t, b.Hold.ID, sluice.HoldSettle, 1, 2, sluice.HoldSettled)
+				if d := check(t, limits, 2, 0, false); d.Remaining != 6 {
+					t.Fatalf("after settling at 1 what was reserved at 6 since the reset: %v; want remaining 6", d)
+				}
+				// A second reset forgets c too, reserved between the two.
+				reset(t)
+				want(t, check(t, limits, 3, 10, false), true, 0, 0)
+				op(t, c.Hold.ID, sluice.HoldSettle, 0, 4, sluice.HoldSettled)
+				if d := check(t, limits, 5, 1, false); d.Allowed {
+					t.Fatalf("after the second reset's refund: %v; want denied", d)
+				}
+			})
+		}
+		t.Run("a_reset_of_another_counter_changes_nothing", func(t *testing.T) {
+			both := []sluice.Limit{sluice.FixedWindow(10, time.Hour).Named("a"), sluice.FixedWindow(10, time.Hour).Named("b")}
+			a := check(t, both, 0, 10, true)
+			if err := store.Reset(ctx, t.Name(), "r", "s", both[1:]); err != nil {
+				t.Fatal(err)
+			}
+			op(t, a.Hold.ID, sluice.HoldSettle, 4, 1, sluice.HoldSettled)
+			d := check(t, both, 2, 0, false)
+			if d.Limits[0].Remaining != 6 || d.Limits[1].Remaining != 10 {
+				t.Fatalf("after settling at 4 with only b reset: %+v; want a refunded to 6 left, b fresh at 10", d)
+			}
+		})
+	})
 }
 
 // StrictConcurrency runs workers goroutines over stores (the same counters

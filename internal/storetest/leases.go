@@ -159,6 +159,34 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) sluice.Leaser) {
 			})
 		}
 	})
+	t.Run("units_returned_after_a_reset_are_gone", func(t *testing.T) {
+		// The reset gave the lease's units back already: returning them
+		// must not lower the fresh count (over-admission).
+		for _, limits := range [][]sluice.Limit{fixed, sliding, bucket} {
+			t.Run(string(limits[0].Algorithm), func(t *testing.T) {
+				reset := func() {
+					if err := store.Reset(ctx, t.Name(), "r", "s", limits); err != nil {
+						t.Fatal(err)
+					}
+				}
+				g := lease(t, limits, "h1", 10, 0)
+				granted(t, g, 10, 0)
+				reset()
+				fresh := lease(t, limits, "h1", 10, 1)
+				granted(t, fresh, 10, 0)
+				giveBack(t, g.ID, 10, 2, sluice.LeaseReturned)
+				remaining(t, limits, 2, 0)
+				// A renew's return of a lease from before a reset, too.
+				reset()
+				granted(t, lease(t, limits, "h1", 6, 3), 6, 4)
+				r, err := renew(t, limits, fresh.ID, 10, 4, 4)
+				if err != nil || r.Returned != sluice.LeaseReturned || r.ReturnedGranted != 10 {
+					t.Fatalf("renew across a reset %+v, %v; want the old lease returned", r, err)
+				}
+				granted(t, r, 4, 0)
+			})
+		}
+	})
 	t.Run("a_renew_that_gives_back_too_much_changes_nothing", func(t *testing.T) {
 		old := lease(t, fixed, "h1", 4, 0)
 		for name, r := range map[string]struct {

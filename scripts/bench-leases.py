@@ -171,7 +171,7 @@ def demand(args, binary, key, urls):
         reps = [json.loads(p.communicate()[0])[0] for p in first + second]
         if any(r["failed"] or r["shed"] or r["dropped"] for r in reps):
             sys.exit("demand: %s" % [{k: v for k, v in r.items() if k != "allowed_by_second"} for r in reps])
-        exact, crossing = {}, {}
+        exact, crossing, came_in, went_out = {}, {}, {}, {}
         for r in reps:
             for c in r.get("allowed_by_second", []):
                 if c["sent"] == c["answered"]:
@@ -179,17 +179,23 @@ def demand(args, binary, key, urls):
                 else:
                     for w in range(c["sent"], c["answered"] + 1):
                         crossing[w] = crossing.get(w, 0) + c["allowed"]
+                    came_in[c["answered"]] = came_in.get(c["answered"], 0) + c["allowed"]
+                    went_out[c["sent"]] = went_out.get(c["sent"], 0) + c["allowed"]
         first_w, last_w = int(t0) + 1, int(t0 + args.duration) - 1  # the full windows
         print("rep %d: start %.3f, shift at %s" % (rep + 1, t0, t_shift or "none"))
-        print("%12s %10s %10s %8s" % ("window", "admitted", "+crossing", "used"))
+        # admitted: sent and answered in the window (decided in it, exact); +crossing: allowed checks in
+        # flight across one of its boundaries (sent before it and answered in it: "in", or sent in it and
+        # answered after: "out"), each decided in this window or the other; by answer: admitted + in.
+        print("%12s %10s %10s %5s %5s %10s %8s" % ("window", "admitted", "+crossing", "in", "out", "by answer", "used"))
         rows = {}
         for w in range(first_w, last_w + 1):
             lo, cr = exact.get(w, 0), crossing.get(w, 0)
             rows[w] = (lo, cr)
-            print("%12d %10d %10d %7.2f%%%s" % (w, lo, cr, 100 * lo / args.limit,
+            print("%12d %10d %10d %5d %5d %10d %7.2f%%%s" % (w, lo, cr, came_in.get(w, 0), went_out.get(w, 0), lo + came_in.get(w, 0), 100 * lo / args.limit,
                   "  <- first window after the shift" if shift and w == t_shift else ""), flush=True)
         over_certain = [w for w, (lo, _) in rows.items() if lo > args.limit]
         over_possible = [w for w, (lo, cr) in rows.items() if lo + cr > args.limit]
+        over_by_answer = [w for w in rows if rows[w][0] + came_in.get(w, 0) > args.limit]
         # Steady state: full windows from the second on, less the first one after the shift.
         steady = [w for w in rows if w >= first_w + 1 and (not shift or w != t_shift)] or list(rows)
         use = [rows[w][0] / args.limit for w in steady]
@@ -198,14 +204,14 @@ def demand(args, binary, key, urls):
             # From the shift to the end of the last window below 99% of the limit (0: none was).
             low = [w for w in rows if w >= t_shift and rows[w][0] < 0.99 * args.limit]
             rebalance = (max(low) + 1 - t_shift) if low else 0.0
-        res = {"over_certain": len(over_certain), "over_possible": len(over_possible),
+        res = {"over_certain": len(over_certain), "over_possible": len(over_possible), "over_by_answer": len(over_by_answer),
                "max_admitted": max(lo for lo, _ in rows.values()), "max_upper": max(lo + cr for lo, cr in rows.values()),
                "median_use": statistics.median(use), "worst_use": min(use), "rebalance_s": rebalance,
                "offered": sum(r["sent"] for r in reps) / args.duration}
         summary.append(res)
-        print("windows over the limit: %d for certain, %d counting every crossing check as in both; most admitted %d "
+        print("windows over the limit: %d for certain, %d counted by answer second, %d counting every crossing check as in both; most admitted %d "
               "(upper bound %d) of %d; steady-state use median %.2f%%, worst %.2f%% (%d windows); rebalanced within %s of the shift (to the window); "
-              "offered %.0f/s" % (res["over_certain"], res["over_possible"], res["max_admitted"], res["max_upper"], args.limit,
+              "offered %.0f/s" % (res["over_certain"], res["over_by_answer"], res["over_possible"], res["max_admitted"], res["max_upper"], args.limit,
                                   100 * res["median_use"], 100 * res["worst_use"], len(steady),
                                   "%.0f s" % rebalance if shift else "(no shift)", res["offered"]), flush=True)
     if len(summary) > 1:

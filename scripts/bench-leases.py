@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--cold", action="store_true", help="100,000 subjects, none hot, instead of one hot key")
     ap.add_argument("--rate", type=float, default=0, help="open model: checks per second offered in all, split across the instances")
+    ap.add_argument("--profile", default="", help="write a CPU profile of instance 1 during the first leased run to this file")
     ap.add_argument("--demand", action="store_true", help="a leased fixed window under demand at 4x its limit (see above)")
     ap.add_argument("--limit", type=int, default=2000, help="--demand: the fixed window's limit per second")
     ap.add_argument("--shift-at", type=float, default=5, help="--demand: seconds into the run when demand moves between instances (0: no shift)")
@@ -77,10 +78,12 @@ def main():
         redis, redis_port = start_redis(work)
         procs.append(redis)
         instances = []
+        pprof = "127.0.0.1:%d" % free_port()
         for i in range(args.instances):
             port = free_port()
+            extra = ["--pprof-addr", pprof] if args.profile and i == 0 else []
             p = subprocess.Popen([binary, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
-                                  "--redis", "redis://127.0.0.1:%d/0" % redis_port, "--database", dsn, "--console=false"],
+                                  "--redis", "redis://127.0.0.1:%d/0" % redis_port, "--database", dsn, "--console=false"] + extra,
                                  stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve%d.log" % i), "w"))
             procs.append(p)
             url = "http://127.0.0.1:%d" % port
@@ -108,7 +111,15 @@ def main():
             cpu0 = sum(proc_cpu(p.pid) for p, _ in instances)
             r0, s0 = redis_cpu(redis_port), script_calls(redis_port)
             running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+            prof = None
+            if args.profile and rule == "leased" and not profiled:
+                profiled.append(rule)
+                # The middle of the run, past the leases' warm-up.
+                time.sleep(1)
+                prof = subprocess.Popen(["curl", "-sfo", args.profile, "http://%s/debug/pprof/profile?seconds=%d" % (pprof, max(1, args.duration - 3))])
             reps = [json.loads(p.communicate()[0])[0] for p in running]
+            if prof:
+                prof.wait()
             cpu1 = sum(proc_cpu(p.pid) for p, _ in instances)
             r1, s1 = redis_cpu(redis_port), script_calls(redis_port)
             admitted = sum(r["allowed"] for r in reps)
@@ -118,7 +129,7 @@ def main():
                     "redis_us": (r1 - r0) / admitted * 1e6, "per_second": sum(r["per_second"] for r in reps),
                     "p99_ms": max(r["p99_ms"] for r in reps), "p50_ms": max(r["p50_ms"] for r in reps), "late": sum(r["late"] for r in reps)}
 
-        results = {}
+        results, profiled = {}, []
         print("%-7s %3s %14s %11s %10s %10s %8s" % ("rule", "rep", "scripts/check", "server µs", "redis µs", "checks/s", "p99 ms"))
         for rep in range(args.reps):
             for rule in (["direct", "leased"] if rep % 2 == 0 else ["leased", "direct"]):

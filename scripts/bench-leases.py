@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A hot key, leased against direct: 4 sluice serve instances on one Redis, side by side.
 
-    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold] [--rate N]
+    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold] [--rate N] [--profile FILE]
     scripts/bench-leases.py --demand [--limit 2000] [--duration 10] [--shift-at 5] [--reps 3]
 
 Four sluice serve processes share one private redis-server and one catalog (a

@@ -143,8 +143,22 @@ type Result struct {
 	CPUSeconds  float64
 	CPUMeasured bool
 	CPUError    error
-	latencies   []time.Duration
-	shedLatency []time.Duration
+	// AllowedBySecond counts allowed requests by the wall-clock second
+	// (Unix) they were sent in and the one their answer came in, sorted:
+	// the decision fell between the two, so a per-window count of a
+	// fixed window (aligned to Unix seconds) is exact for the requests
+	// that did not cross a boundary and bounded for those that did.
+	AllowedBySecond []SecondCount
+	latencies       []time.Duration
+	shedLatency     []time.Duration
+}
+
+// SecondCount is how many allowed requests were sent in Unix second Sent
+// and answered in Unix second Answered.
+type SecondCount struct {
+	Sent     int64 `json:"sent"`
+	Answered int64 `json:"answered"`
+	Allowed  int64 `json:"allowed"`
 }
 
 // Answered is the number of requests the service decided: allowed or denied.
@@ -234,12 +248,13 @@ type recorder struct {
 	firstErr                                     atomic.Pointer[error]
 
 	mu       sync.Mutex
+	bySecond map[[2]int64]int64 // allowed by (sent, answered) Unix second
 	answered reservoir
 	shedLat  reservoir
 	rng      *rand.Rand
 }
 
-func (rec *recorder) record(out Outcome, err error, latency time.Duration) {
+func (rec *recorder) record(out Outcome, err error, latency time.Duration, sent, answered time.Time) {
 	if err != nil {
 		rec.errors.Add(1)
 		rec.firstErr.CompareAndSwap(nil, &err)
@@ -257,6 +272,9 @@ func (rec *recorder) record(out Outcome, err error, latency time.Duration) {
 	}
 	rec.mu.Lock()
 	samples.add(rec.rng, latency)
+	if out == Allowed {
+		rec.bySecond[[2]int64{sent.Unix(), answered.Unix()}]++
+	}
 	rec.mu.Unlock()
 }
 
@@ -272,6 +290,7 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 	rec := &recorder{
 		answered: reservoir{max: opts.MaxSamples},
 		shedLat:  reservoir{max: opts.MaxSamples},
+		bySecond: map[[2]int64]int64{},
 		rng:      rand.New(rand.NewPCG(1, 2)),
 	}
 	subj := newSubjects(opts.Subjects, opts.HotFraction)
@@ -288,9 +307,11 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 
 	send := func(r *rand.Rand, due time.Time) {
 		reqCtx, cancelReq := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
+		sent := time.Now()
 		out, err := target.Do(reqCtx, subj.pick(r))
 		cancelReq()
-		rec.record(out, err, time.Since(due))
+		answered := time.Now()
+		rec.record(out, err, answered.Sub(due), sent, answered)
 	}
 
 	start := time.Now()
@@ -347,7 +368,7 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 					// The queue itself is full: the target is hopelessly
 					// behind; count the request as failed rather than
 					// silently sending less load.
-					rec.record(0, errors.New("bench: request queue full, the target cannot keep up with the rate"), 0)
+					rec.record(0, errors.New("bench: request queue full, the target cannot keep up with the rate"), 0, time.Time{}, time.Time{})
 				}
 				next = next.Add(interval)
 			}
@@ -382,6 +403,15 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 	if e := rec.firstErr.Load(); e != nil {
 		res.FirstError = *e
 	}
+	for k, n := range rec.bySecond {
+		res.AllowedBySecond = append(res.AllowedBySecond, SecondCount{Sent: k[0], Answered: k[1], Allowed: n})
+	}
+	slices.SortFunc(res.AllowedBySecond, func(a, b SecondCount) int {
+		if a.Sent != b.Sent {
+			return int(a.Sent - b.Sent)
+		}
+		return int(a.Answered - b.Answered)
+	})
 	res.latencies, res.shedLatency = rec.answered.samples, rec.shedLat.samples
 	slices.Sort(res.latencies)
 	slices.Sort(res.shedLatency)

@@ -143,3 +143,55 @@ func TestInvalidOptions(t *testing.T) {
 		t.Error("nil target accepted")
 	}
 }
+
+// TestAllowedBySecondAttributesEachAllowToItsSeconds: every allowed request
+// is counted once, under the Unix second it was sent in and the one it was
+// answered in, so a per-window count can tell which ones crossed a
+// boundary; denies are not counted.
+func TestAllowedBySecondAttributesEachAllowToItsSeconds(t *testing.T) {
+	var calls atomic.Int64
+	target := loadgen.TargetFunc(func(ctx context.Context, subject string) (loadgen.Outcome, error) {
+		switch calls.Add(1) {
+		case 1:
+			// The first answer comes in the next second: it crossed.
+			now := time.Now()
+			time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
+		case 2:
+			return loadgen.Denied, nil
+		}
+		return loadgen.Allowed, nil
+	})
+	now := time.Now()
+	before := now.Unix()
+	// The run outlasts the first request's sleep past the next second.
+	d := now.Truncate(time.Second).Add(time.Second + 100*time.Millisecond).Sub(now)
+	res, err := loadgen.Run(context.Background(), target, loadgen.Options{Concurrency: 1, Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().Unix()
+	if res.Denied != 1 || res.Allowed < 2 {
+		t.Fatalf("want one deny and allows: %+v", res)
+	}
+	var total, crossed int64
+	for i, c := range res.AllowedBySecond {
+		if c.Sent < before || c.Answered > after || c.Answered < c.Sent || c.Allowed <= 0 {
+			t.Fatalf("entry %d %+v outside [%d, %d] or answered before sent", i, c, before, after)
+		}
+		if i > 0 && !(res.AllowedBySecond[i-1].Sent < c.Sent || res.AllowedBySecond[i-1].Sent == c.Sent && res.AllowedBySecond[i-1].Answered < c.Answered) {
+			t.Fatalf("not sorted or not merged: %+v", res.AllowedBySecond)
+		}
+		total += c.Allowed
+		if c.Answered > c.Sent {
+			crossed += c.Allowed
+		}
+	}
+	if total != res.Allowed || crossed != 1 {
+		t.Fatalf("counted %d allowed (%d crossing a second), want %d (1): %+v", total, crossed, res.Allowed, res.AllowedBySecond)
+	}
+	rep := loadgen.NewReport("t", res)
+	b, err := json.Marshal(rep)
+	if err != nil || !strings.Contains(string(b), `"allowed_by_second":[{"sent":`) {
+		t.Fatalf("report JSON lacks allowed_by_second: %s %v", b, err)
+	}
+}

@@ -35,6 +35,9 @@ type Report struct {
 	CPUSeconds        *float64 `json:"cpu_seconds,omitempty"`
 	CPUMicrosPerCheck *float64 `json:"cpu_us_per_check,omitempty"`
 	CPUError          string   `json:"cpu_error,omitempty"`
+	// AllowedBySecond is Result.AllowedBySecond: allowed requests by the
+	// Unix second they were sent in and the one they were answered in.
+	AllowedBySecond []SecondCount `json:"allowed_by_second,omitempty"`
 }
 
 // Ms is d in milliseconds, to the microsecond.
@@ -49,6 +52,7 @@ func NewReport(target string, r Result) Report {
 		P50Ms:     Ms(r.Percentile(0.5)), P90Ms: Ms(r.Percentile(0.9)), P99Ms: Ms(r.Percentile(0.99)),
 		P999Ms: Ms(r.Percentile(0.999)), MaxMs: Ms(r.Max()),
 		ShedP50Ms: Ms(r.ShedPercentile(0.5)), ShedP99Ms: Ms(r.ShedPercentile(0.99)),
+		AllowedBySecond: r.AllowedBySecond,
 	}
 	if r.FirstError != nil {
 		rep.FirstError = r.FirstError.Error()

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A hot key, leased against direct: 4 sluice serve instances on one Redis, side by side.
 
-    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold]
+    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold] [--rate N] [--profile FILE]
+    scripts/bench-leases.py --demand [--limit 2000] [--duration 10] [--shift-at 5] [--reps 3]
 
 Four sluice serve processes share one private redis-server and one catalog (a
 fresh PostgreSQL database on 127.0.0.1:5432, dropped at the end). Two rules of
@@ -15,6 +16,27 @@ keys it does not serve. Per run: Redis script calls (INFO
 commandstats: evalsha + eval) per admitted check, the instances' CPU per
 check (/proc, summed), Redis CPU per check, throughput and the worst
 instance's p99. Prints each run, then medians and the ratios leased / direct.
+With --rate N the load is the open model instead: N checks per second offered
+in all, N / instances to each instance (`sluice bench --rate`), the same for
+both rules, so their p99 compare at one load rather than at each one's
+throughput.
+
+--demand measures a leased fixed window under demand at 4x its limit: one
+rule, "lease": "auto" on a fixed_window of --limit per 1 s, one hot key;
+every instance is offered --limit checks per second (open model), and at
+--shift-at seconds two instances' load stops while the other two get a
+second `sluice bench` each at --limit/s (the same total, moved). Each bench
+reports its allowed checks by the Unix second each was sent and answered in
+(the store's windows are Unix seconds on this machine's clock, shared by
+Redis and the instances); a check sent and answered in one second was
+decided in that window, so per window the script has an exact count of those
+and a bound for the few that crossed a boundary in flight. Per window:
+admitted (lower bound, and upper bound with the crossing ones), the share of
+the limit used; then over-admission (any window whose lower bound exceeds
+the limit is one for certain), the median and worst share at steady state
+(full windows before the shift, from the second on, and after the first
+full window past it) and the time from the shift until the windows are
+back at >= 99% of the limit.
 Used for BENCHMARKS.md, issue 22."""
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -39,6 +61,11 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16, help="callers per instance")
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--cold", action="store_true", help="100,000 subjects, none hot, instead of one hot key")
+    ap.add_argument("--rate", type=float, default=0, help="open model: checks per second offered in all, split across the instances")
+    ap.add_argument("--profile", default="", help="write a CPU profile of instance 1 during the first leased run to this file")
+    ap.add_argument("--demand", action="store_true", help="a leased fixed window under demand at 4x its limit (see above)")
+    ap.add_argument("--limit", type=int, default=2000, help="--demand: the fixed window's limit per second")
+    ap.add_argument("--shift-at", type=float, default=5, help="--demand: seconds into the run when demand moves between instances (0: no shift)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-leases-")
     db = "bench_leases_%d" % os.getpid()
@@ -51,10 +78,12 @@ def main():
         redis, redis_port = start_redis(work)
         procs.append(redis)
         instances = []
+        pprof = "127.0.0.1:%d" % free_port()
         for i in range(args.instances):
             port = free_port()
+            extra = ["--pprof-addr", pprof] if args.profile and i == 0 else []
             p = subprocess.Popen([binary, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
-                                  "--redis", "redis://127.0.0.1:%d/0" % redis_port, "--database", dsn, "--console=false"],
+                                  "--redis", "redis://127.0.0.1:%d/0" % redis_port, "--database", dsn, "--console=false"] + extra,
                                  stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve%d.log" % i), "w"))
             procs.append(p)
             url = "http://127.0.0.1:%d" % port
@@ -66,27 +95,41 @@ def main():
         bucket = {"name": "burst", "algorithm": "token_bucket", "capacity": 1000000000, "refill_per_second": 1000000}
         admin_call(url + "/v1/tenants/acme/rules/leased", "PUT", TOKEN, {"route": "/leased", "limits": [dict(bucket, lease="auto")]})
         admin_call(url + "/v1/tenants/acme/rules/direct", "PUT", TOKEN, {"route": "/direct", "limits": [bucket]})
-        time.sleep(2)  # every instance's catalog snapshot has both rules
+        if args.demand:
+            admin_call(url + "/v1/tenants/acme/rules/window", "PUT", TOKEN, {"route": "/window", "limits": [
+                {"name": "second", "algorithm": "fixed_window", "limit": args.limit, "window": "1s", "lease": "auto"}]})
+        time.sleep(2)  # every instance's catalog snapshot has the rules
+        if args.demand:
+            return demand(args, binary, key, [u for _, u in instances])
 
         def run(rule):
             keys = ["--subjects", "100000"] if args.cold else ["--hot", "1"]
-            cmds = [[binary, "bench", "--url", u, "--api-key", key, "--route", "/" + rule] + keys + [
+            rate = ["--rate", "%g" % (args.rate / len(instances))] if args.rate else []
+            cmds = [[binary, "bench", "--url", u, "--api-key", key, "--route", "/" + rule] + keys + rate + [
                      "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
                      "--metrics-url", "none", "--reference", "", "--json"] for _, u in instances]
             cpu0 = sum(proc_cpu(p.pid) for p, _ in instances)
             r0, s0 = redis_cpu(redis_port), script_calls(redis_port)
             running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+            prof = None
+            if args.profile and rule == "leased" and not profiled:
+                profiled.append(rule)
+                # The middle of the run, past the leases' warm-up.
+                time.sleep(1)
+                prof = subprocess.Popen(["curl", "-sfo", args.profile, "http://%s/debug/pprof/profile?seconds=%d" % (pprof, max(1, args.duration - 3))])
             reps = [json.loads(p.communicate()[0])[0] for p in running]
+            if prof:
+                prof.wait()
             cpu1 = sum(proc_cpu(p.pid) for p, _ in instances)
             r1, s1 = redis_cpu(redis_port), script_calls(redis_port)
             admitted = sum(r["allowed"] for r in reps)
-            if admitted == 0 or any(r["failed"] or r["shed"] or r["denied"] for r in reps):
+            if admitted == 0 or any(r["failed"] or r["shed"] or r["denied"] or r["dropped"] for r in reps):
                 sys.exit("%s: %s" % (rule, reps))
             return {"scripts_per_check": (s1 - s0) / admitted, "server_us": (cpu1 - cpu0) / admitted * 1e6,
                     "redis_us": (r1 - r0) / admitted * 1e6, "per_second": sum(r["per_second"] for r in reps),
-                    "p99_ms": max(r["p99_ms"] for r in reps)}
+                    "p99_ms": max(r["p99_ms"] for r in reps), "p50_ms": max(r["p50_ms"] for r in reps), "late": sum(r["late"] for r in reps)}
 
-        results = {}
+        results, profiled = {}, []
         print("%-7s %3s %14s %11s %10s %10s %8s" % ("rule", "rep", "scripts/check", "server µs", "redis µs", "checks/s", "p99 ms"))
         for rep in range(args.reps):
             for rule in (["direct", "leased"] if rep % 2 == 0 else ["leased", "direct"]):
@@ -96,6 +139,10 @@ def main():
                       r["redis_us"], r["per_second"], r["p99_ms"]), flush=True)
         med = {n: {k: statistics.median(r[k] for r in results[n]) for k in results[n][0]} for n in results}
         d, l = med["direct"], med["leased"]
+        if args.rate:
+            print("open model: %.0f checks/s offered in all; worst instance's p50 direct %.2f ms, leased %.2f ms (%.2fx); "
+                  "late (waited for a sender): direct %d, leased %d (medians)" % (
+                      args.rate, d["p50_ms"], l["p50_ms"], l["p50_ms"] / d["p50_ms"], d["late"], l["late"]))
         print("\nmedians of %d runs, leased / direct: script calls per check %.4f / %.4f; server CPU per check %.1f / %.1f µs (%.2fx); "
               "Redis CPU per check %.1f / %.1f µs (%.2fx); throughput %.2fx; p99 %.2f / %.2f ms (%.2fx)" % (
                   args.reps, l["scripts_per_check"], d["scripts_per_check"], l["server_us"], d["server_us"], l["server_us"] / d["server_us"],
@@ -105,6 +152,85 @@ def main():
         stop(procs)
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", "DROP DATABASE IF EXISTS " + db])
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_cmd(binary, key, url, rate, seconds):
+    return [binary, "bench", "--url", url, "--api-key", key, "--route", "/window", "--hot", "1",
+            "--rate", "%g" % rate, "--concurrency", "16", "--duration", "%gs" % seconds,
+            "--metrics-url", "none", "--reference", "", "--json"]
+
+
+def demand(args, binary, key, urls):
+    """The --demand runs: per-window admitted counts of a leased fixed window at 4x its limit."""
+    summary = []
+    for rep in range(args.reps):
+        # Start on a window boundary plus a little, so windows and the shift line up with seconds.
+        time.sleep(1.2 - time.time() % 1)
+        t0 = time.time()
+        # The shift falls on a window boundary, so the windows after it are wholly after it.
+        t_shift = int(t0) + int(args.shift_at) if 0 < args.shift_at < args.duration else 0
+        first = [subprocess.Popen(bench_cmd(binary, key, u, args.limit, t_shift - t0 if t_shift and i >= 2 else args.duration),
+                                  stdout=subprocess.PIPE, text=True) for i, u in enumerate(urls)]
+        second = []
+        if t_shift:
+            # Started a little early: a process takes some milliseconds to send its first check.
+            begin = t_shift - 0.05
+            time.sleep(max(0, begin - time.time()))
+            second = [subprocess.Popen(bench_cmd(binary, key, u, args.limit, t0 + args.duration - begin),
+                                       stdout=subprocess.PIPE, text=True) for u in urls[:2]]
+        shift = bool(t_shift)
+        reps = [json.loads(p.communicate()[0])[0] for p in first + second]
+        if any(r["failed"] or r["shed"] or r["dropped"] for r in reps):
+            sys.exit("demand: %s" % [{k: v for k, v in r.items() if k != "allowed_by_second"} for r in reps])
+        exact, crossing, came_in, went_out = {}, {}, {}, {}
+        for r in reps:
+            for c in r.get("allowed_by_second", []):
+                if c["sent"] == c["answered"]:
+                    exact[c["sent"]] = exact.get(c["sent"], 0) + c["allowed"]
+                else:
+                    for w in range(c["sent"], c["answered"] + 1):
+                        crossing[w] = crossing.get(w, 0) + c["allowed"]
+                    came_in[c["answered"]] = came_in.get(c["answered"], 0) + c["allowed"]
+                    went_out[c["sent"]] = went_out.get(c["sent"], 0) + c["allowed"]
+        first_w, last_w = int(t0) + 1, int(t0 + args.duration) - 1  # the full windows
+        print("rep %d: start %.3f, shift at %s" % (rep + 1, t0, t_shift or "none"))
+        # admitted: sent and answered in the window (decided in it, exact); +crossing: allowed checks in
+        # flight across one of its boundaries (sent before it and answered in it: "in", or sent in it and
+        # answered after: "out"), each decided in this window or the other; by answer: admitted + in.
+        print("%12s %10s %10s %5s %5s %10s %8s" % ("window", "admitted", "+crossing", "in", "out", "by answer", "used"))
+        rows = {}
+        for w in range(first_w, last_w + 1):
+            lo, cr = exact.get(w, 0), crossing.get(w, 0)
+            rows[w] = (lo, cr)
+            print("%12d %10d %10d %5d %5d %10d %7.2f%%%s" % (w, lo, cr, came_in.get(w, 0), went_out.get(w, 0), lo + came_in.get(w, 0), 100 * lo / args.limit,
+                  "  <- first window after the shift" if shift and w == t_shift else ""), flush=True)
+        over_certain = [w for w, (lo, _) in rows.items() if lo > args.limit]
+        over_possible = [w for w, (lo, cr) in rows.items() if lo + cr > args.limit]
+        over_by_answer = [w for w in rows if rows[w][0] + came_in.get(w, 0) > args.limit]
+        # Steady state: full windows from the second on, less the first one after the shift.
+        steady = [w for w in rows if w >= first_w + 1 and (not shift or w != t_shift)] or list(rows)
+        use = [rows[w][0] / args.limit for w in steady]
+        rebalance = None
+        if shift:
+            # From the shift to the end of the last window below 99% of the limit (0: none was).
+            low = [w for w in rows if w >= t_shift and rows[w][0] < 0.99 * args.limit]
+            rebalance = (max(low) + 1 - t_shift) if low else 0.0
+        res = {"over_certain": len(over_certain), "over_possible": len(over_possible), "over_by_answer": len(over_by_answer),
+               "max_admitted": max(lo for lo, _ in rows.values()), "max_upper": max(lo + cr for lo, cr in rows.values()),
+               "median_use": statistics.median(use), "worst_use": min(use), "rebalance_s": rebalance,
+               "offered": sum(r["sent"] for r in reps) / args.duration}
+        summary.append(res)
+        print("windows over the limit: %d for certain, %d counted by answer second, %d counting every crossing check as in both; most admitted %d "
+              "(upper bound %d) of %d; steady-state use median %.2f%%, worst %.2f%% (%d windows); rebalanced within %s of the shift (to the window); "
+              "offered %.0f/s" % (res["over_certain"], res["over_by_answer"], res["over_possible"], res["max_admitted"], res["max_upper"], args.limit,
+                                  100 * res["median_use"], 100 * res["worst_use"], len(steady),
+                                  "%.0f s" % rebalance if shift else "(no shift)", res["offered"]), flush=True)
+    if len(summary) > 1:
+        print("\nover %d reps: windows over the limit for certain %d; worst upper bound %d of %d; median of median use %.2f%%; "
+              "worst use %.2f%%; rebalance times %s" % (
+                  len(summary), sum(r["over_certain"] for r in summary), max(r["max_upper"] for r in summary), args.limit,
+                  100 * statistics.median(r["median_use"] for r in summary), 100 * min(r["worst_use"] for r in summary),
+                  [r["rebalance_s"] for r in summary]))
 
 
 if __name__ == "__main__":

@@ -717,12 +717,8 @@ var overrideLimitInMessage = regexp.MustCompile(`(?:no limit named|[Ll]imit) "([
 // overrideFieldOf finds the field of the override form an API message is
 // about; "" when it names none.
 func overrideFieldOf(msg string, rows []limitRow) string {
-	if m := overrideLimitInMessage.FindStringSubmatch(msg); m != nil {
-		for _, row := range rows {
-			if row.Algorithm != "" && (row.Name == m[1] || row.Name == "" && row.Algorithm == m[1]) {
-				return fmt.Sprintf("limit%d", row.Index)
-			}
-		}
+	if f := namedLimitRow(overrideLimitInMessage, msg, rows); f != "" {
+		return f
 	}
 	lower := strings.ToLower(msg)
 	switch {
@@ -1002,15 +998,25 @@ func jsonNumber(s string) (any, bool) {
 
 var limitNameInMessage = regexp.MustCompile(`^Limit "([^"]*)"`)
 
-// fieldOf finds the field an API message is about, so the form shows it
-// beside that field; "" when it names none.
-func fieldOf(msg string, rows []limitRow) string {
-	if m := limitNameInMessage.FindStringSubmatch(msg); m != nil {
+// namedLimitRow is the field of the limit row an API message names (the
+// first submatch of named: a limit's name, or its algorithm for an unnamed
+// row); "" when it names none of rows.
+func namedLimitRow(named *regexp.Regexp, msg string, rows []limitRow) string {
+	if m := named.FindStringSubmatch(msg); m != nil {
 		for _, row := range rows {
 			if row.Algorithm != "" && (row.Name == m[1] || row.Name == "" && row.Algorithm == m[1]) {
 				return fmt.Sprintf("limit%d", row.Index)
 			}
 		}
+	}
+	return ""
+}
+
+// fieldOf finds the field an API message is about, so the form shows it
+// beside that field; "" when it names none.
+func fieldOf(msg string, rows []limitRow) string {
+	if f := namedLimitRow(limitNameInMessage, msg, rows); f != "" {
+		return f
 	}
 	lower := strings.ToLower(msg)
 	switch {

@@ -489,6 +489,22 @@ func (c *Console) handleConfirmRevokeKey(w http.ResponseWriter, r *http.Request,
 	}
 }
 
+// unconfirmed answers a POST that lacks its confirmation with the page that
+// asks for it again (400, nothing changed), and says whether it did.
+// confirmation builds that page, or answers the request itself (false) when
+// what it asks about cannot be read.
+func (c *Console) unconfirmed(w http.ResponseWriter, r *http.Request, sess *session,
+	confirmation func(http.ResponseWriter, *http.Request, *session) (confirmAction, bool)) bool {
+	if confirmed(r) {
+		return false
+	}
+	if p, ok := confirmation(w, r, sess); ok {
+		p.Error = notConfirmedMessage
+		c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
+	}
+	return true
+}
+
 // renderConfirm shows a confirmation page, titled by what it asks.
 func (c *Console) renderConfirm(w http.ResponseWriter, r *http.Request, sess *session, status int, p confirmAction) {
 	c.render(w, r, sess, status, "confirm", p)
@@ -496,11 +512,7 @@ func (c *Console) renderConfirm(w http.ResponseWriter, r *http.Request, sess *se
 
 func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, id := r.PathValue("tenant"), r.PathValue("id")
-	if !confirmed(r) {
-		if p, ok := c.revokeConfirmation(w, r, sess); ok {
-			p.Error = notConfirmedMessage
-			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
-		}
+	if c.unconfirmed(w, r, sess, c.revokeConfirmation) {
 		return
 	}
 	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "keys", id), nil) {
@@ -763,11 +775,7 @@ func (c *Console) handleConfirmDeleteOverride(w http.ResponseWriter, r *http.Req
 
 func (c *Console) handleDeleteOverride(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, rule, name := r.PathValue("tenant"), r.PathValue("name"), r.PathValue("override")
-	if !confirmed(r) {
-		if p, ok := c.deleteOverrideConfirmation(w, r, sess); ok {
-			p.Error = notConfirmedMessage
-			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
-		}
+	if c.unconfirmed(w, r, sess, c.deleteOverrideConfirmation) {
 		return
 	}
 	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", rule, "overrides", name), nil) {
@@ -1063,11 +1071,7 @@ func (c *Console) handleConfirmDeleteRule(w http.ResponseWriter, r *http.Request
 
 func (c *Console) handleDeleteRule(w http.ResponseWriter, r *http.Request, sess *session) {
 	tenant, name := r.PathValue("tenant"), r.PathValue("name")
-	if !confirmed(r) {
-		if p, ok := c.deleteRuleConfirmation(w, r, sess); ok {
-			p.Error = notConfirmedMessage
-			c.renderConfirm(w, r, sess, http.StatusBadRequest, p)
-		}
+	if c.unconfirmed(w, r, sess, c.deleteRuleConfirmation) {
 		return
 	}
 	if !c.change(w, r, sess, http.MethodDelete, apiPath("tenants", tenant, "rules", name), nil) {

@@ -2,7 +2,8 @@
 """Cost per check, Sluice against envoyproxy/ratelimit, side by side in one run.
 
     scripts/bench-vs-env.py [--reps 3] [--duration 10] [--concurrency 64]
-                            [--subjects 1000] [--before CHECKOUT] ENV_BINARY
+                            [--subjects 1000] [--before CHECKOUT] [--http] ENV_BINARY
+    scripts/bench-vs-env.py --embedded [--reps 3] [--duration 10] [--concurrency 64]
 
 Both services are started as /bin/ratelimit is started in ENV's own compose
 file: a binary named ratelimit, ENV's variables and nothing else (Sluice runs
@@ -30,6 +31,15 @@ after each check run with the same load (the throughput ratio check / healthz).
 The serve's CPU is read from its own /metrics (process_cpu_seconds_total,
 per run, as `sluice bench` reports it), the others' from /proc.
 
+With --embedded, no ENV and no Redis: one `sluice serve` on its embedded
+default (memory store, SQLite catalog) with its Envoy gRPC listener on the
+same YAML, and the issue's embedded goal measured on it: CPU per allowed
+and denied check over gRPC (`--target envoy`) and over HTTP
+(`POST /v1/check`), each against its face's health check on the same
+server under the same load (gRPC: grpc.health.v1 Check; HTTP: GET
+/healthz), in the same rotation. CPU comes from the server's /metrics, read
+around each run and each health check run.
+
 Needs Go (to build Sluice), redis-server and redis-cli. Used for
 BENCHMARKS.md, issue 29."""
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
@@ -51,14 +61,22 @@ descriptors:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("env_binary")
+    ap.add_argument("env_binary", nargs="?", help="envoyproxy/ratelimit's binary (not with --embedded)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=int, default=10, help="seconds per measured run")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--subjects", type=int, default=1000)
     ap.add_argument("--before", help="a checkout of Sluice to measure beside this one (after / before ratios)")
     ap.add_argument("--http", action="store_true", help="the HTTP faces: ENV's /json against Sluice's /json and POST /v1/check")
+    ap.add_argument("--embedded", action="store_true", help="sluice serve on its embedded default: checks against its own /healthz")
     args = ap.parse_args()
+    if args.embedded:
+        if args.env_binary or args.before or args.http:
+            sys.exit("--embedded measures one sluice serve alone: leave out ENV_BINARY, --before and --http")
+        embedded_mode(args)
+        return
+    if not args.env_binary:
+        sys.exit("ENV_BINARY is required: the path of an envoyproxy/ratelimit binary (built from its source)")
     if args.http and args.before:
         sys.exit("--before measures the gRPC face; leave it out with --http")
     if not os.access(args.env_binary, os.X_OK):
@@ -245,6 +263,85 @@ def http_mode(args, work, bench, redis, redis_port, services, procs):
                   workload, e["server_us"], j["server_us"], j["server_us"] / e["server_us"], c["server_us"],
                   c["server_us"] / e["server_us"], j["p99_ms"] / e["p99_ms"], c["p99_ms"] / e["p99_ms"],
                   c["per_second"] / c["healthz_per_second"], c["server_us"] / c["healthz_us"]))
+
+
+def embedded_mode(args):
+    """sluice serve on its embedded default, checks against its own health checks; see the module's docstring."""
+    work = tempfile.mkdtemp(prefix="bench-vs-env-")
+    procs = []
+    try:
+        print("building sluice...", file=sys.stderr)
+        bench = os.path.join(work, "sluice")
+        subprocess.run(["go", "build", "-o", bench, "./cmd/sluice"], cwd=ROOT, check=True)
+        os.makedirs(os.path.join(work, "envoy"))
+        with open(os.path.join(work, "envoy", "config.yaml"), "w") as f:
+            f.write(CONFIG)
+        port, grpc = free_port(), free_port()
+        serve = subprocess.Popen([bench, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
+                                  "--grpc-addr", "127.0.0.1:%d" % grpc, "--envoy-config", os.path.join(work, "envoy"),
+                                  "--database", "sqlite://" + os.path.join(work, "catalog.db"), "--console=false"],
+                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve.log"), "w"))
+        procs.append(serve)
+        url = "http://127.0.0.1:%d" % port
+        wait(url + "/healthz", serve, "sluice serve")
+        admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "bench"})
+        key = admin_call(url + "/v1/tenants/bench/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
+        # The YAML's two limits, as the catalog spells them.
+        for name, limit in (("allow", 1000000000), ("deny", 1)):
+            admin_call(url + "/v1/tenants/bench/rules/" + name, "PUT", TOKEN, {"route": "/" + name, "limits": [
+                {"name": "hour", "algorithm": "fixed_window", "limit": limit, "window": "1h"}]})
+
+        def load(face, workload, seconds, concurrency, reference):
+            # CPU from the server's own /metrics, read around the run and around
+            # its reference separately (`sluice bench` does both).
+            common = ["--subjects", str(args.subjects), "--concurrency", str(concurrency), "--duration", "%ds" % seconds,
+                      "--metrics-url", url + "/metrics", "--json"]
+            if face == "grpc":
+                return [bench, "bench", "--target", "envoy", "--grpc-addr", "127.0.0.1:%d" % grpc, "--domain", "bench",
+                        "--descriptor", workload, "--subject-key", workload,
+                        "--reference", "/healthz" if reference else ""] + common
+            return [bench, "bench", "--target", "http", "--url", url, "--api-key", key, "--route", "/" + workload,
+                    "--reference", "/healthz" if reference else ""] + common
+
+        def run(face, workload):
+            reps = json.loads(subprocess.run(load(face, workload, args.duration, args.concurrency, True),
+                                             check=True, capture_output=True, text=True).stdout)
+            r, ref = reps[0], reps[1]  # the run, then the reference under the same load
+            for x in (r, ref):
+                answered = x["allowed"] + x["denied"]
+                if answered == 0 or x["failed"] or x["shed"]:
+                    sys.exit("%s %s: %d answered, %d failed, %d shed: %s" % (face, workload, answered, x["failed"], x["shed"],
+                                                                             x.get("first_error", "")))
+                if "cpu_us_per_check" not in x:
+                    sys.exit("sluice serve's CPU was not measured: %s" % x.get("cpu_error"))
+            return {"server_us": r["cpu_us_per_check"], "per_second": r["per_second"], "p99_ms": r["p99_ms"],
+                    "ref_us": ref["cpu_us_per_check"], "ref_per_second": ref["per_second"]}
+
+        faces = ["grpc", "http"]
+        for face in faces:  # every deny subject spent once
+            subprocess.run(load(face, "deny", 3, 8, False), check=True, capture_output=True)
+        results = {}
+        print("%-5s %-6s %3s %12s %10s %8s %12s %12s" % ("face", "load", "rep", "server µs", "checks/s", "p99 ms", "health µs", "health/s"))
+        for rep in range(args.reps):
+            order = faces[rep % 2:] + faces[:rep % 2]
+            for workload in ("allow", "deny"):
+                for face in order:
+                    r = run(face, workload)
+                    results.setdefault((face, workload), []).append(r)
+                    print("%-5s %-6s %3d %12.1f %10.0f %8.2f %12.1f %12.0f" % (face, workload, rep + 1, r["server_us"],
+                          r["per_second"], r["p99_ms"], r["ref_us"], r["ref_per_second"]), flush=True)
+
+        print("\nmedians of %d runs, embedded (memory store); each check against its own face's health check "
+              "(grpc: grpc.health.v1 Check; http: GET /healthz), same server, same load:" % args.reps)
+        for workload in ("allow", "deny"):
+            for face in faces:
+                m = {k: statistics.median(r[k] for r in results[(face, workload)]) for k in results[(face, workload)][0]}
+                print("%-6s %-4s server CPU/check %.1f µs, health check %.1f µs: %.2fx; throughput %.2fx the health check's; p99 %.2f ms" % (
+                    workload, face, m["server_us"], m["ref_us"], m["server_us"] / m["ref_us"],
+                    m["per_second"] / m["ref_per_second"], m["p99_ms"]))
+    finally:
+        stop(procs)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -577,7 +577,13 @@ func NewSnapshot(version int64, tenants []Tenant, keys []SnapshotKey, rules []Ru
 func (s *Snapshot) Key(secret string) (KeyGrant, bool) {
 	// A stack buffer keeps usual-sized secrets from allocating.
 	var buf [128]byte
-	g, ok := s.Keys[sha256.Sum256(append(buf[:0], secret...))]
+	return s.KeyOfHash(sha256.Sum256(append(buf[:0], secret...)))
+}
+
+// KeyOfHash returns the active key whose secret has this SHA-256, for a
+// caller that has hashed the secret already.
+func (s *Snapshot) KeyOfHash(sum [sha256.Size]byte) (KeyGrant, bool) {
+	g, ok := s.Keys[sum]
 	return g, ok
 }
 

@@ -44,8 +44,8 @@ var (
 // in constant time) or an active admin-role key of an active tenant.
 func (a *API) authorize(r *http.Request) (principal, *apiError) {
 	snap := a.state.Load().snap
-	secret := credential(r)
-	if secret == "" {
+	secret := presented(r)
+	if secret.text == "" {
 		return principal{}, &apiError{http.StatusUnauthorized, "missing_credentials",
 			"Credentials are required: send the admin token as Authorization: Bearer <token>, or a tenant admin key."}
 	}

@@ -41,14 +41,30 @@ func firstValue(h http.Header, canonicalKey string) string {
 	return ""
 }
 
+// presentedSecret is the credential a request presented and its SHA-256,
+// hashed once: the operator-token comparison and the key lookup share it.
+type presentedSecret struct {
+	text string
+	sum  [sha256.Size]byte
+}
+
+// presented returns the request's credential (see credential), hashed.
+func presented(r *http.Request) presentedSecret {
+	p := presentedSecret{text: credential(r)}
+	if p.text != "" {
+		var buf [128]byte // usual-sized secrets hash without an allocation
+		p.sum = sha256.Sum256(append(buf[:0], p.text...))
+	}
+	return p
+}
+
 // isAdminToken reports whether secret is the operator token, comparing
 // hashes in constant time.
-func isAdminToken(snap *sluice.Snapshot, secret string) bool {
-	if len(snap.AdminTokenHash) != sha256.Size || secret == "" {
+func isAdminToken(snap *sluice.Snapshot, secret presentedSecret) bool {
+	if len(snap.AdminTokenHash) != sha256.Size || secret.text == "" {
 		return false
 	}
-	sum := sha256.Sum256([]byte(secret))
-	return subtle.ConstantTimeCompare(sum[:], snap.AdminTokenHash) == 1
+	return subtle.ConstantTimeCompare(secret.sum[:], snap.AdminTokenHash) == 1
 }
 
 var (
@@ -63,11 +79,11 @@ var (
 // tenantKey authenticates a tenant API key against the snapshot. Keys are
 // looked up by the SHA-256 of the presented secret, so the lookup's timing
 // tells nothing about the secret.
-func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError) {
-	if secret == "" {
+func tenantKey(snap *sluice.Snapshot, secret presentedSecret) (sluice.KeyGrant, *apiError) {
+	if secret.text == "" {
 		return sluice.KeyGrant{}, errMissingKey
 	}
-	grant, ok := snap.Key(secret)
+	grant, ok := snap.KeyOfHash(secret.sum)
 	if !ok {
 		return sluice.KeyGrant{}, errUnknownKey
 	}
@@ -84,7 +100,7 @@ func tenantKey(snap *sluice.Snapshot, secret string) (sluice.KeyGrant, *apiError
 // checkKey authenticates the tenant API key of a check (or of a hold
 // operation), which must have the check role.
 func checkKey(snap *sluice.Snapshot, r *http.Request) (sluice.KeyGrant, *apiError) {
-	secret := credential(r)
+	secret := presented(r)
 	if isAdminToken(snap, secret) {
 		return sluice.KeyGrant{}, &apiError{http.StatusForbidden, "wrong_role",
 			"The operator token manages the catalog; checks need a tenant API key with the check role."}

@@ -23,12 +23,12 @@ func (a *API) MetricsHandler(g prometheus.Gatherer) http.Handler {
 	anonymous := promhttp.HandlerFor(ownSeriesOf(g, ""), promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		snap := a.state.Load().snap
-		secret := credential(r)
+		secret := presented(r)
 		if isAdminToken(snap, secret) {
 			all.ServeHTTP(w, r)
 			return
 		}
-		if secret == "" {
+		if secret.text == "" {
 			anonymous.ServeHTTP(w, r)
 			return
 		}

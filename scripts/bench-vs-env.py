@@ -18,7 +18,8 @@ swapped every repetition, for two workloads:
 
 Per run, CPU is read from /proc/PID/stat (user + system) of the service and
 from the Redis's INFO cpu, before and after, and divided by the checks
-answered. Prints each run and then the medians per service and workload with
+answered; so are the store calls that decide checks (INFO commandstats:
+Sluice's EVALSHA/EVAL script calls, ENV's INCRBYs). Prints each run and then the medians per service and workload with
 the ratio Sluice / ENV. With --before, a second Sluice, built from another
 checkout (a worktree of an earlier commit), runs in the same rotation, and
 the ratios after / before are printed too.
@@ -44,10 +45,21 @@ Needs Go (to build Sluice), redis-server and redis-cli. Used for
 BENCHMARKS.md, issue 29."""
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
 
-from benchlib import call as admin_call, free_port, proc_cpu, redis_cpu, start_redis, stop, wait
+from benchlib import call as admin_call, free_port, proc_cpu, redis_cpu, redis_info, start_redis, stop, wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN = "bench-vs-env-admin-token-0123456789"
+
+
+def store_calls(port, name):
+    """Calls that decide checks on the Redis at port: Sluice's script calls,
+    ENV's INCRBYs (Redis counts the commands a script runs under their own
+    names too, so each service's are counted apart)."""
+    n = 0
+    for k, v in redis_info(port, "commandstats").items():
+        if k in (("cmdstat_incrby",) if name == "env" else ("cmdstat_evalsha", "cmdstat_eval")):
+            n += int(dict(x.split("=") for x in v.split(","))["calls"])
+    return n
 
 
 CONFIG = """domain: bench
@@ -128,9 +140,9 @@ def main():
                    "--descriptor", workload, "--subject-key", workload, "--subjects", str(args.subjects),
                    "--concurrency", str(args.concurrency), "--duration", "%ds" % args.duration,
                    "--metrics-url", "none", "--reference", "", "--json"]
-            cpu0, r0 = proc_cpu(p.pid), redis_cpu(redis_port)
+            cpu0, r0, c0 = proc_cpu(p.pid), redis_cpu(redis_port), store_calls(redis_port, name)
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            cpu1, r1 = proc_cpu(p.pid), redis_cpu(redis_port)
+            cpu1, r1, c1 = proc_cpu(p.pid), redis_cpu(redis_port), store_calls(redis_port, name)
             rep = json.loads(out)[0]  # the run; --reference "" leaves no reference
             answered = rep["allowed"] + rep["denied"]
             if answered == 0 or rep["failed"] or rep["shed"]:
@@ -140,7 +152,8 @@ def main():
             if (rep["denied"] > 0) == want_allowed:
                 sys.exit("%s %s: %d allowed, %d denied: not the workload" % (name, workload, rep["allowed"], rep["denied"]))
             return {"server_us": (cpu1 - cpu0) / answered * 1e6, "redis_us": (r1 - r0) / answered * 1e6,
-                    "per_second": rep["per_second"], "p50_ms": rep["p50_ms"], "p99_ms": rep["p99_ms"]}
+                    "per_second": rep["per_second"], "p50_ms": rep["p50_ms"], "p99_ms": rep["p99_ms"],
+                    "calls": (c1 - c0) / answered}
 
         # Every deny subject spent once, on each service's own keys.
         for name in services:
@@ -151,15 +164,16 @@ def main():
                             "--metrics-url", "none", "--reference", ""], check=True, capture_output=True)
 
         results = {}
-        print("%-8s %-6s %3s %12s %12s %10s %8s %8s" % ("service", "load", "rep", "server µs", "redis µs", "checks/s", "p50 ms", "p99 ms"))
+        print("%-8s %-6s %3s %12s %12s %10s %8s %8s %8s" % ("service", "load", "rep", "server µs", "redis µs", "checks/s", "p50 ms",
+                                                          "p99 ms", "calls"))
         for rep in range(args.reps):
             order = names[rep % len(names):] + names[:rep % len(names)]
             for workload in ("allow", "deny"):
                 for name in order:
                     r = run(name, workload)
                     results.setdefault((name, workload), []).append(r)
-                    print("%-8s %-6s %3d %12.1f %12.1f %10.0f %8.2f %8.2f" % (name, workload, rep + 1, r["server_us"],
-                          r["redis_us"], r["per_second"], r["p50_ms"], r["p99_ms"]), flush=True)
+                    print("%-8s %-6s %3d %12.1f %12.1f %10.0f %8.2f %8.2f %8.4f" % (name, workload, rep + 1, r["server_us"],
+                          r["redis_us"], r["per_second"], r["p50_ms"], r["p99_ms"], r["calls"]), flush=True)
 
         print("\nmedians of %d runs (ratios Sluice / ENV):" % args.reps)
         for workload in ("allow", "deny"):
@@ -167,10 +181,10 @@ def main():
                    for name in ("env", "sluice")}
             e, s = med["env"], med["sluice"]
             print("%-6s server CPU/check: ENV %.1f µs, Sluice %.1f µs (%.2fx); Redis CPU/check: ENV %.1f µs, Sluice %.1f µs (%.2fx); "
-                  "p99: ENV %.2f ms, Sluice %.2f ms (%.2fx); throughput %.2fx" % (
+                  "p99: ENV %.2f ms, Sluice %.2f ms (%.2fx); throughput %.2fx; store calls/check: ENV %.4f, Sluice %.4f" % (
                       workload, e["server_us"], s["server_us"], s["server_us"] / e["server_us"], e["redis_us"], s["redis_us"],
                       s["redis_us"] / e["redis_us"] if e["redis_us"] else float("nan"), e["p99_ms"], s["p99_ms"],
-                      s["p99_ms"] / e["p99_ms"], s["per_second"] / e["per_second"]))
+                      s["p99_ms"] / e["p99_ms"], s["per_second"] / e["per_second"], e["calls"], s["calls"]))
         if args.before:
             print("\nafter / before (medians):")
             for workload in ("allow", "deny"):

@@ -61,10 +61,14 @@ type leasing struct {
 	hotRate   uint64
 	ttl       time.Duration
 	coolAfter time.Duration
-	maxKeys   int
-	maxUnits  int64
-	holder    string
-	seed      maphash.Seed
+	// denyFor bounds how long a deny of a leasing rule is cached: units
+	// other holders return early can be granted sooner than its
+	// retry_after.
+	denyFor  time.Duration
+	maxKeys  int
+	maxUnits int64
+	holder   string
+	seed     maphash.Seed
 	// hotness counts checks per slot in the current second: the high 32
 	// bits are the second, the low 32 the count. Collisions only make a
 	// cold key look hot, which costs a lease, never exactness.
@@ -128,6 +132,7 @@ func newLeasing(opts Options, leases bool) *leasing {
 	if l.coolAfter <= 0 {
 		l.coolAfter = min(defaultLeaseCoolAfter, l.ttl/2)
 	}
+	l.denyFor = max(l.coolAfter/5, time.Millisecond)
 	l.maxKeys = opts.MaxLeasedKeys
 	if l.maxKeys <= 0 {
 		l.maxKeys = DefaultMaxLeasedKeys

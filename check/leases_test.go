@@ -615,3 +615,61 @@ func TestLeasedDecisionNamesItsWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseUnitsReturnedEarlyReachADeniedInstance: units another instance
+// gives back before the window ends (its key cooled) are granted to an
+// instance that was denied meanwhile, not left unused until the window's
+// retry_after because that instance cached its deny. Two engines on one
+// real store: B leases all of a fixed window's units and stops; A, denied,
+// gets every unit B did not use, exactly, and not one more.
+func TestLeaseUnitsReturnedEarlyReachADeniedInstance(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			ns := fmt.Sprintf("lease-early-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(100, time.Hour).Named("l"))
+			b := check.New(store, check.Options{LeaseHotRate: 20, LeaseTTL: 5 * time.Second, LeaseCoolAfter: 100 * time.Millisecond,
+				LeaseHolder: "instance-b"})
+			t.Cleanup(func() { b.Close() })
+			a := check.New(store, check.Options{LeaseHotRate: 5, LeaseTTL: 5 * time.Second, LeaseHolder: "instance-a"})
+			t.Cleanup(func() { a.Close() })
+			ruleA := a.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			ruleB := b.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			allow := func(e *check.Engine, rule *check.Rule) bool {
+				t.Helper()
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "hot", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Pass()
+			}
+			for i := range 25 {
+				if !allow(b, ruleB) {
+					t.Fatalf("B's check %d denied", i+1)
+				}
+			}
+			if left := remaining(t, store, ns, "r", "hot", limits); left != 0 {
+				t.Fatalf("store has %d left: B's lease (want 100) should hold the rest", left)
+			}
+			if allow(a, ruleA) {
+				t.Fatal("A admitted a unit B holds")
+			}
+			// B stops: its key cools and its 75 unused units go back.
+			var admitted int
+			deadline := time.Now().Add(10 * time.Second)
+			for admitted < 75 && time.Now().Before(deadline) {
+				if allow(a, ruleA) {
+					admitted++
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if admitted != 75 {
+				t.Fatalf("A admitted %d of the 75 units B gave back in 10 s", admitted)
+			}
+			if allow(a, ruleA) || allow(b, ruleB) {
+				t.Fatal("a check admitted past the limit of 100")
+			}
+		})
+	}
+}

@@ -171,8 +171,13 @@ type Result struct {
 	// after at all: they are in no window's count.
 	AllowedByWindow []WindowCount
 	Unplaced        int64
-	latencies       []time.Duration
-	shedLatency     []time.Duration
+	// Mismatched counts the allowed requests sent and answered in one Unix
+	// second whose decision named the end of another window than that
+	// second's: for windows of 1 s aligned to Unix seconds, a check of the
+	// count against the clock, which should find none.
+	Mismatched  int64
+	latencies   []time.Duration
+	shedLatency []time.Duration
 }
 
 // SecondCount is how many allowed requests were sent in Unix second Sent
@@ -299,6 +304,7 @@ type recorder struct {
 	bySecond map[[2]int64]int64 // allowed by (sent, answered) Unix second
 	byWindow map[int64]int64    // allowed by the window end they named
 	unplaced int64
+	mismatch int64
 	answered reservoir
 	shedLat  reservoir
 	rng      *rand.Rand
@@ -327,6 +333,9 @@ func (rec *recorder) record(out Outcome, err error, latency time.Duration, sent,
 		if rec.byWindow != nil {
 			if end, ok := windowEnd(sent, answered, resetAfter); ok {
 				rec.byWindow[end]++
+				if s := sent.Unix(); s == answered.Unix() && end != s+1 {
+					rec.mismatch++
+				}
 			} else {
 				rec.unplaced++
 			}
@@ -484,7 +493,7 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		res.AllowedByWindow = append(res.AllowedByWindow, WindowCount{End: end, Allowed: n})
 	}
 	slices.SortFunc(res.AllowedByWindow, func(a, b WindowCount) int { return int(a.End - b.End) })
-	res.Unplaced = rec.unplaced
+	res.Unplaced, res.Mismatched = rec.unplaced, rec.mismatch
 	res.latencies, res.shedLatency = rec.answered.samples, rec.shedLat.samples
 	slices.Sort(res.latencies)
 	slices.Sort(res.shedLatency)

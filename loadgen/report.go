@@ -44,6 +44,9 @@ type Report struct {
 	// does not report a decision's reset after.
 	AllowedByWindow []WindowCount `json:"allowed_by_window,omitempty"`
 	Unplaced        *int64        `json:"allowed_unplaced,omitempty"`
+	// Mismatched is Result's: allowed requests within one second whose
+	// decision named another window (present with AllowedByWindow).
+	Mismatched *int64 `json:"allowed_window_mismatch,omitempty"`
 }
 
 // Ms is d in milliseconds, to the microsecond.
@@ -61,8 +64,8 @@ func NewReport(target string, r Result) Report {
 		AllowedBySecond: r.AllowedBySecond, AllowedByWindow: r.AllowedByWindow,
 	}
 	if r.AllowedByWindow != nil || r.Unplaced > 0 {
-		n := r.Unplaced
-		rep.Unplaced = &n
+		n, m := r.Unplaced, r.Mismatched
+		rep.Unplaced, rep.Mismatched = &n, &m
 	}
 	if r.FirstError != nil {
 		rep.FirstError = r.FirstError.Error()

@@ -53,6 +53,9 @@ func TestAllowedByWindowCountsEachWindowExactly(t *testing.T) {
 			if res.Errors > 0 || res.Denied == 0 {
 				t.Fatalf("want denies and no errors: %+v", res)
 			}
+			if res.Mismatched != 0 {
+				t.Fatalf("%d allowed checks within one second named another window: %+v", res.Mismatched, res.AllowedByWindow)
+			}
 			if res.Unplaced != 0 {
 				t.Fatalf("%d of %d allowed checks could not be placed in one window: %+v", res.Unplaced, res.Allowed, res.AllowedByWindow)
 			}
@@ -79,7 +82,7 @@ func TestAllowedByWindowCountsEachWindowExactly(t *testing.T) {
 				t.Fatalf("windows count %d allowed of %d, %d full windows (want 2 or more): %+v", total, res.Allowed, full, res.AllowedByWindow)
 			}
 			b, err := json.Marshal(loadgen.NewReport("t", res))
-			if err != nil || !strings.Contains(string(b), `"allowed_by_window":[{"end":`) || !strings.Contains(string(b), `"allowed_unplaced":0`) {
+			if err != nil || !strings.Contains(string(b), `"allowed_by_window":[{"end":`) || !strings.Contains(string(b), `"allowed_unplaced":0,"allowed_window_mismatch":0`) {
 				t.Fatalf("report JSON lacks allowed_by_window or allowed_unplaced: %s %v", b, err)
 			}
 		})

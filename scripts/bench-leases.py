@@ -238,13 +238,14 @@ def demand(args, binary, key, urls):
         # The count: each allowed check in the window its decision named (sluice bench's
         # allowed_by_window, by the decision's reset_after: exact, whatever crossed a boundary in
         # flight). The window ending at second E is labelled by its start, E - 1.
-        by_window, unplaced = {}, 0
+        by_window, unplaced, mismatched = {}, 0, 0
         for r in reps:
             if "allowed_by_window" not in r and r["allowed"]:
                 sys.exit("demand: sluice bench did not report allowed_by_window: %s" % r)
             for c in r.get("allowed_by_window", []):
                 by_window[c["end"] - 1] = by_window.get(c["end"] - 1, 0) + c["allowed"]
             unplaced += r.get("allowed_unplaced", 0)
+            mismatched += r.get("allowed_window_mismatch", 0)
         # The cross-check, by the seconds each allowed check was sent and answered in: one sent and
         # answered in one second was decided in that window (a lower bound of its count); one in
         # flight across a boundary was decided in one of the two (the upper bound counts it in both).
@@ -258,7 +259,8 @@ def demand(args, binary, key, urls):
                         crossing[w] = crossing.get(w, 0) + c["allowed"]
                     came_in[c["answered"]] = came_in.get(c["answered"], 0) + c["allowed"]
         first_w, last_w = int(t0) + 1, int(t0 + args.duration) - 1  # the full windows
-        print("rep %d: start %.3f, shift at %s; allowed checks not placed in one window: %d" % (rep + 1, t0, t_shift or "none", unplaced))
+        print("rep %d: start %.3f, shift at %s; allowed checks not placed in one window: %d; sent and answered in one second but "
+              "naming another window: %d" % (rep + 1, t0, t_shift or "none", unplaced, mismatched))
         print("%12s %10s %8s %11s %11s %10s" % ("window", "admitted", "used", "lower bound", "upper bound", "by answer"))
         rows, disagree = {}, []
         for w in range(first_w, last_w + 1):
@@ -281,7 +283,7 @@ def demand(args, binary, key, urls):
             low = [w for w in rows if w >= t_shift and rows[w] < 0.99 * args.limit]
             rebalance = (max(low) + 1 - t_shift) if low else 0.0
         res = {"over": len(over), "max_admitted": max(rows.values()), "median_use": statistics.median(use), "worst_use": min(use),
-               "shift_use": rows[t_shift] / args.limit if shift else None, "rebalance_s": rebalance, "unplaced": unplaced,
+               "shift_use": rows[t_shift] / args.limit if shift else None, "rebalance_s": rebalance, "unplaced": unplaced, "mismatched": mismatched,
                "disagree": len(disagree), "offered": sum(r["sent"] for r in reps) / args.duration}
         summary.append(res)
         print("windows over the limit: %d; most admitted %d of %d; steady-state use median %.2f%%, worst %.2f%% (%d windows); "
@@ -292,11 +294,11 @@ def demand(args, binary, key, urls):
                   unplaced, len(disagree), res["offered"]), flush=True)
     if len(summary) > 1:
         print("\nover %d reps: windows over the limit %d; most admitted %d of %d; median of median use %.2f%%; worst use %.2f%%; "
-              "first windows after the shift %s; rebalance times %s; unplaced %d; windows outside the by-second bounds %d" % (
+              "first windows after the shift %s; rebalance times %s; unplaced %d; mismatched %d; windows outside the by-second bounds %d" % (
                   len(summary), sum(r["over"] for r in summary), max(r["max_admitted"] for r in summary), args.limit,
                   100 * statistics.median(r["median_use"] for r in summary), 100 * min(r["worst_use"] for r in summary),
                   ["%.2f%%" % (100 * r["shift_use"]) for r in summary if r["shift_use"] is not None],
-                  [r["rebalance_s"] for r in summary], sum(r["unplaced"] for r in summary), sum(r["disagree"] for r in summary)))
+                  [r["rebalance_s"] for r in summary], sum(r["unplaced"] for r in summary), sum(r["mismatched"] for r in summary), sum(r["disagree"] for r in summary)))
 
 if __name__ == "__main__":
     main()

@@ -84,6 +84,10 @@ type LeaseGrant struct {
 	ID string
 	// ExpiresIn is the lease's TTL.
 	ExpiresIn time.Duration
+	// At is the store's clock when it decided (zero when the store does
+	// not say): Decision's waits count from it, so a holder deciding in
+	// process later can count them down from the right instant.
+	At time.Time
 	// Returned is how the return of LeaseRequest.Renew ended ("" without
 	// one), and ReturnedGranted what that lease had granted when Returned
 	// is LeaseReturned (else 0), as LeaseReturnResult.Granted.

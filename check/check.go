@@ -448,7 +448,14 @@ func (e *Engine) check(ctx context.Context, q Query, tr *checkTrace) (Result, er
 		return e.fail(r, q.Start, metrics.ResultError, err)
 	}
 	if !d.Allowed && !d.Degraded && e.resetEpoch.Load() == epoch && !concurrencyDenied(d) {
-		e.deny.remember(r, cacheSubject, q.Subject, limits, q.Cost, sentAt, admits, d)
+		var maxAge time.Duration
+		if r.leases {
+			// Other instances give leased units back early (their
+			// key cooled, or a renew returned what was left), which
+			// the store's retry_after does not count: ask again soon.
+			maxAge = e.leases.denyFor
+		}
+		e.deny.remember(r, cacheSubject, q.Subject, limits, q.Cost, sentAt, admits, d, maxAge)
 	} else if d.Allowed && q.Cost > 0 {
 		// The counters moved without time passing: a deny remembered
 		// meanwhile no longer has the store's figures.

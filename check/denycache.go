@@ -170,15 +170,20 @@ func (c *denyCache) stripe(rule *Rule, subject, limit string) *atomic.Uint64 {
 
 // remember records a deny of cost under rule, keyed by cacheSubject, of
 // limits for the store's subject, for a check sent at sentAt when the
-// admits of its counters were mark. A deny sent before some check of its
-// counters was admitted is not kept: its figures are already old.
-func (c *denyCache) remember(rule *Rule, cacheSubject, subject string, limits []sluice.Limit, cost int64, sentAt time.Time, mark uint64, d sluice.Decision) {
+// admits of its counters were mark, for at most maxAge when it is not 0.
+// A deny sent before some check of its counters was admitted is not kept:
+// its figures are already old.
+func (c *denyCache) remember(rule *Rule, cacheSubject, subject string, limits []sluice.Limit, cost int64, sentAt time.Time, mark uint64, d sluice.Decision, maxAge time.Duration) {
 	if c.perShard == 0 || d.Allowed || d.Degraded || cost <= 0 || d.RetryAfter <= 0 || len(d.Limits) != len(limits) ||
 		c.mark(rule, subject, limits) != mark {
 		return
 	}
 	k := denyKey{rule.Namespace, rule.Name, cacheSubject}
-	e := denyEntry{rule: rule, limits: limits, subject: subject, mark: mark, cost: cost, sentAt: sentAt, until: sentAt.Add(d.RetryAfter), decision: d}
+	life := d.RetryAfter
+	if maxAge > 0 {
+		life = min(life, maxAge)
+	}
+	e := denyEntry{rule: rule, limits: limits, subject: subject, mark: mark, cost: cost, sentAt: sentAt, until: sentAt.Add(life), decision: d}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

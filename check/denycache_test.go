@@ -102,7 +102,7 @@ func denyCacheIsExact(t *testing.T, store sluice.Store) {
 				}
 				switch {
 				case !d.Allowed:
-					cache.remember(rule, subject, subject, rule.Limits, cost, now, cache.mark(rule, subject, rule.Limits), d)
+					cache.remember(rule, subject, subject, rule.Limits, cost, now, cache.mark(rule, subject, rule.Limits), d, 0)
 				case cost > 0:
 					cache.admitted(rule, subject, rule.Limits)
 					cache.forget(ns, rule.Name, subject)
@@ -271,7 +271,7 @@ func TestDenyCache(t *testing.T) {
 
 	t.Run("denies_equal_or_larger_costs_until_the_retry_time", func(t *testing.T) {
 		c := newDenyCache(100)
-		c.remember(rule, "s", "s", limits, 3, sent, 0, deny)
+		c.remember(rule, "s", "s", limits, 3, sent, 0, deny, 0)
 		d, hit := c.lookup(rule, "s", 3, sent.Add(time.Second))
 		if !hit || d.RetryAfter != time.Second || d.Limits[0].RetryAfter != time.Second || d.ResetAfter != time.Second {
 			t.Errorf("hit %v, decision %v", hit, d)
@@ -279,14 +279,14 @@ func TestDenyCache(t *testing.T) {
 		if _, hit := c.lookup(rule, "s", 2, sent.Add(time.Second)); hit || c.len() != 0 {
 			t.Error("a smaller cost was denied, or its check, which may be admitted, left the entry")
 		}
-		c.remember(rule, "s", "s", limits, 3, sent, 0, deny)
+		c.remember(rule, "s", "s", limits, 3, sent, 0, deny, 0)
 		if _, hit := c.lookup(rule, "s", 4, sent.Add(2*time.Second)); hit {
 			t.Error("denied at the retry time")
 		}
 	})
 	t.Run("a_changed_rule_misses", func(t *testing.T) {
 		c := newDenyCache(100)
-		c.remember(rule, "s", "s", limits, 1, sent, 0, deny)
+		c.remember(rule, "s", "s", limits, 1, sent, 0, deny, 0)
 		changed := &Rule{Namespace: rule.Namespace, Name: rule.Name}
 		if _, hit := c.lookup(changed, "s", 1, sent); hit {
 			t.Error("an entry of the old rule answered")
@@ -299,8 +299,8 @@ func TestDenyCache(t *testing.T) {
 		c := newDenyCache(100)
 		degraded := deny
 		degraded.Degraded = true
-		c.remember(rule, "s", "s", limits, 1, sent, 0, degraded)
-		c.remember(rule, "s", "s", limits, 1, sent, 0, sluice.Decision{Allowed: true})
+		c.remember(rule, "s", "s", limits, 1, sent, 0, degraded, 0)
+		c.remember(rule, "s", "s", limits, 1, sent, 0, sluice.Decision{Allowed: true}, 0)
 		if c.len() != 0 {
 			t.Errorf("%d entries", c.len())
 		}
@@ -308,7 +308,7 @@ func TestDenyCache(t *testing.T) {
 	t.Run("stays_within_its_size", func(t *testing.T) {
 		c := newDenyCache(denyShards * 2)
 		for i := range 10_000 {
-			c.remember(rule, string(rune(i)), string(rune(i)), limits, 1, sent, 0, deny)
+			c.remember(rule, string(rune(i)), string(rune(i)), limits, 1, sent, 0, deny, 0)
 		}
 		if n := c.len(); n > denyShards*2 {
 			t.Errorf("%d entries", n)

@@ -31,7 +31,9 @@ import (
 // Figures of a decision taken in process: each limit's Remaining is what
 // the store said at the last lease call plus the units still in hand
 // (capped at the limit), so it never claims more than could be admitted;
-// ResetAfter is the store's at that call.
+// ResetAfter is the store's at that call counted down to now, so a window's
+// names the end of the window the units came from (the lease is not used
+// past it), never a later one.
 //
 // Exactness over time: a unit is admitted only while its lease is alive
 // here, which ends a quarter of LeaseTTL before the store's (measured from
@@ -59,10 +61,14 @@ type leasing struct {
 	hotRate   uint64
 	ttl       time.Duration
 	coolAfter time.Duration
-	maxKeys   int
-	maxUnits  int64
-	holder    string
-	seed      maphash.Seed
+	// denyFor bounds how long a deny of a leasing rule is cached: units
+	// other holders return early can be granted sooner than its
+	// retry_after.
+	denyFor  time.Duration
+	maxKeys  int
+	maxUnits int64
+	holder   string
+	seed     maphash.Seed
 	// hotness counts checks per slot in the current second: the high 32
 	// bits are the second, the low 32 the count. Collisions only make a
 	// cold key look hot, which costs a lease, never exactness.
@@ -91,7 +97,9 @@ type leaseEntry struct {
 	left     int64           // units in hand
 	until    time.Time       // the lease is usable before this (engine clock)
 	decision sluice.Decision // the store's at the last lease call
-	lastUse  time.Time
+	// at is when decision's waits count from, on the engine's clock.
+	at      time.Time
+	lastUse time.Time
 	// used counts units admitted since since, to size the next want.
 	used  int64
 	since time.Time
@@ -124,6 +132,7 @@ func newLeasing(opts Options, leases bool) *leasing {
 	if l.coolAfter <= 0 {
 		l.coolAfter = min(defaultLeaseCoolAfter, l.ttl/2)
 	}
+	l.denyFor = max(l.coolAfter/5, time.Millisecond)
 	l.maxKeys = opts.MaxLeasedKeys
 	if l.maxKeys <= 0 {
 		l.maxKeys = DefaultMaxLeasedKeys
@@ -208,18 +217,21 @@ func (le *leaseEntry) take(cost int64, now time.Time) (sluice.Decision, bool) {
 	le.left -= cost
 	le.used += cost
 	le.lastUse = now
-	return le.figures(), true
+	return le.figures(now), true
 }
 
-// figures is the decision of an admit from the lease: the store's last
-// figures plus the units still in hand. Called with le.mu held.
-func (le *leaseEntry) figures() sluice.Decision {
+// figures is the decision of an admit from the lease at now: the store's
+// last figures plus the units still in hand, its waits counted down from
+// le.at. Called with le.mu held.
+func (le *leaseEntry) figures(now time.Time) sluice.Decision {
 	d := le.decision
 	d.Limits = make([]sluice.LimitDecision, len(le.decision.Limits))
+	elapsed := max(0, now.Sub(le.at))
 	for i, ld := range le.decision.Limits {
 		ld.Allowed = true
 		ld.RetryAfter = 0
 		ld.Remaining = min(ld.Limit, ld.Remaining+le.left)
+		ld.ResetAfter = max(0, ld.ResetAfter-elapsed)
 		d.Limits[i] = ld
 	}
 	d.Hold = nil
@@ -289,6 +301,7 @@ func (e *Engine) leaseCheck(ctx context.Context, le *leaseEntry, q Query, limits
 		}
 		sentAt := e.clock()
 		grant, gerr := e.guard.Lease(ctx, req)
+		gotAt := e.clock()
 		switch {
 		case req.Renew == "":
 		case gerr != nil:
@@ -316,6 +329,7 @@ func (e *Engine) leaseCheck(ctx context.Context, le *leaseEntry, q Query, limits
 		}
 		e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsGranted, grant.Granted)
 		le.id, le.left, le.decision = grant.ID, grant.Granted, grant.Decision
+		le.at = grantedAt(grant.At, sentAt, gotAt)
 		le.until = leaseUntil(sentAt, l.ttl, limits, grant.Decision)
 		if le.dropped {
 			// Forgotten while the call was in flight: give it back.
@@ -348,17 +362,39 @@ func leaseUntil(sentAt time.Time, ttl time.Duration, limits []sluice.Limit, d sl
 		ra := d.Limits[i].ResetAfter
 		switch limits[i].Algorithm {
 		case sluice.AlgorithmFixedWindow:
-			life = min(life, ra)
 		case sluice.AlgorithmSlidingWindow:
 			// After a grant the current window holds units: it ends a
 			// window before the count drains.
 			if ra > limits[i].Window {
 				ra -= limits[i].Window
 			}
-			life = min(life, ra)
+		default:
+			continue
 		}
+		// The store read its clock in whole milliseconds, rounded down,
+		// after sentAt: the window may end up to 1ms before sentAt+ra.
+		life = min(life, ra-time.Millisecond)
 	}
 	return sentAt.Add(life)
+}
+
+// grantedAt is the instant, on the engine's clock, that a grant's waits
+// count from: the store's own time of it (whole milliseconds, so exact
+// where the clocks agree), within the call's send and answer times, which
+// bound it whatever the clocks do; the send time when the store does not
+// say.
+func grantedAt(store, sentAt, gotAt time.Time) time.Time {
+	if store.IsZero() {
+		return sentAt
+	}
+	// The store's clock reads whole milliseconds, rounded down.
+	if lo := sentAt.Truncate(time.Millisecond); store.Before(lo) {
+		return lo
+	}
+	if store.After(gotAt) {
+		return gotAt
+	}
+	return store
 }
 
 // returnLease gives back the unused units of lease id (nothing when id is

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicelabs/sluice"
 	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/internal/testenv"
+	"github.com/sluicelabs/sluice/memory"
 	"github.com/sluicelabs/sluice/metrics"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
 )
@@ -511,6 +512,163 @@ func TestLeaseOnlyWhileHot(t *testing.T) {
 			if got := store.checks.Load() - checks; got != 10 || store.leases.Load() != leases || e.LeasedKeys() != 0 {
 				t.Fatalf("10 cool checks made %d store checks and %d lease calls (%d leased keys); want 10 and 0",
 					got, store.leases.Load()-leases, e.LeasedKeys())
+			}
+		})
+	}
+}
+
+// Set moves the clock to t.
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// leaseClockStores are leaseStores on clock: the memory store reads it,
+// Redis gets it in every query (clocked says which).
+func leaseClockStores(clock *fakeClock) map[string]func(t *testing.T) (sluice.Leaser, bool) {
+	return map[string]func(t *testing.T) (sluice.Leaser, bool){
+		"memory": func(t *testing.T) (sluice.Leaser, bool) {
+			return memory.New(memory.Options{Clock: clock.Now}), false
+		},
+		"redis": func(t *testing.T) (sluice.Leaser, bool) {
+			store, err := sluiceredis.Open(testenv.Redis(t).URL(), sluiceredis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			return store, true
+		},
+	}
+}
+
+// TestLeasedDecisionNamesItsWindow: a check decided in process from a lease
+// of a fixed window reports the time left until the end of the window its
+// units came from, counted down to the check (as a direct check's does),
+// not the figure of the lease call however long ago it was; and once that
+// window has ended (to the millisecond the store reads), the lease's units
+// are no longer admitted: the next check asks the store, and its decision
+// names the next window.
+func TestLeasedDecisionNamesItsWindow(t *testing.T) {
+	clock := &fakeClock{}
+	for name, open := range leaseClockStores(clock) {
+		t.Run(name, func(t *testing.T) {
+			// A window boundary a little ahead of the real clock, so
+			// Redis's keys live as long as the test.
+			end := time.Now().Truncate(time.Second).Add(3 * time.Second)
+			// Half a millisecond into a millisecond: the store reads the
+			// one it started in.
+			clock.Set(end.Add(-500*time.Millisecond + 500*time.Microsecond))
+			inner, clocked := open(t)
+			store := &countingLeaser{Leaser: inner}
+			e := check.New(store, check.Options{Clock: clock.Now, LeaseHotRate: 50, LeaseTTL: 2 * time.Second,
+				LeaseCoolAfter: time.Minute})
+			t.Cleanup(func() { e.Close() })
+			ns := fmt.Sprintf("lease-window-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(100_000, time.Second).Named("l"))
+			rule := e.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			checkAt := func() (sluice.Decision, int64) {
+				t.Helper()
+				q := check.Query{Rule: rule, Subject: "hot", Cost: 1}
+				if clocked {
+					q.Now = clock.Now()
+				}
+				calls := store.checks.Load() + store.leases.Load()
+				res, err := e.Check(context.Background(), q)
+				if err != nil || !res.Pass() {
+					t.Fatal(res, err)
+				}
+				return res.Decision, store.checks.Load() + store.leases.Load() - calls
+			}
+			for range 60 {
+				checkAt()
+			}
+			if store.leases.Load() == 0 {
+				t.Fatal("the hot key never leased")
+			}
+			if _, calls := checkAt(); calls != 0 {
+				t.Fatalf("a check of the leased key made %d store calls", calls)
+			}
+			// 300ms later, still in the window: decided in process, with
+			// 200ms left of the window, not the lease call's 500ms.
+			clock.Set(end.Add(-200*time.Millisecond + 500*time.Microsecond))
+			d, calls := checkAt()
+			if calls != 0 {
+				t.Fatalf("a check 300ms into a lease of 1.5s made %d store calls", calls)
+			}
+			if want := end.Sub(clock.Now()); d.ResetAfter != want || d.Limits[0].ResetAfter != want {
+				t.Fatalf("in-process decision 200ms before its window ends says reset after %v (limit %v), want %v",
+					d.ResetAfter, d.Limits[0].ResetAfter, want)
+			}
+			// 0.2ms past the window's end, though not yet 500ms after the
+			// lease call was sent (the store read its clock's millisecond
+			// rounded down): the store decides, in the next window.
+			clock.Set(end.Add(200 * time.Microsecond))
+			d, calls = checkAt()
+			if calls == 0 {
+				t.Fatalf("a unit of the window ended at %v was admitted in process at %v (reset after %v)",
+					end, clock.Now(), d.ResetAfter)
+			}
+			if next := end.Add(time.Second).Sub(clock.Now()); d.ResetAfter < next-time.Millisecond || d.ResetAfter > next+time.Millisecond {
+				t.Fatalf("the check after the window's end says reset after %v, want the next window's %v", d.ResetAfter, next)
+			}
+		})
+	}
+}
+
+// TestLeaseUnitsReturnedEarlyReachADeniedInstance: units another instance
+// gives back before the window ends (its key cooled) are granted to an
+// instance that was denied meanwhile, not left unused until the window's
+// retry_after because that instance cached its deny. Two engines on one
+// real store: B leases all of a fixed window's units and stops; A, denied,
+// gets every unit B did not use, exactly, and not one more.
+func TestLeaseUnitsReturnedEarlyReachADeniedInstance(t *testing.T) {
+	for name, open := range leaseStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			ns := fmt.Sprintf("lease-early-%d", time.Now().UnixNano())
+			limits := auto(sluice.FixedWindow(100, time.Hour).Named("l"))
+			b := check.New(store, check.Options{LeaseHotRate: 20, LeaseTTL: 5 * time.Second, LeaseCoolAfter: 100 * time.Millisecond,
+				LeaseHolder: "instance-b"})
+			t.Cleanup(func() { b.Close() })
+			a := check.New(store, check.Options{LeaseHotRate: 5, LeaseTTL: 5 * time.Second, LeaseHolder: "instance-a"})
+			t.Cleanup(func() { a.Close() })
+			ruleA := a.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			ruleB := b.NewRule(metrics.Labels{Source: "test", Rule: "r"}, check.Rule{Namespace: ns, Name: "r", Limits: limits})
+			allow := func(e *check.Engine, rule *check.Rule) bool {
+				t.Helper()
+				res, err := e.Check(context.Background(), check.Query{Rule: rule, Subject: "hot", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Pass()
+			}
+			for i := range 25 {
+				if !allow(b, ruleB) {
+					t.Fatalf("B's check %d denied", i+1)
+				}
+			}
+			if left := remaining(t, store, ns, "r", "hot", limits); left != 0 {
+				t.Fatalf("store has %d left: B's lease (want 100) should hold the rest", left)
+			}
+			if allow(a, ruleA) {
+				t.Fatal("A admitted a unit B holds")
+			}
+			// B stops: its key cools and its 75 unused units go back.
+			var admitted int
+			deadline := time.Now().Add(10 * time.Second)
+			for admitted < 75 && time.Now().Before(deadline) {
+				if allow(a, ruleA) {
+					admitted++
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			if admitted != 75 {
+				t.Fatalf("A admitted %d of the 75 units B gave back in 10 s", admitted)
+			}
+			if allow(a, ruleA) || allow(b, ruleB) {
+				t.Fatal("a check admitted past the limit of 100")
 			}
 		})
 	}

@@ -55,6 +55,8 @@ type Lease struct {
 	// UsableUntil is when this process must stop admitting from the lease:
 	// the service's usable_for_ms counted from when the call was sent.
 	UsableUntil time.Time
+	// sentAt is when the call was sent: the answer's waits count from it.
+	sentAt time.Time
 }
 
 // Lease asks for a lease of the rule route selects, for subject. A denial
@@ -131,7 +133,7 @@ func (c *Client) leaseCall(ctx context.Context, u string, body []byte) (LeaseRes
 		Returned: sluice.LeaseStatus(a.Returned)}
 	if a.Lease != nil {
 		res.Lease = &Lease{ID: a.Lease.ID, Granted: a.Lease.Granted, ExpiresIn: time.Duration(a.Lease.ExpiresInMs) * time.Millisecond,
-			UsableUntil: sentAt.Add(time.Duration(a.Lease.UsableForMs) * time.Millisecond)}
+			UsableUntil: sentAt.Add(time.Duration(a.Lease.UsableForMs) * time.Millisecond), sentAt: sentAt}
 	}
 	return res, nil
 }
@@ -160,7 +162,8 @@ type LeasedLimiter struct {
 	id     string
 	left   int64
 	until  time.Time
-	last   Result // the answer of the last lease call, for admits' figures
+	last   Result    // the answer of the last lease call, for admits' figures
+	lastAt time.Time // when that call was sent
 	closed bool
 }
 
@@ -232,20 +235,24 @@ func (l *LeasedLimiter) Allow(ctx context.Context) (Result, error) {
 	if res.Lease != nil && res.Allowed {
 		// The call decided this request: one of the units is its.
 		l.id, l.left, l.until = res.Lease.ID, res.Lease.Granted-1, res.Lease.UsableUntil
-		l.last = res.Result
+		l.last, l.lastAt = res.Result, res.Lease.sentAt
 	}
 	return res.Result, nil
 }
 
 // admitted is the Result of a request admitted from the lease: the last
 // call's figures, with each limit's Remaining counting what is in hand
-// (never more than could be admitted). Called with the turn held.
+// (never more than could be admitted) and its ResetAfter counted down
+// from when the call was sent (a window's names the window the units came
+// from). Called with the turn held.
 func (l *LeasedLimiter) admitted() Result {
 	r := l.last
 	r.Decision.Limits = make([]sluice.LimitDecision, len(l.last.Limits))
+	elapsed := max(0, time.Since(l.lastAt))
 	for i, ld := range l.last.Limits {
 		ld.Allowed, ld.RetryAfter = true, 0
 		ld.Remaining = min(ld.Limit, ld.Remaining+l.left)
+		ld.ResetAfter = max(0, ld.ResetAfter-elapsed)
 		r.Decision.Limits[i] = ld
 	}
 	r.Decision.Allowed, r.Decision.RetryAfter = true, 0

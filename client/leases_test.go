@@ -210,3 +210,28 @@ func TestLeasedLimiterRenewsNamingItsRoute(t *testing.T) {
 		t.Fatalf("%d left after Close, want 45 (5 admitted)", got)
 	}
 }
+
+// TestLeasedLimiterResetCountsDown: a request admitted from the lease says
+// the time left until the window its units came from ends, counted down
+// since the lease call, not the call's figure however long ago it was.
+func TestLeasedLimiterResetCountsDown(t *testing.T) {
+	url, secret := startService(t, leasedRule("/hot", 50))
+	ctx := context.Background()
+	c, _ := client.New(url, secret)
+	l := c.NewLeasedLimiter("/hot", "s", client.LeaseOptions{Want: 20, TTL: 10 * time.Second})
+	t.Cleanup(func() { l.Close(ctx) })
+	first, err := l.Allow(ctx)
+	if err != nil || !first.Allowed {
+		t.Fatalf("%+v %v", first, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	later, err := l.Allow(ctx)
+	if err != nil || !later.Allowed || l.Held() != 18 {
+		t.Fatalf("%+v %v, held %d: want an admit from the lease", later, err, l.Held())
+	}
+	// At least 300ms later, to the answer's millisecond.
+	if later.ResetAfter <= 0 || later.ResetAfter > first.ResetAfter-299*time.Millisecond ||
+		later.Limits[0].ResetAfter != later.ResetAfter {
+		t.Fatalf("reset after %v (limit %v) 300ms after the lease call's %v", later.ResetAfter, later.Limits[0].ResetAfter, first.ResetAfter)
+	}
+}

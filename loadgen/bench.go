@@ -51,6 +51,16 @@ type Target interface {
 	Do(ctx context.Context, subject string) (Outcome, error)
 }
 
+// ResetTarget is a Target whose answers also say the decision's reset
+// after (for a fixed window: the time until the window it counted in
+// ends), so a run can count allowed requests by the window they named
+// (Result.AllowedByWindow). resetAfter is negative when an answer did not
+// say.
+type ResetTarget interface {
+	Target
+	DoReset(ctx context.Context, subject string) (out Outcome, resetAfter time.Duration, err error)
+}
+
 // TargetFunc adapts a function to Target.
 type TargetFunc func(ctx context.Context, subject string) (Outcome, error)
 
@@ -149,8 +159,25 @@ type Result struct {
 	// fixed window (aligned to Unix seconds) is exact for the requests
 	// that did not cross a boundary and bounded for those that did.
 	AllowedBySecond []SecondCount
-	latencies       []time.Duration
-	shedLatency     []time.Duration
+	// AllowedByWindow counts allowed requests by the end of the window
+	// their decision named, in Unix seconds, sorted, when the target is a
+	// ResetTarget: the decision was made between the request's send and
+	// answer times (t_s, t_a), so the end of its window is the whole
+	// second in [t_s + reset after, t_a + reset after] (widened by a
+	// millisecond each side for the answer's rounding). That is exact
+	// whatever crossed a boundary in flight, for windows aligned to Unix
+	// seconds. Unplaced counts the allowed requests with no such second,
+	// or more than one (a round trip of a second or more), or no reset
+	// after at all: they are in no window's count.
+	AllowedByWindow []WindowCount
+	Unplaced        int64
+	// Mismatched counts the allowed requests sent and answered in one Unix
+	// second whose decision named the end of another window than that
+	// second's: for windows of 1 s aligned to Unix seconds, a check of the
+	// count against the clock, which should find none.
+	Mismatched  int64
+	latencies   []time.Duration
+	shedLatency []time.Duration
 }
 
 // SecondCount is how many allowed requests were sent in Unix second Sent
@@ -159,6 +186,32 @@ type SecondCount struct {
 	Sent     int64 `json:"sent"`
 	Answered int64 `json:"answered"`
 	Allowed  int64 `json:"allowed"`
+}
+
+// WindowCount is how many allowed requests named the window that ends at
+// Unix second End.
+type WindowCount struct {
+	End     int64 `json:"end"`
+	Allowed int64 `json:"allowed"`
+}
+
+// windowEnd is the whole Unix second in [sent+resetAfter-1ms,
+// answered+resetAfter+1ms], or false when there is none or more than one.
+func windowEnd(sent, answered time.Time, resetAfter time.Duration) (int64, bool) {
+	if resetAfter < 0 {
+		return 0, false
+	}
+	lo := sent.Add(resetAfter - time.Millisecond).UnixNano()
+	hi := answered.Add(resetAfter + time.Millisecond).UnixNano()
+	const s = int64(time.Second)
+	first := lo / s // ceil(lo/s) for positive lo
+	if first*s < lo {
+		first++
+	}
+	if last := hi / s; first != last {
+		return 0, false
+	}
+	return first, true
 }
 
 // Answered is the number of requests the service decided: allowed or denied.
@@ -249,12 +302,15 @@ type recorder struct {
 
 	mu       sync.Mutex
 	bySecond map[[2]int64]int64 // allowed by (sent, answered) Unix second
+	byWindow map[int64]int64    // allowed by the window end they named
+	unplaced int64
+	mismatch int64
 	answered reservoir
 	shedLat  reservoir
 	rng      *rand.Rand
 }
 
-func (rec *recorder) record(out Outcome, err error, latency time.Duration, sent, answered time.Time) {
+func (rec *recorder) record(out Outcome, err error, latency time.Duration, sent, answered time.Time, resetAfter time.Duration) {
 	if err != nil {
 		rec.errors.Add(1)
 		rec.firstErr.CompareAndSwap(nil, &err)
@@ -274,6 +330,16 @@ func (rec *recorder) record(out Outcome, err error, latency time.Duration, sent,
 	samples.add(rec.rng, latency)
 	if out == Allowed {
 		rec.bySecond[[2]int64{sent.Unix(), answered.Unix()}]++
+		if rec.byWindow != nil {
+			if end, ok := windowEnd(sent, answered, resetAfter); ok {
+				rec.byWindow[end]++
+				if s := sent.Unix(); s == answered.Unix() && end != s+1 {
+					rec.mismatch++
+				}
+			} else {
+				rec.unplaced++
+			}
+		}
 	}
 	rec.mu.Unlock()
 }
@@ -293,6 +359,14 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		bySecond: map[[2]int64]int64{},
 		rng:      rand.New(rand.NewPCG(1, 2)),
 	}
+	do := func(ctx context.Context, subject string) (Outcome, time.Duration, error) {
+		out, err := target.Do(ctx, subject)
+		return out, -1, err
+	}
+	if rt, ok := target.(ResetTarget); ok {
+		rec.byWindow = map[int64]int64{}
+		do = rt.DoReset
+	}
 	subj := newSubjects(opts.Subjects, opts.HotFraction)
 	res := Result{Model: "closed"}
 	// The CPU window encloses the load window and little else: the readings
@@ -308,10 +382,10 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 	send := func(r *rand.Rand, due time.Time) {
 		reqCtx, cancelReq := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
 		sent := time.Now()
-		out, err := target.Do(reqCtx, subj.pick(r))
+		out, resetAfter, err := do(reqCtx, subj.pick(r))
 		cancelReq()
 		answered := time.Now()
-		rec.record(out, err, answered.Sub(due), sent, answered)
+		rec.record(out, err, answered.Sub(due), sent, answered, resetAfter)
 	}
 
 	start := time.Now()
@@ -368,7 +442,7 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 					// The queue itself is full: the target is hopelessly
 					// behind; count the request as failed rather than
 					// silently sending less load.
-					rec.record(0, errors.New("bench: request queue full, the target cannot keep up with the rate"), 0, time.Time{}, time.Time{})
+					rec.record(0, errors.New("bench: request queue full, the target cannot keep up with the rate"), 0, time.Time{}, time.Time{}, -1)
 				}
 				next = next.Add(interval)
 			}
@@ -412,6 +486,14 @@ func Run(ctx context.Context, target Target, opts Options) (Result, error) {
 		}
 		return int(a.Answered - b.Answered)
 	})
+	if rec.byWindow != nil {
+		res.AllowedByWindow = []WindowCount{} // counted, if empty
+	}
+	for end, n := range rec.byWindow {
+		res.AllowedByWindow = append(res.AllowedByWindow, WindowCount{End: end, Allowed: n})
+	}
+	slices.SortFunc(res.AllowedByWindow, func(a, b WindowCount) int { return int(a.End - b.End) })
+	res.Unplaced, res.Mismatched = rec.unplaced, rec.mismatch
 	res.latencies, res.shedLatency = rec.answered.samples, rec.shedLat.samples
 	slices.Sort(res.latencies)
 	slices.Sort(res.shedLatency)

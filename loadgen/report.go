@@ -38,6 +38,15 @@ type Report struct {
 	// AllowedBySecond is Result.AllowedBySecond: allowed requests by the
 	// Unix second they were sent in and the one they were answered in.
 	AllowedBySecond []SecondCount `json:"allowed_by_second,omitempty"`
+	// AllowedByWindow and Unplaced are Result's: allowed requests by the
+	// end of the window their decision named (Unix seconds), and those
+	// that could not be placed in exactly one; absent when the target
+	// does not report a decision's reset after.
+	AllowedByWindow []WindowCount `json:"allowed_by_window,omitempty"`
+	Unplaced        *int64        `json:"allowed_unplaced,omitempty"`
+	// Mismatched is Result's: allowed requests within one second whose
+	// decision named another window (present with AllowedByWindow).
+	Mismatched *int64 `json:"allowed_window_mismatch,omitempty"`
 }
 
 // Ms is d in milliseconds, to the microsecond.
@@ -52,7 +61,11 @@ func NewReport(target string, r Result) Report {
 		P50Ms:     Ms(r.Percentile(0.5)), P90Ms: Ms(r.Percentile(0.9)), P99Ms: Ms(r.Percentile(0.99)),
 		P999Ms: Ms(r.Percentile(0.999)), MaxMs: Ms(r.Max()),
 		ShedP50Ms: Ms(r.ShedPercentile(0.5)), ShedP99Ms: Ms(r.ShedPercentile(0.99)),
-		AllowedBySecond: r.AllowedBySecond,
+		AllowedBySecond: r.AllowedBySecond, AllowedByWindow: r.AllowedByWindow,
+	}
+	if r.AllowedByWindow != nil || r.Unplaced > 0 {
+		n, m := r.Unplaced, r.Mismatched
+		rep.Unplaced, rep.Mismatched = &n, &m
 	}
 	if r.FirstError != nil {
 		rep.FirstError = r.FirstError.Error()

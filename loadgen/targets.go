@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -48,6 +49,61 @@ func (h *HTTPCheck) Do(ctx context.Context, subject string) (Outcome, error) {
 	return doHTTP(h.client, req)
 }
 
+// DoReset is Do, also returning the answer's top-level reset_after_ms on a
+// 200 (negative on other answers).
+func (h *HTTPCheck) DoReset(ctx context.Context, subject string) (Outcome, time.Duration, error) {
+	body, err := json.Marshal(checkapi.Request{Route: h.route, Subject: subject, Cost: &h.cost})
+	if err != nil {
+		return 0, -1, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, -1, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", h.apiKey)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return 0, -1, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		out, err := answerHTTP(req, resp)
+		return out, -1, err
+	}
+	defer resp.Body.Close()
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer bodyBuffers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return 0, -1, err
+	}
+	return Allowed, resetAfterOf(buf.Bytes()), nil
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// resetAfterOf is the top-level reset_after_ms of a check's answer, the
+// first in its body (checkapi.Decision's field order), or -1 when absent.
+// A scan rather than a decode: the load generator shares the machine.
+func resetAfterOf(body []byte) time.Duration {
+	const field = `"reset_after_ms":`
+	i := bytes.Index(body, []byte(field))
+	if i < 0 {
+		return -1
+	}
+	ms, n := int64(0), 0
+	for _, c := range body[i+len(field):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		ms, n = ms*10+int64(c-'0'), n+1
+	}
+	if n == 0 || n > 15 {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // HTTPGet is a reference target: a GET of an endpoint that does no work (such
 // as /healthz), measuring what the HTTP round trip alone costs on the same
 // machine and client.
@@ -75,14 +131,19 @@ func doHTTP(client *http.Client, req *http.Request) (Outcome, error) {
 	if err != nil {
 		return 0, err
 	}
+	return answerHTTP(req, resp)
+}
+
+// answerHTTP is the outcome of resp, the answer to req; it closes the body.
+func answerHTTP(req *http.Request, resp *http.Response) (Outcome, error) {
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 		// Drain so the connection is reused.
-		_, err = io.Copy(io.Discard, resp.Body)
+		_, err := io.Copy(io.Discard, resp.Body)
 		return Allowed, err
 	case http.StatusTooManyRequests:
-		_, err = io.Copy(io.Discard, resp.Body)
+		_, err := io.Copy(io.Discard, resp.Body)
 		return Denied, err
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))

@@ -76,8 +76,8 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	if !d.Allowed {
 		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL, Returned: returned,
-		ReturnedGranted: returnedGranted}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: check.Cost, ID: id, ExpiresIn: req.TTL, At: time.UnixMilli(now),
+		Returned: returned, ReturnedGranted: returnedGranted}, nil
 }
 
 // leaseLocked records req's demand, sizes its grant and takes it as a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -60,6 +61,10 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	if err != nil {
 		return sluice.LeaseGrant{}, unavailable("lease", err)
 	}
+	at, err := replyInt(&reply[1])
+	if err != nil {
+		return sluice.LeaseGrant{}, unavailable("lease", err)
+	}
 	var returned sluice.LeaseStatus
 	var returnedGranted int64
 	if req.Renew != "" {
@@ -76,8 +81,8 @@ func (s *Store) Lease(ctx context.Context, req sluice.LeaseRequest) (sluice.Leas
 	if !d.Allowed {
 		return sluice.LeaseGrant{Decision: d, Returned: returned, ReturnedGranted: returnedGranted}, nil
 	}
-	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL, Returned: returned,
-		ReturnedGranted: returnedGranted}, nil
+	return sluice.LeaseGrant{Decision: d, Granted: granted, ID: hold.ID, ExpiresIn: req.TTL, At: time.UnixMilli(at),
+		Returned: returned, ReturnedGranted: returnedGranted}, nil
 }
 
 // ReturnLease gives back a lease's unused units in one script call. See

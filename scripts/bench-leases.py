@@ -26,19 +26,22 @@ rule, "lease": "auto" on a fixed_window of --limit per 1 s, one hot key;
 every instance is offered --limit checks per second (open model), and at
 --shift-at seconds two instances' load stops while the other two get a
 second `sluice bench` each at --limit/s (the same total, moved). Each bench
-reports its allowed checks by the Unix second each was sent and answered in
-(the store's windows are Unix seconds on this machine's clock, shared by
-Redis and the instances); a check sent and answered in one second was
-decided in that window, so per window the script has an exact count of those
-and a bound for the few that crossed a boundary in flight. Per window:
-admitted (lower bound, and upper bound with the crossing ones), the share of
-the limit used; then over-admission (any window whose lower bound exceeds
-the limit is one for certain), the median and worst share at steady state
-(full windows before the shift, from the second on, and after the first
-full window past it) and the time from the shift until the windows are
-back at >= 99% of the limit.
+reports its allowed checks by the window their decision named
+(allowed_by_window: the decision's reset_after, added to the send and answer
+times, brackets the end of its window; the store's windows are Unix seconds
+on this machine's clock, shared by Redis and the instances), which is an
+exact count per window, and, as a cross-check, by the Unix second each was
+sent and answered in (a check sent and answered in one second was decided in
+that window: a lower bound; with the ones in flight across a boundary, an
+upper bound). Per window: admitted, the share of the limit used, the bounds;
+then over-admission (any window over the limit, said loudly), the median and
+worst share at steady state (full windows before the shift, from the second
+on, and after the first full window past it), the first window after the
+shift, the time from the shift until the windows are back at >= 99% of the
+limit, the checks that could not be placed (should be 0) and the windows
+whose count falls outside the bounds by second (should be none).
 Used for BENCHMARKS.md, issue 22."""
-import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
 
 from benchlib import call as admin_call, free_port, proc_cpu, redis_cpu, redis_info, start_redis, stop, wait
 
@@ -65,6 +68,7 @@ def main():
     ap.add_argument("--profile", default="", help="write a CPU profile of instance 1 during the first leased run to this file")
     ap.add_argument("--demand", action="store_true", help="a leased fixed window under demand at 4x its limit (see above)")
     ap.add_argument("--limit", type=int, default=2000, help="--demand: the fixed window's limit per second")
+    ap.add_argument("--trace", action="store_true", help="--demand: scrape every instance's lease and deny-cache counters every 100 ms and print them around the shift")
     ap.add_argument("--shift-at", type=float, default=5, help="--demand: seconds into the run when demand moves between instances (0: no shift)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-leases-")
@@ -160,6 +164,50 @@ def bench_cmd(binary, key, url, rate, seconds):
             "--metrics-url", "none", "--reference", "", "--json"]
 
 
+TRACED = re.compile(r'^(sluice_quota_lease_units_total\{[^}]*how="(\w+)"[^}]*\}|sluice_deny_cache_hits_total(?:\{[^}]*\})?|sluice_quota_lease_store_calls_saved_total\{[^}]*holder="instance"[^}]*\}) ([0-9.e+]+)$')
+
+
+def counters(url):
+    """An instance's lease unit counters (granted, returned, expired), deny-cache hits and store calls saved."""
+    out = {}
+    with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            m = TRACED.match(line)
+            if m:
+                name = m.group(2) or ("deny_hits" if m.group(1).startswith("sluice_deny") else "saved")
+                out[name] = out.get(name, 0) + float(m.group(3))
+    return out
+
+
+def tracer(urls, stop_at):
+    """Samples every instance's counters every 100 ms until stop_at: [(time, [counters per instance])]."""
+    samples = []
+
+    def loop():
+        while time.time() < stop_at:
+            t = time.time()
+            try:
+                samples.append((t, [counters(u) for u in urls]))
+            except OSError:
+                pass
+            time.sleep(max(0, 0.1 - (time.time() - t)))
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    return samples, th
+
+
+def print_trace(samples, t_shift):
+    """Per 100 ms around the shift: each instance's units granted, returned and expired, deny-cache hits and checks decided in process."""
+    kinds = ("granted", "returned", "expired", "deny_hits", "saved")
+    print("trace around the shift (per interval, instances 1-4): " + ", ".join(kinds))
+    for (t0, a), (t1, b) in zip(samples, samples[1:]):
+        if t_shift - 0.25 <= t1 <= t_shift + 1.25:
+            cells = []
+            for x, y in zip(a, b):
+                cells.append("/".join("%d" % (y.get(k, 0) - x.get(k, 0)) for k in kinds))
+            print("  %+6.2f s  %s" % (t1 - t_shift, "   ".join("%-22s" % c for c in cells)))
+
+
 def demand(args, binary, key, urls):
     """The --demand runs: per-window admitted counts of a leased fixed window at 4x its limit."""
     summary = []
@@ -169,6 +217,7 @@ def demand(args, binary, key, urls):
         t0 = time.time()
         # The shift falls on a window boundary, so the windows after it are wholly after it.
         t_shift = int(t0) + int(args.shift_at) if 0 < args.shift_at < args.duration else 0
+        trace = tracer(urls, t0 + args.duration + 0.5) if args.trace else None
         first = [subprocess.Popen(bench_cmd(binary, key, u, args.limit, t_shift - t0 if t_shift and i >= 2 else args.duration),
                                   stdout=subprocess.PIPE, text=True) for i, u in enumerate(urls)]
         second = []
@@ -180,9 +229,27 @@ def demand(args, binary, key, urls):
                                        stdout=subprocess.PIPE, text=True) for u in urls[:2]]
         shift = bool(t_shift)
         reps = [json.loads(p.communicate()[0])[0] for p in first + second]
+        if trace:
+            trace[1].join()
+            if shift:
+                print_trace(trace[0], t_shift)
         if any(r["failed"] or r["shed"] or r["dropped"] for r in reps):
-            sys.exit("demand: %s" % [{k: v for k, v in r.items() if k != "allowed_by_second"} for r in reps])
-        exact, crossing, came_in, went_out = {}, {}, {}, {}
+            sys.exit("demand: %s" % [{k: v for k, v in r.items() if k not in ("allowed_by_second", "allowed_by_window")} for r in reps])
+        # The count: each allowed check in the window its decision named (sluice bench's
+        # allowed_by_window, by the decision's reset_after: exact, whatever crossed a boundary in
+        # flight). The window ending at second E is labelled by its start, E - 1.
+        by_window, unplaced, mismatched = {}, 0, 0
+        for r in reps:
+            if "allowed_by_window" not in r and r["allowed"]:
+                sys.exit("demand: sluice bench did not report allowed_by_window: %s" % r)
+            for c in r.get("allowed_by_window", []):
+                by_window[c["end"] - 1] = by_window.get(c["end"] - 1, 0) + c["allowed"]
+            unplaced += r.get("allowed_unplaced", 0)
+            mismatched += r.get("allowed_window_mismatch", 0)
+        # The cross-check, by the seconds each allowed check was sent and answered in: one sent and
+        # answered in one second was decided in that window (a lower bound of its count); one in
+        # flight across a boundary was decided in one of the two (the upper bound counts it in both).
+        exact, crossing, came_in = {}, {}, {}
         for r in reps:
             for c in r.get("allowed_by_second", []):
                 if c["sent"] == c["answered"]:
@@ -191,47 +258,47 @@ def demand(args, binary, key, urls):
                     for w in range(c["sent"], c["answered"] + 1):
                         crossing[w] = crossing.get(w, 0) + c["allowed"]
                     came_in[c["answered"]] = came_in.get(c["answered"], 0) + c["allowed"]
-                    went_out[c["sent"]] = went_out.get(c["sent"], 0) + c["allowed"]
         first_w, last_w = int(t0) + 1, int(t0 + args.duration) - 1  # the full windows
-        print("rep %d: start %.3f, shift at %s" % (rep + 1, t0, t_shift or "none"))
-        # admitted: sent and answered in the window (decided in it, exact); +crossing: allowed checks in
-        # flight across one of its boundaries (sent before it and answered in it: "in", or sent in it and
-        # answered after: "out"), each decided in this window or the other; by answer: admitted + in.
-        print("%12s %10s %10s %5s %5s %10s %8s" % ("window", "admitted", "+crossing", "in", "out", "by answer", "used"))
-        rows = {}
+        print("rep %d: start %.3f, shift at %s; allowed checks not placed in one window: %d; sent and answered in one second but "
+              "naming another window: %d" % (rep + 1, t0, t_shift or "none", unplaced, mismatched))
+        print("%12s %10s %8s %11s %11s %10s" % ("window", "admitted", "used", "lower bound", "upper bound", "by answer"))
+        rows, disagree = {}, []
         for w in range(first_w, last_w + 1):
-            lo, cr = exact.get(w, 0), crossing.get(w, 0)
-            rows[w] = (lo, cr)
-            print("%12d %10d %10d %5d %5d %10d %7.2f%%%s" % (w, lo, cr, came_in.get(w, 0), went_out.get(w, 0), lo + came_in.get(w, 0), 100 * lo / args.limit,
-                  "  <- first window after the shift" if shift and w == t_shift else ""), flush=True)
-        over_certain = [w for w, (lo, _) in rows.items() if lo > args.limit]
-        over_possible = [w for w, (lo, cr) in rows.items() if lo + cr > args.limit]
-        over_by_answer = [w for w in rows if rows[w][0] + came_in.get(w, 0) > args.limit]
+            n, lo, cr = by_window.get(w, 0), exact.get(w, 0), crossing.get(w, 0)
+            rows[w] = n
+            if not lo <= n <= lo + cr:
+                disagree.append(w)
+            print("%12d %10d %7.2f%% %11d %11d %10d%s%s" % (w, n, 100 * n / args.limit, lo, lo + cr, lo + came_in.get(w, 0),
+                  "  <- first window after the shift" if shift and w == t_shift else "",
+                  "  <- OUTSIDE THE BOUNDS BY SECOND" if w in disagree else ""), flush=True)
+        over = [w for w, n in rows.items() if n > args.limit]
+        if over:
+            print("OVER-ADMISSION: windows %s admitted more than %d" % (over, args.limit), flush=True)
         # Steady state: full windows from the second on, less the first one after the shift.
         steady = [w for w in rows if w >= first_w + 1 and (not shift or w != t_shift)] or list(rows)
-        use = [rows[w][0] / args.limit for w in steady]
+        use = [rows[w] / args.limit for w in steady]
         rebalance = None
         if shift:
             # From the shift to the end of the last window below 99% of the limit (0: none was).
-            low = [w for w in rows if w >= t_shift and rows[w][0] < 0.99 * args.limit]
+            low = [w for w in rows if w >= t_shift and rows[w] < 0.99 * args.limit]
             rebalance = (max(low) + 1 - t_shift) if low else 0.0
-        res = {"over_certain": len(over_certain), "over_possible": len(over_possible), "over_by_answer": len(over_by_answer),
-               "max_admitted": max(lo for lo, _ in rows.values()), "max_upper": max(lo + cr for lo, cr in rows.values()),
-               "median_use": statistics.median(use), "worst_use": min(use), "rebalance_s": rebalance,
-               "offered": sum(r["sent"] for r in reps) / args.duration}
+        res = {"over": len(over), "max_admitted": max(rows.values()), "median_use": statistics.median(use), "worst_use": min(use),
+               "shift_use": rows[t_shift] / args.limit if shift else None, "rebalance_s": rebalance, "unplaced": unplaced, "mismatched": mismatched,
+               "disagree": len(disagree), "offered": sum(r["sent"] for r in reps) / args.duration}
         summary.append(res)
-        print("windows over the limit: %d for certain, %d counted by answer second, %d counting every crossing check as in both; most admitted %d "
-              "(upper bound %d) of %d; steady-state use median %.2f%%, worst %.2f%% (%d windows); rebalanced within %s of the shift (to the window); "
-              "offered %.0f/s" % (res["over_certain"], res["over_by_answer"], res["over_possible"], res["max_admitted"], res["max_upper"], args.limit,
-                                  100 * res["median_use"], 100 * res["worst_use"], len(steady),
-                                  "%.0f s" % rebalance if shift else "(no shift)", res["offered"]), flush=True)
+        print("windows over the limit: %d; most admitted %d of %d; steady-state use median %.2f%%, worst %.2f%% (%d windows); "
+              "the first window after the shift %s; rebalanced within %s of the shift (to the window); unplaced %d; "
+              "windows outside the by-second bounds %d; offered %.0f/s" % (
+                  res["over"], res["max_admitted"], args.limit, 100 * res["median_use"], 100 * res["worst_use"], len(steady),
+                  "%.2f%%" % (100 * res["shift_use"]) if shift else "-", "%.0f s" % rebalance if shift else "(no shift)",
+                  unplaced, len(disagree), res["offered"]), flush=True)
     if len(summary) > 1:
-        print("\nover %d reps: windows over the limit for certain %d; worst upper bound %d of %d; median of median use %.2f%%; "
-              "worst use %.2f%%; rebalance times %s" % (
-                  len(summary), sum(r["over_certain"] for r in summary), max(r["max_upper"] for r in summary), args.limit,
+        print("\nover %d reps: windows over the limit %d; most admitted %d of %d; median of median use %.2f%%; worst use %.2f%%; "
+              "first windows after the shift %s; rebalance times %s; unplaced %d; mismatched %d; windows outside the by-second bounds %d" % (
+                  len(summary), sum(r["over"] for r in summary), max(r["max_admitted"] for r in summary), args.limit,
                   100 * statistics.median(r["median_use"] for r in summary), 100 * min(r["worst_use"] for r in summary),
-                  [r["rebalance_s"] for r in summary]))
-
+                  ["%.2f%%" % (100 * r["shift_use"]) for r in summary if r["shift_use"] is not None],
+                  [r["rebalance_s"] for r in summary], sum(r["unplaced"] for r in summary), sum(r["mismatched"] for r in summary), sum(r["disagree"] for r in summary)))
 
 if __name__ == "__main__":
     main()

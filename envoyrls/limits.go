@@ -101,7 +101,9 @@ const (
 // load showed runtime.newstack at 10% of the CPU without it), and small
 // messages need no large read and write buffers. Streams per connection,
 // message size and keepalives are bounded so one client cannot hold
-// unbounded work or connections.
+// unbounded work or connections. Shared write buffers, 32 KiB buffers and
+// fixed 1 MiB flow-control windows were each measured and saved no CPU
+// (BENCHMARKS.md, issue 29 lever 3), so they are left at these settings.
 func ServerOptions() []grpc.ServerOption {
 	// (See streamWorkers for the pool's size.)
 	return []grpc.ServerOption{
@@ -110,6 +112,8 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.WriteBufferSize(16 << 10),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		// RateLimitRequest decoded without reflection (codec.go).
+		grpc.ForceServerCodecV2(rlsCodec{}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime: keepaliveMinTime,
 			// Envoy pings whether or not a call is in flight.

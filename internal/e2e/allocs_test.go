@@ -25,7 +25,7 @@ import (
 // is the measured figure with a little headroom, so a regression of a few
 // allocations per check fails here while timings could not.
 const (
-	grpcAllocBudget = 95
+	grpcAllocBudget = 90
 	httpAllocBudget = 46
 )
 

@@ -2,8 +2,10 @@ package check
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice"
@@ -32,6 +34,16 @@ const (
 	// MaxRemoteHolderBytes bounds a remote holder's name: the store's
 	// holder is "client." and the name (64 at most).
 	MaxRemoteHolderBytes = 57
+	// MaxRemoteLeaseIDSubjectBytes bounds the subject a remote lease's id
+	// carries (the check API's own bound on a subject): a lease of a
+	// longer subject, which no face takes now, has the store's id alone,
+	// renewed in two store calls.
+	MaxRemoteLeaseIDSubjectBytes = 1024
+	// MaxRemoteLeaseIDBytes bounds a remote lease's id: a hold id (a
+	// subject tag, '.', a 22-byte nonce), '~', and the unpadded base64 of
+	// a byte of length, a rule name and a subject.
+	MaxRemoteLeaseIDBytes = sluice.SubjectTagLen + 1 + 22 + 1 + maxLeaseIDSuffixBytes
+	maxLeaseIDSuffixBytes = ((1+sluice.MaxNameBytes+MaxRemoteLeaseIDSubjectBytes)*8 + 5) / 6
 )
 
 // ErrRuleNotLeased is a lease asked of a rule that cannot lease: one of its
@@ -71,6 +83,10 @@ type LeaseAnswer struct {
 	// Grant is the store's: Granted units (0 unless the store allowed),
 	// ID, ExpiresIn.
 	Grant sluice.LeaseGrant
+	// ID names the lease to its holder, for a renew or return: Grant.ID
+	// (the store's) with the rule and subject after it (see
+	// remoteLeaseID). Empty when nothing was granted.
+	ID string
 	// UsableFor is how long, counted from when the holder sent its call,
 	// it may admit from the lease: a quarter of the TTL short of the
 	// store's expiry, and never past the end of a window the units were
@@ -160,14 +176,31 @@ func (e *Engine) lease(ctx context.Context, q LeaseQuery, old sluice.LeaseReturn
 	e.metrics.QuotaLeaseUnits(metrics.QuotaUnitsGranted, grant.Granted)
 	// Units left the store's counters without time passing: another
 	// instance's cached deny is still exact (it only errs late), ours too.
-	return LeaseAnswer{Decision: grant.Decision, Grant: grant,
+	return LeaseAnswer{Decision: grant.Decision, Grant: grant, ID: remoteLeaseID(grant.ID, r.Name, q.Subject),
 		UsableFor: leaseUntil(sentAt, q.TTL, r.Limits, grant.Decision).Sub(sentAt)}, nil
 }
 
 // ReturnLease gives back the unused units of a remote holder's lease of
-// namespace. The status says whether the units went back; an
-// expired, finished or unknown lease changes nothing.
+// namespace, id as LeaseAnswer.ID named it (or the store's id alone). The
+// status says whether the units went back; an expired, finished or unknown
+// lease changes nothing, and so does an id whose rule and subject are not
+// its hold id's (unknown, with no store call).
 func (e *Engine) ReturnLease(ctx context.Context, namespace, id string, unused int64) (sluice.LeaseReturnResult, error) {
+	ref, err := parseRemoteLeaseID(namespace, id)
+	if errors.Is(err, ErrLeaseNotFound) {
+		if err := (sluice.LeaseReturn{ID: ref.hold, Unused: unused}).Validate(); err != nil {
+			return sluice.LeaseReturnResult{}, err
+		}
+		return sluice.LeaseReturnResult{Status: sluice.LeaseUnknown}, nil
+	}
+	if err != nil {
+		return sluice.LeaseReturnResult{}, err
+	}
+	return e.returnRemoteLease(ctx, namespace, ref.hold, unused)
+}
+
+// returnRemoteLease is ReturnLease of the store's id.
+func (e *Engine) returnRemoteLease(ctx context.Context, namespace, id string, unused int64) (sluice.LeaseReturnResult, error) {
 	ret := sluice.LeaseReturn{Tenant: namespace, ID: id, Unused: unused}
 	if err := ret.Validate(); err != nil {
 		return sluice.LeaseReturnResult{}, err
@@ -199,20 +232,44 @@ func (e *Engine) remoteReturned(namespace string, res sluice.LeaseReturnResult, 
 // RenewLease returns a remote holder's lease with its unused units and
 // takes a new one for the same rule and subject.
 //
-// With q.Rule set (the holder named its route and subject, so the rule is
-// known before any store call) it is one store call: the grant's, which
-// returns the old lease first (sluice.LeaseRequest.Renew), so its units can
-// be granted again. An old lease the store does not know is said in the
-// status, and the grant stands; one of another rule or subject is
-// sluice.ErrInvalid, and nothing changes. A rule that no longer leases is
-// ErrRuleNotLeased, the old lease returned all the same.
+// With the rule known before any store call it is one store call: the
+// grant's, which returns the old lease first (sluice.LeaseRequest.Renew),
+// so its units can be granted again. The rule is known when q.Rule is set
+// (the holder named its route and subject), or when id is one LeaseAnswer.ID
+// named: it carries the lease's rule and subject, rule finds the rule by
+// name, as it is now, and q.Subject is the id's. An id whose rule and
+// subject are not its hold id's is ErrLeaseNotFound, and nothing changes
+// (no store call). An old lease the store does not know is said in the
+// status, and the grant stands; one of another rule or subject than
+// q.Rule's is sluice.ErrInvalid, and nothing changes. A rule that no longer
+// leases, or no longer exists, is ErrRuleNotLeased, the old lease returned
+// all the same.
 //
-// Without q.Rule it is two store calls, the return then the grant: rule
-// finds the rule the lease was of, by name, as it is now: a rule that
-// changed so that it no longer leases is ErrRuleNotLeased (the old lease
-// is returned all the same). An unknown lease is ErrLeaseNotFound and
-// nothing is granted.
+// Otherwise (the store's id alone, from an older server) it is two store
+// calls, the return then the grant: rule finds the rule the lease was of,
+// by name, as it is now: a rule that changed so that it no longer leases
+// is ErrRuleNotLeased (the old lease is returned all the same). An unknown
+// lease is ErrLeaseNotFound and nothing is granted.
 func (e *Engine) RenewLease(ctx context.Context, namespace, id string, unused int64, rule func(name string) *Rule, q LeaseQuery) (sluice.LeaseReturnResult, LeaseAnswer, error) {
+	ref, err := parseRemoteLeaseID(namespace, id)
+	if err != nil {
+		return sluice.LeaseReturnResult{}, LeaseAnswer{}, err
+	}
+	id = ref.hold
+	if q.Rule == nil && ref.named {
+		if err := q.validateShape(); err != nil {
+			return sluice.LeaseReturnResult{}, LeaseAnswer{}, err
+		}
+		if q.Rule = rule(ref.rule); q.Rule == nil {
+			e.metrics.QuotaRemoteLeaseCall(metrics.QuotaCallRenew)
+			res, rerr := e.returnRemoteLease(ctx, namespace, id, unused)
+			if rerr != nil {
+				return res, LeaseAnswer{}, rerr
+			}
+			return res, LeaseAnswer{}, refuse(ErrRuleNotLeased, "rule %q of the lease no longer exists", ref.rule)
+		}
+		q.Subject = ref.subject
+	}
 	if q.Rule != nil {
 		ret := sluice.LeaseReturn{Tenant: namespace, ID: id, Unused: unused}
 		if err := ret.Validate(); err != nil {
@@ -222,7 +279,7 @@ func (e *Engine) RenewLease(ctx context.Context, namespace, id string, unused in
 		if errors.Is(err, ErrRuleNotLeased) {
 			// Nothing was asked of the store: the old lease goes back
 			// all the same.
-			res, rerr := e.ReturnLease(ctx, namespace, id, unused)
+			res, rerr := e.returnRemoteLease(ctx, namespace, id, unused)
 			if rerr != nil {
 				return res, LeaseAnswer{}, rerr
 			}
@@ -246,12 +303,12 @@ func (e *Engine) RenewLease(ctx context.Context, namespace, id string, unused in
 		return sluice.LeaseReturnResult{}, LeaseAnswer{}, err
 	}
 	e.metrics.QuotaRemoteLeaseCall(metrics.QuotaCallRenew)
-	res, err := e.ReturnLease(ctx, namespace, id, unused)
+	res, err := e.returnRemoteLease(ctx, namespace, id, unused)
 	if err != nil {
 		return res, LeaseAnswer{}, err
 	}
 	if res.Status == sluice.LeaseUnknown {
-		return res, LeaseAnswer{}, refuse(ErrLeaseNotFound, "no lease of this tenant has id %q (never granted to it, or expired a while ago); take a new one", id)
+		return res, LeaseAnswer{}, refuse(ErrLeaseNotFound, "no lease of this tenant has id %q (never granted to it, or expired a while ago); take a new one", truncate(id, 64))
 	}
 	q.Rule = rule(res.Rule)
 	if q.Rule == nil {
@@ -260,6 +317,66 @@ func (e *Engine) RenewLease(ctx context.Context, namespace, id string, unused in
 	q.Subject = res.Subject
 	ans, err := e.Lease(ctx, q)
 	return res, ans, err
+}
+
+// A remote lease's id is the store's (a hold id) with the lease's rule and
+// subject after a '~' (URL-safe, so a path carries it unescaped): a renew
+// that names neither still knows the rule before it calls the store. The
+// hold id's subject tag, a hash of the namespace, rule and subject, checks
+// them with no store call; the store checks the lease is of them again.
+
+// remoteLeaseID is the id a remote holder gets for the store's id of a
+// lease of rule and subject: the store's alone when they are too long to
+// carry (MaxRemoteLeaseIDSubjectBytes).
+func remoteLeaseID(id, rule, subject string) string {
+	if id == "" || len(rule) > sluice.MaxNameBytes || len(subject) > MaxRemoteLeaseIDSubjectBytes {
+		return id
+	}
+	raw := make([]byte, 0, 1+len(rule)+len(subject))
+	raw = append(raw, byte(len(rule)))
+	raw = append(raw, rule...)
+	raw = append(raw, subject...)
+	buf := make([]byte, 0, len(id)+1+base64.RawURLEncoding.EncodedLen(len(raw)))
+	buf = append(buf, id...)
+	buf = append(buf, '~')
+	return string(base64.RawURLEncoding.AppendEncode(buf, raw))
+}
+
+// remoteLeaseRef is a remote lease's id, read.
+type remoteLeaseRef struct {
+	hold string // the store's id
+	// named: the id carried rule and subject, checked against hold.
+	named         bool
+	rule, subject string
+}
+
+// parseRemoteLeaseID reads id, a remote lease's of namespace. An id that
+// carries a rule and subject that do not decode is sluice.ErrInvalid; one
+// whose rule and subject are not its hold id's is ErrLeaseNotFound (a
+// forged or garbled id: no lease of this tenant has it). An id without
+// them is the store's, checked by the store.
+func parseRemoteLeaseID(namespace, id string) (remoteLeaseRef, error) {
+	hold, suffix, named := strings.Cut(id, "~")
+	ref := remoteLeaseRef{hold: hold}
+	if !named {
+		return ref, nil
+	}
+	malformed := refuse(sluice.ErrInvalid, "lease id %q is malformed: want the id a lease grant returned", truncate(id, 64))
+	tag, _, err := sluice.SplitHoldID(hold)
+	if err != nil || len(suffix) > maxLeaseIDSuffixBytes {
+		return ref, malformed
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(suffix)
+	if err != nil || len(raw) == 0 || raw[0] == 0 || int(raw[0]) > len(raw)-1 {
+		return ref, malformed
+	}
+	rule, subject := string(raw[1:1+raw[0]]), string(raw[1+raw[0]:])
+	var buf [sluice.SubjectTagLen]byte
+	if string(sluice.AppendSubjectTag(buf[:0], namespace, rule, subject)) != tag {
+		return ref, refuse(ErrLeaseNotFound, "no lease of this tenant has id %q (its rule and subject are not its lease's); take a new one", truncate(id, 64))
+	}
+	ref.named, ref.rule, ref.subject = true, rule, subject
+	return ref, nil
 }
 
 // validateShape checks what of q needs no rule.

@@ -28,8 +28,9 @@ type RenewRequest struct {
 	// (required).
 	Unused *int64 `json:"unused"`
 	// Route and Subject, when Route is set, are the old lease's (as its
-	// take gave them): the rule is then known before the store is asked,
-	// and the renew is one store call instead of two.
+	// take gave them): the rule is the one Route selects now. An id
+	// names its lease's rule and subject, so a renew is one store call
+	// without them; they save a call only for an id of an older server.
 	Route   string `json:"route,omitempty"`
 	Subject string `json:"subject,omitempty"`
 	Holder  string `json:"holder"`
@@ -46,7 +47,7 @@ type LeaseAnswer struct {
 	// of the rule's failure mode (degraded), which decided one request.
 	Lease *Lease `json:"lease" yaml:"lease"`
 	// Returned, on a renew, is how the old lease ended: "returned",
-	// "expired" or "finished".
+	// "expired", "finished" or "unknown" (the store did not know it).
 	Returned string `json:"returned,omitempty" yaml:"returned,omitempty"`
 }
 
@@ -54,6 +55,8 @@ type LeaseAnswer struct {
 // for UsableForMs from when it sent the call, and must then renew or
 // return with the unused ones.
 type Lease struct {
+	// ID is the store's id, '~', and the lease's rule and subject in
+	// unpadded URL-safe base64 (at most 1497 bytes).
 	ID          string `json:"id" yaml:"id"`
 	Granted     int64  `json:"granted" yaml:"granted"`
 	ExpiresInMs int64  `json:"expires_in_ms" yaml:"expires_in_ms"`

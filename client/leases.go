@@ -72,19 +72,20 @@ func (c *Client) Lease(ctx context.Context, route, subject string, opts LeaseOpt
 }
 
 // Renew gives back the unused units of lease id and asks for a new lease of
-// the same rule and subject, in one call to the service. An unknown lease
-// (expired a while ago) is an *Error (404 lease_not_found): take a new one
-// with Lease.
+// the same rule and subject, in one call to the service, which makes one
+// store call: the id names the lease's rule and subject. An id that was
+// altered, or an unknown lease of an older server's id (expired a while
+// ago), is an *Error (404 lease_not_found): take a new one with Lease.
 //
-// The service finds the rule from the old lease, with a store call of its
-// own; RenewOf, naming the lease's route and subject, saves it.
+// An older server's id names neither, and its renew costs the service a
+// store call more; RenewOf, naming the lease's route and subject, saves it.
 func (c *Client) Renew(ctx context.Context, id string, unused int64, opts LeaseOptions) (LeaseResult, error) {
 	return c.RenewOf(ctx, "", "", id, unused, opts)
 }
 
-// RenewOf is Renew of a lease taken for route and subject: the service
-// then returns the old lease and grants the next in one store call. An
-// old lease the service no longer knows is not an error there: Returned
+// RenewOf is Renew of a lease taken for route and subject, the rule being
+// the one route selects now: one store call whatever the server's version.
+// An old lease the service no longer knows is not an error there: Returned
 // says unknown, and the new lease stands. A lease of another route or
 // subject is an *Error (400), and nothing changes. route "" is Renew.
 func (c *Client) RenewOf(ctx context.Context, route, subject, id string, unused int64, opts LeaseOptions) (LeaseResult, error) {
@@ -220,6 +221,8 @@ func (l *LeasedLimiter) Allow(ctx context.Context) (Result, error) {
 	var res LeaseResult
 	var err error
 	if id != "" {
+		// The route too, so that a server whose ids name no rule (an
+		// older one) also renews in one store call.
 		res, err = l.c.RenewOf(ctx, l.route, l.subject, id, unused, l.opts)
 		var e *Error
 		if errors.As(err, &e) && e.StatusCode == http.StatusNotFound {

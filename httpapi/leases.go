@@ -16,7 +16,7 @@ import (
 // Quota leases for remote holders (DESIGN.md "Leases", docs/service.md):
 //
 //	POST   /v1/leases             {"route", "subject", "holder", "want", "ttl_ms"}
-//	POST   /v1/leases/{id}/renew  {"unused", "holder", "want", "ttl_ms"}
+//	POST   /v1/leases/{id}/renew  {"unused", "holder", "want", "ttl_ms"} (and optionally "route", "subject")
 //	DELETE /v1/leases/{id}?unused=N
 //
 // with a check-role key; a lease is bound to the key's tenant (another
@@ -92,7 +92,10 @@ func (a *API) handleRenewLease(w http.ResponseWriter, r *http.Request) {
 	var rule *compiledRule
 	if body.Route != "" {
 		// The holder says which route and subject its lease was of: one
-		// store call (the engine checks the lease is of them).
+		// store call (the engine checks the lease is of them). Without
+		// them the id names the rule and subject, and the engine finds
+		// the rule by name: one store call too (two for an id of an
+		// older server, which names neither).
 		if aerr := validateCheck(checkapi.Request{Route: body.Route, Subject: body.Subject}); aerr != nil {
 			a.fail(w, aerr)
 			return
@@ -191,7 +194,7 @@ func writeLeaseAnswer(w http.ResponseWriter, rule *compiledRule, ans check.Lease
 	d := ans.Decision
 	body := checkapi.LeaseAnswer{Decision: checkapi.NewDecision(rule.Name, d, false), Returned: returned}
 	if ans.Grant.Granted > 0 {
-		body.Lease = &checkapi.Lease{ID: ans.Grant.ID, Granted: ans.Grant.Granted,
+		body.Lease = &checkapi.Lease{ID: ans.ID, Granted: ans.Grant.Granted,
 			ExpiresInMs: ans.Grant.ExpiresIn.Milliseconds(), UsableForMs: ans.UsableFor.Milliseconds()}
 	}
 	status := http.StatusOK

@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"encoding/base64"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicelabs/sluice"
+	"github.com/sluicelabs/sluice/check"
 	"github.com/sluicelabs/sluice/guard"
 	"github.com/sluicelabs/sluice/internal/testenv"
 	sluiceredis "github.com/sluicelabs/sluice/redis"
@@ -376,5 +380,167 @@ func TestRemoteLeaseRenewOfRouteIsOneStoreCall(t *testing.T) {
 	}
 	if got := h.counter("sluice_quota_lease_store_calls_saved_total", saved); got != 19 {
 		t.Errorf("remote store calls saved = %v after a renew of a finished lease, want 19 still", got)
+	}
+}
+
+// evalshaCalls counts the script calls redis has run since its last
+// CONFIG RESETSTAT.
+func evalshaCalls(t *testing.T, redis *testenv.RedisServer) int {
+	t.Helper()
+	stats, err := redis.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// withSuffix is a lease id whose hold id is id's and whose rule and subject
+// are rule's and subject's, as the service writes them.
+func withSuffix(id, rule, subject string) string {
+	hold, _, _ := strings.Cut(id, "~")
+	return hold + "~" + base64.RawURLEncoding.EncodeToString(append(append([]byte{byte(len(rule))}, rule...), subject...))
+}
+
+// TestRemoteLeaseRenewByIDIsOneStoreCall: a lease's id carries its rule and
+// subject, so a renew that names neither returns the old lease and grants
+// the next in one script call on a real Redis; an id whose rule or subject
+// was changed is unknown (404, no store call, nothing changed), and its
+// return says unknown; an id of the store's alone (an older server's)
+// still renews, in two calls, and returns.
+func TestRemoteLeaseRenewByIDIsOneStoreCall(t *testing.T) {
+	redis := testenv.Redis(t)
+	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := newHarness(t, harnessOptions{store: rs})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	h.putRule("acme", "hot", leasedRule("/hot*", 100))
+	h.putRule("acme", "cold", leasedRule("/cold*", 100))
+	r := h.must(http.StatusOK, "POST", "/v1/leases", key, map[string]any{"route": "/hot/1", "subject": "s", "holder": "app-1", "want": 30})
+	id := r.lease()["id"].(string)
+	if id != withSuffix(id, "hot", "s") || url.PathEscape(id) != id {
+		t.Fatalf("lease id %q: want the hold id, '~', and the rule and subject in URL-safe base64", id)
+	}
+	reset := func() {
+		t.Helper()
+		if _, err := redis.Do("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reset()
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key, map[string]any{"unused": 10, "holder": "app-1", "want": 50})
+	l := r.lease()
+	// 20 used: 80 left, of which the 50 wanted.
+	if l == nil || l["granted"] != 50.0 || r.body["returned"] != "returned" || r.body["remaining"] != 30.0 || r.body["rule"] != "hot" {
+		t.Fatalf("renew: %s", r.raw)
+	}
+	if n := evalshaCalls(t, redis); n != 1 {
+		t.Fatalf("a renew by id ran %d script calls, want 1", n)
+	}
+	if got := h.counter("sluice_quota_lease_store_calls_saved_total", map[string]string{"holder": "remote"}); got != 19 {
+		t.Errorf("remote store calls saved = %v, want 19", got)
+	}
+	id2 := l["id"].(string)
+
+	// Forged: the hold id of a lease of (hot, s) with another subject or
+	// rule, or a suffix that is not base64 of one.
+	reset()
+	for _, forged := range []string{withSuffix(id2, "hot", "other"), withSuffix(id2, "cold", "s"), withSuffix(id2, "nosuchrule", "s")} {
+		r = h.do("POST", "/v1/leases/"+forged+"/renew", key, map[string]any{"unused": 50, "holder": "app-1", "want": 5})
+		if r.status != http.StatusNotFound || r.errorCode() != "lease_not_found" {
+			t.Fatalf("renew of forged id %q: %d %s", forged, r.status, r.raw)
+		}
+		r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+forged+"?unused=50", key, nil)
+		if r.body["status"] != "unknown" || r.body["id"] != forged {
+			t.Fatalf("return of forged id %q: %s", forged, r.raw)
+		}
+	}
+	hold, _, _ := strings.Cut(id2, "~")
+	for _, garbled := range []string{hold + "~", hold + "~!!", hold + "~AA", "nope~" + strings.SplitN(id2, "~", 2)[1]} {
+		r = h.do("POST", "/v1/leases/"+garbled+"/renew", key, map[string]any{"unused": 50, "holder": "app-1", "want": 5})
+		if r.status != http.StatusBadRequest || !strings.Contains(r.raw, "malformed") {
+			t.Fatalf("renew of garbled id %q: %d %s", garbled, r.status, r.raw)
+		}
+	}
+	if n := evalshaCalls(t, redis); n != 0 {
+		t.Fatalf("forged and garbled ids ran %d script calls, want 0", n)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 30 {
+		t.Fatalf("after forged renews and returns: %v left, want 30", got)
+	}
+	if got := h.peekRemaining(key, "/cold", "s"); got != 100 {
+		t.Fatalf("cold after forged renews: %v left, want 100", got)
+	}
+
+	// The store's id alone (an older server's): two calls, the return
+	// then the grant.
+	reset()
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+hold+"/renew", key, map[string]any{"unused": 40, "holder": "app-1", "want": 5})
+	if r.lease() == nil || r.lease()["granted"] != 5.0 || r.body["returned"] != "returned" || r.body["remaining"] != 65.0 {
+		t.Fatalf("renew of an old-style id: %s", r.raw)
+	}
+	if n := evalshaCalls(t, redis); n != 2 {
+		t.Fatalf("a renew of an old-style id ran %d script calls, want 2", n)
+	}
+	id3 := r.lease()["id"].(string)
+	hold3, _, _ := strings.Cut(id3, "~")
+	r = h.must(http.StatusOK, "DELETE", "/v1/leases/"+hold3+"?unused=5", key, nil)
+	if r.body["status"] != "returned" {
+		t.Fatalf("return of an old-style id: %s", r.raw)
+	}
+	if got := h.peekRemaining(key, "/hot/2", "s"); got != 70 {
+		t.Fatalf("after returns: %v left, want 100-20-10 = 70", got)
+	}
+}
+
+// TestRemoteLeaseIDOfLongSubject: a subject as long as the API takes fits
+// in the id, within MaxRemoteLeaseIDBytes, and renews in one call; a rule
+// gone since is 409, the old lease returned all the same.
+func TestRemoteLeaseIDOfLongSubject(t *testing.T) {
+	redis := testenv.Redis(t)
+	rs, err := sluiceredis.Open(redis.URL(), sluiceredis.Options{Prefix: "test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := newHarness(t, harnessOptions{store: rs})
+	h.createTenant("acme")
+	key, _ := h.createKey("acme", "check")
+	name := strings.Repeat("r", sluice.MaxNameBytes)
+	h.putRule("acme", name, leasedRule("/hot*", 100))
+	subject := strings.Repeat("é", MaxRequestSubjectBytes/2)
+	r := h.must(http.StatusOK, "POST", "/v1/leases", key, map[string]any{"route": "/hot/1", "subject": subject, "holder": "a", "want": 10})
+	id := r.lease()["id"].(string)
+	if len(id) > check.MaxRemoteLeaseIDBytes || id != withSuffix(id, name, subject) {
+		t.Fatalf("id of %d bytes, want at most %d: %q", len(id), check.MaxRemoteLeaseIDBytes, id)
+	}
+	if _, err := redis.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	r = h.must(http.StatusOK, "POST", "/v1/leases/"+id+"/renew", key, map[string]any{"unused": 5, "holder": "a", "want": 10})
+	if r.lease() == nil || r.body["returned"] != "returned" || r.body["remaining"] != 85.0 {
+		t.Fatalf("renew: %s", r.raw)
+	}
+	if n := evalshaCalls(t, redis); n != 1 {
+		t.Fatalf("a renew by id ran %d script calls, want 1", n)
+	}
+	h.must(http.StatusNoContent, "DELETE", "/v1/tenants/acme/rules/"+name, testAdminToken, nil)
+	r = h.do("POST", "/v1/leases/"+r.lease()["id"].(string)+"/renew", key, map[string]any{"unused": 10, "holder": "a", "want": 10})
+	if r.status != http.StatusConflict || r.errorCode() != "rule_not_leased" || !strings.Contains(r.raw, "no longer exists") {
+		t.Fatalf("renew of a lease of a deleted rule: %d %s", r.status, r.raw)
+	}
+	h.putRule("acme", name, leasedRule("/hot*", 100))
+	if got := h.peekRemaining(key, "/hot/1", subject); got != 95 {
+		t.Fatalf("%v left, want 100-5 = 95 (the last lease returned unused)", got)
 	}
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A hot key, leased against direct: 4 sluice serve instances on one Redis, side by side.
 
-    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold] [--rate N] [--profile FILE]
+    scripts/bench-leases.py [--reps 3] [--duration 10] [--concurrency 16] [--instances 4] [--cold] [--rate N] [--bench-procs P] [--profile FILE]
     scripts/bench-leases.py --demand [--limit 2000] [--duration 10] [--shift-at 5] [--reps 3]
 
 Four sluice serve processes share one private redis-server and one catalog (a
@@ -19,7 +19,9 @@ instance's p99. Prints each run, then medians and the ratios leased / direct.
 With --rate N the load is the open model instead: N checks per second offered
 in all, N / instances to each instance (`sluice bench --rate`), the same for
 both rules, so their p99 compare at one load rather than at each one's
-throughput.
+throughput. --bench-procs P runs each load generator with GOMAXPROCS=P (the
+same for both rules): a lighter layout on a small machine, where 4 servers
+and 4 load generators compete for the cores.
 
 --demand measures a leased fixed window under demand at 4x its limit: one
 rule, "lease": "auto" on a fixed_window of --limit per 1 s, one hot key;
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--cold", action="store_true", help="100,000 subjects, none hot, instead of one hot key")
     ap.add_argument("--rate", type=float, default=0, help="open model: checks per second offered in all, split across the instances")
+    ap.add_argument("--bench-procs", type=int, default=0, help="GOMAXPROCS of each load generator (0: Go's default)")
     ap.add_argument("--profile", default="", help="write a CPU profile of instance 1 during the first leased run to this file")
     ap.add_argument("--demand", action="store_true", help="a leased fixed window under demand at 4x its limit (see above)")
     ap.add_argument("--limit", type=int, default=2000, help="--demand: the fixed window's limit per second")
@@ -114,7 +117,8 @@ def main():
                      "--metrics-url", "none", "--reference", "", "--json"] for _, u in instances]
             cpu0 = sum(proc_cpu(p.pid) for p, _ in instances)
             r0, s0 = redis_cpu(redis_port), script_calls(redis_port)
-            running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+            env = dict(os.environ, GOMAXPROCS=str(args.bench_procs)) if args.bench_procs else None
+            running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True, env=env) for c in cmds]
             prof = None
             if args.profile and rule == "leased" and not profiled:
                 profiled.append(rule)

@@ -114,7 +114,7 @@ export class Client {
     return this.#call("takeLease", {}, { body: { route, subject, holder, want, ttl_ms: ttlMs }, accept: [200, 429] });
   }
 
-  /** Gives back the unused units and leases again (same rule and subject); naming the lease's route and subject makes it one store call, not two. */
+  /** Gives back the unused units and leases again (same rule and subject); one store call, since the id names the lease's rule and subject (naming route and subject too makes an older server's id one call as well, not two). */
   renewLease(id, { unused, holder, want, ttlMs, route, subject } = {}) {
     const body = { unused, holder, want, ttl_ms: ttlMs };
     if (route !== undefined) Object.assign(body, { route, subject: subject ?? "" });

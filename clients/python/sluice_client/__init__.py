@@ -161,7 +161,9 @@ class Client:
                     route: Optional[str] = None, subject: str = "") -> JSON:
         """Gives back the unused units and leases again (same rule and subject).
 
-        Naming the lease's route and subject makes it one store call, not two."""
+        One store call: the id names the lease's rule and subject. Naming
+        the route and subject too makes it one for an older server's id
+        (without its "~" part) as well, not two."""
         body: JSON = {"unused": unused, "holder": holder, "want": want}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms

@@ -396,24 +396,16 @@ func decodeOverride(b []byte, m *ratelimitv3.RateLimitDescriptor_RateLimitOverri
 }
 
 func uint64Value(b []byte, m *wrapperspb.UInt64Value) error {
-	var u []byte
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
-		if f.num == 1 && f.typ == protowire.VarintType {
-			m.Value = f.varint
-		} else {
-			u = f.unknown(u)
-		}
-	}
-	keepUnknown(m.ProtoReflect(), u)
-	return nil
+	return wrappedVarint(b, m, func(v uint64) { m.Value = v })
 }
 
 func uint32Value(b []byte, m *wrapperspb.UInt32Value) error {
+	return wrappedVarint(b, m, func(v uint64) { m.Value = uint32(v) })
+}
+
+// wrappedVarint decodes a wrapper message of one varint field (number 1)
+// into m, through set.
+func wrappedVarint(b []byte, m gproto.Message, set func(uint64)) error {
 	var u []byte
 	for len(b) > 0 {
 		f, rest, err := next(b)
@@ -422,7 +414,7 @@ func uint32Value(b []byte, m *wrapperspb.UInt32Value) error {
 		}
 		b = rest
 		if f.num == 1 && f.typ == protowire.VarintType {
-			m.Value = uint32(f.varint)
+			set(f.varint)
 		} else {
 			u = f.unknown(u)
 		}

@@ -201,13 +201,12 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def http_mode(args, work, bench, redis, redis_port, services, procs):
-    """The HTTP faces side by side; see the module's docstring."""
+def start_serve(bench, work, procs, flags):
+    """A sluice serve with flags (SQLite catalog), a tenant "bench" with a
+    check key, and the YAML's two limits as rules; returns (process, URL, key)."""
     port = free_port()
-    # Not the copy named ratelimit: under that name Sluice runs in ENV mode.
     serve = subprocess.Popen([bench, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
-                              "--redis", "redis://127.0.0.1:%d/0" % redis_port,
-                              "--database", "sqlite://" + os.path.join(work, "catalog.db"), "--console=false"],
+                              "--database", "sqlite://" + os.path.join(work, "catalog.db"), "--console=false"] + flags,
                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve.log"), "w"))
     procs.append(serve)
     url = "http://127.0.0.1:%d" % port
@@ -215,10 +214,16 @@ def http_mode(args, work, bench, redis, redis_port, services, procs):
     admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "bench"})
     key = admin_call(url + "/v1/tenants/bench/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
     # The YAML's two limits, as the catalog spells them.
-    admin_call(url + "/v1/tenants/bench/rules/allow", "PUT", TOKEN, {"route": "/allow", "limits": [
-        {"name": "hour", "algorithm": "fixed_window", "limit": 1000000000, "window": "1h"}]})
-    admin_call(url + "/v1/tenants/bench/rules/deny", "PUT", TOKEN, {"route": "/deny", "limits": [
-        {"name": "hour", "algorithm": "fixed_window", "limit": 1, "window": "1h"}]})
+    for name, limit in (("allow", 1000000000), ("deny", 1)):
+        admin_call(url + "/v1/tenants/bench/rules/" + name, "PUT", TOKEN, {"route": "/" + name, "limits": [
+            {"name": "hour", "algorithm": "fixed_window", "limit": limit, "window": "1h"}]})
+    return serve, url, key
+
+
+def http_mode(args, work, bench, redis, redis_port, services, procs):
+    """The HTTP faces side by side; see the module's docstring."""
+    # Not the copy named ratelimit: under that name Sluice runs in ENV mode.
+    _, url, key = start_serve(bench, work, procs, ["--redis", "redis://127.0.0.1:%d/0" % redis_port])
 
     def load(name, workload, seconds, concurrency, reference=False):
         common = ["--subjects", str(args.subjects), "--concurrency", str(concurrency), "--duration", "%ds" % seconds, "--json"]
@@ -290,20 +295,9 @@ def embedded_mode(args):
         os.makedirs(os.path.join(work, "envoy"))
         with open(os.path.join(work, "envoy", "config.yaml"), "w") as f:
             f.write(CONFIG)
-        port, grpc = free_port(), free_port()
-        serve = subprocess.Popen([bench, "serve", "--addr", "127.0.0.1:%d" % port, "--admin-token", TOKEN,
-                                  "--grpc-addr", "127.0.0.1:%d" % grpc, "--envoy-config", os.path.join(work, "envoy"),
-                                  "--database", "sqlite://" + os.path.join(work, "catalog.db"), "--console=false"],
-                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve.log"), "w"))
-        procs.append(serve)
-        url = "http://127.0.0.1:%d" % port
-        wait(url + "/healthz", serve, "sluice serve")
-        admin_call(url + "/v1/tenants", "POST", TOKEN, {"name": "bench"})
-        key = admin_call(url + "/v1/tenants/bench/keys", "POST", TOKEN, {"name": "bench", "role": "check"})["secret"]
-        # The YAML's two limits, as the catalog spells them.
-        for name, limit in (("allow", 1000000000), ("deny", 1)):
-            admin_call(url + "/v1/tenants/bench/rules/" + name, "PUT", TOKEN, {"route": "/" + name, "limits": [
-                {"name": "hour", "algorithm": "fixed_window", "limit": limit, "window": "1h"}]})
+        grpc = free_port()
+        serve, url, key = start_serve(bench, work, procs, ["--grpc-addr", "127.0.0.1:%d" % grpc,
+                                                           "--envoy-config", os.path.join(work, "envoy")])
 
         def load(face, workload, seconds, concurrency, reference):
             # CPU from the server's own /metrics, read around the run and around
